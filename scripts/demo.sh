@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The demo: a real migronaut project run against the embedded dev server.
+#
+#   bash scripts/demo.sh
+#
+# Sets up .venv-3.13 (shared with scripts/test.sh), copies examples/demo to a temporary folder,
+# starts `migronaut dev-server` (in memory) unless MIGRONAUT_URI points at a MongoDB, then applies
+# the migrations, shows the status, rolls the newest one back and shows the status again.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/_python.sh
+source scripts/_python.sh
+
+ensure_venv .venv-3.13 "$(find_python 3.13)" embedded,dev
+bin="$PWD/.venv-3.13/bin"
+work=$(mktemp -d)
+server_pid=""
+cleanup() {
+  if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+cp -r examples/demo/. "$work/"
+
+if [ -z "${MIGRONAUT_URI:-}" ]; then
+  _log "starting the embedded dev server"
+  "$bin/migronaut" dev-server --port 0 >"$work/.server.out" 2>"$work/.server.err" &
+  server_pid=$!
+  for _ in $(seq 1 100); do
+    [ -s "$work/.server.out" ] && break
+    kill -0 "$server_pid" 2>/dev/null || { cat "$work/.server.err" >&2; exit 1; }
+    sleep 0.1
+  done
+  MIGRONAUT_URI=$(head -n 1 "$work/.server.out")
+  export MIGRONAUT_URI
+fi
+export MIGRONAUT_DB="${MIGRONAUT_DB:-migronaut_demo}"
+cd "$work"
+export PATH="$bin:$PATH"
+
+step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; "$@"; }
+step migronaut status
+step migronaut up
+step migronaut status
+step migronaut down --steps 1
+step migronaut status
+step migronaut dry-run up

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The test suite: lint, type-check, then pytest on Python 3.13 and again on Python 3.11.
+#
+#   bash scripts/test.sh [PYTEST ARGS...]
+#
+# Sets up .venv-3.13 (".[embedded,dev]": the dev server's mongoeco needs 3.13) and .venv-3.11
+# (".[dev]", our oldest supported Python), reinstalling only when pyproject.toml changed. The 3.11
+# run still starts its dev server under 3.13 through MIGRONAUT_DEVSERVER_PYTHON. With
+# MIGRONAUT_TEST_URI set, both runs use that MongoDB instead of a dev server.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/_python.sh
+source scripts/_python.sh
+
+py313=$(find_python 3.13)
+py311=$(find_python 3.11)
+ensure_venv .venv-3.13 "$py313" embedded,dev
+ensure_venv .venv-3.11 "$py311" dev
+v313=$(venv_python .venv-3.13)
+v311=$(venv_python .venv-3.11)
+
+lint_paths=(src tests)
+[ -d bench ] && lint_paths+=(bench)
+_log "ruff check ${lint_paths[*]}"
+"$v313" -m ruff check "${lint_paths[@]}"
+_log "mypy"
+"$v313" -m mypy
+
+_log "pytest on Python 3.13"
+"$v313" -m pytest "$@"
+_log "pytest on Python 3.11 (dev server under 3.13)"
+MIGRONAUT_DEVSERVER_PYTHON="$PWD/$v313" "$v311" -m pytest "$@"
+_log "all checks passed"

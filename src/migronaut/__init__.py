@@ -1,0 +1,125 @@
+"""migronaut — MongoDB migrations with a changelog, an atomic cluster-wide lock, checksums,
+rollbacks, dry runs, hooks and transactions.
+
+The public surface is what this module exports; everything else is internal. Heavy imports
+(pymongo) happen on first use, so ``import migronaut`` and ``migronaut --help`` stay fast.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from migronaut._version import __version__
+from migronaut.errors import (
+    EXIT_CODES,
+    BackgroundConflictError,
+    BackgroundFailedError,
+    BackgroundPendingError,
+    ChecksumMismatchError,
+    ConfigFileExistsError,
+    ConfigInvalidError,
+    ConnectionFailedError,
+    HookFailedError,
+    ImportTargetNotEmptyError,
+    IrreversibleMigrationError,
+    LockAlreadyHeldError,
+    LockLostError,
+    LockReleaseFailedError,
+    MigrationBlockedError,
+    MigrationExecutionFailedError,
+    MigrationFileExistsError,
+    MigrationFileNotFoundError,
+    MigrationInvalidExportError,
+    MigrationInvalidNameError,
+    MigrationTimeoutError,
+    MigronautError,
+    NotAppliedError,
+    OutOfOrderMigrationError,
+    RunAbortedError,
+    SandboxRefusedError,
+    TransactionsUnsupportedError,
+)
+
+if TYPE_CHECKING:
+    from migronaut.api import Migrator, ProgressReporter, pending_migrations, run_migrations
+    from migronaut.core.config import Config, load_config
+    from migronaut.core.context import Cancellation, MigrationContext, RunInfo
+    from migronaut.core.hooks import Hooks
+    from migronaut.core.results import LockInfo, MigrationSummary, RunResult, StatusRow
+
+__all__ = [
+    "EXIT_CODES",
+    "BackgroundConflictError",
+    "BackgroundFailedError",
+    "BackgroundPendingError",
+    "Cancellation",
+    "ChecksumMismatchError",
+    "Config",
+    "ConfigFileExistsError",
+    "ConfigInvalidError",
+    "ConnectionFailedError",
+    "HookFailedError",
+    "Hooks",
+    "ImportTargetNotEmptyError",
+    "IrreversibleMigrationError",
+    "LockAlreadyHeldError",
+    "LockInfo",
+    "LockLostError",
+    "LockReleaseFailedError",
+    "MigrationBlockedError",
+    "MigrationContext",
+    "MigrationExecutionFailedError",
+    "MigrationFileExistsError",
+    "MigrationFileNotFoundError",
+    "MigrationInvalidExportError",
+    "MigrationInvalidNameError",
+    "MigrationSummary",
+    "MigrationTimeoutError",
+    "MigronautError",
+    "Migrator",
+    "NotAppliedError",
+    "OutOfOrderMigrationError",
+    "ProgressReporter",
+    "RunAbortedError",
+    "RunInfo",
+    "RunResult",
+    "SandboxRefusedError",
+    "StatusRow",
+    "TransactionsUnsupportedError",
+    "__version__",
+    "load_config",
+    "pending_migrations",
+    "run_migrations",
+]
+
+_LAZY = {
+    "Migrator": "migronaut.api",
+    "ProgressReporter": "migronaut.api",
+    "pending_migrations": "migronaut.api",
+    "run_migrations": "migronaut.api",
+    "Config": "migronaut.core.config",
+    "load_config": "migronaut.core.config",
+    "Cancellation": "migronaut.core.context",
+    "MigrationContext": "migronaut.core.context",
+    "RunInfo": "migronaut.core.context",
+    "Hooks": "migronaut.core.hooks",
+    "LockInfo": "migronaut.core.results",
+    "MigrationSummary": "migronaut.core.results",
+    "RunResult": "migronaut.core.results",
+    "StatusRow": "migronaut.core.results",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'migronaut' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

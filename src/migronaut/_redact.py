@@ -1,0 +1,81 @@
+"""Credential redaction and terminal sanitisation for every string that leaves the process.
+
+Invariant: no password from a connection string (``scheme://user:secret@``, empty-user passwords,
+secret query parameters, secret ``authMechanismProperties``) survives :func:`redact`, whatever the
+number of hosts in the URI. Regexes, not URL parsing, so a malformed URI is still scrubbed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["MASK", "redact", "redact_value", "sanitize_terminal"]
+
+MASK = "****"
+
+# scheme://user:password@ — user may be empty; password runs to the last '@' before the host list.
+_USERINFO = re.compile(
+    r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<secret>[^@\s/]*(?:@[^@\s/]*)*)@"
+)
+_SECRET_PARAMS = (
+    "tlsCertificateKeyFilePassword",
+    "proxyPassword",
+    "sslKeyPassword",
+    "sslPEMKeyPassword",
+    "password",
+    "pwd",
+)
+_QUERY_SECRET = re.compile(
+    r"(?P<key>[?&;](?:" + "|".join(_SECRET_PARAMS) + r"))=(?P<value>[^&;\s#]*)", re.IGNORECASE
+)
+_MECH_PROPS = re.compile(
+    r"(?P<key>authMechanismProperties=)(?P<value>[^&;\s#]*)", re.IGNORECASE
+)
+_MECH_SECRET = re.compile(
+    r"(?P<key>(?:AWS_SESSION_TOKEN|AWS_SECRET_ACCESS_KEY|OIDC_ACCESS_TOKEN|TOKEN_RESOURCE)(?::|%3A))"
+    r"(?P<value>[^,&;\s#]*)",
+    re.IGNORECASE,
+)
+_DUP_KEY = re.compile(r"(dup key: )\{[^}]*\}")
+
+# C0 controls (except \t and \n) and the C1 block, plus whole escape sequences (CSI/OSC/DCS/...).
+_ESCAPES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI
+    r"|\x1b[\]P^_X][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC, DCS, PM, APC, SOS
+    r"|\x9b[0-?]*[ -/]*[@-~]"  # 8-bit CSI
+    r"|[\x90\x9d\x9e\x9f\x98][^\x07\x9c]*[\x07\x9c]?"  # 8-bit strings
+    r"|\x1b."
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
+)
+
+
+def redact(text: str, *, outbound: bool = False) -> str:
+    """Mask URI credentials and secret query parameters; ``outbound`` also masks dup-key values."""
+    if not text:
+        return text
+    out = _USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", text)
+    out = _QUERY_SECRET.sub(lambda m: f"{m['key']}={MASK}", out)
+    out = _MECH_PROPS.sub(
+        lambda m: m["key"] + _MECH_SECRET.sub(lambda n: n["key"] + MASK, m["value"]), out
+    )
+    if outbound:
+        out = _DUP_KEY.sub(r"\1{ " + MASK + " }", out)
+    return out
+
+
+def redact_value(value: Any) -> Any:
+    """Deep-redact every string inside a JSON-like value (dicts, lists, tuples)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, Mapping):
+        return {k: redact_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_value(v) for v in value]
+    return value
+
+
+def sanitize_terminal(text: str) -> str:
+    """Strip control characters and escape sequences from text that came from the database."""
+    return _ESCAPES.sub("", text)

@@ -1,0 +1,906 @@
+"""The programmatic API: :class:`Migrator`, :func:`run_migrations`, :func:`pending_migrations`.
+
+Every CLI command is a method here; the CLI only parses flags, calls it, renders the result and
+picks the exit code, so the two cannot drift. A :class:`Migrator` owns one connection and at most
+one run at a time; a run is one lock acquisition around one command.
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import os
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from migronaut.core.changelog import Changelog
+from migronaut.core.config import DEFAULT_LOGGER, Config, load_config
+from migronaut.core.context import Cancellation, MigrationContext, RunInfo
+from migronaut.core.files import ChecksumCache, discover, load_migration, resolve_file
+from migronaut.core.hooks import Hooks, call_hook, normalise_hooks
+from migronaut.core.lock import MigrationLock, force_release, read_lock
+from migronaut.core.plan import (
+    build_status_rows,
+    check_forward_only,
+    plan_down,
+    plan_up,
+    validate_down_options,
+    validate_up_options,
+)
+from migronaut.core.results import LockInfo, MigrationSummary, RunResult, StatusRow
+from migronaut.core.runner import execute
+from migronaut.errors import (
+    ChecksumMismatchError,
+    ConfigInvalidError,
+    ConnectionFailedError,
+    LockAlreadyHeldError,
+    LockLostError,
+    MigronautError,
+    RunAbortedError,
+    describe_exception,
+)
+from migronaut.observability.events import EventBus, Listener
+
+if TYPE_CHECKING:
+    from pymongo import MongoClient
+    from pymongo.client_session import ClientSession
+    from pymongo.database import Database
+
+__all__ = [
+    "Migrator",
+    "ProgressReporter",
+    "pending_migrations",
+    "run_migrations",
+]
+
+Direction = Literal["up", "down"]
+StatusFilter = Literal["all", "pending", "applied"]
+
+
+class ProgressReporter(Protocol):
+    """Receives the start and end of each migration (the CLI's spinner)."""
+
+    def on_start(self, name: str, direction: str) -> None: ...
+
+    def on_stop(self, outcome: str) -> None: ...
+
+
+def executed_by() -> str:
+    """``MIGRONAUT_USER``, else the OS user, else ``unknown`` (distroless containers)."""
+    override = os.environ.get("MIGRONAUT_USER")
+    if override:
+        return override
+    try:
+        return getpass.getuser()
+    except Exception:
+        return os.environ.get("USER") or os.environ.get("USERNAME") or "unknown"
+
+
+def _null_logger() -> logging.Logger:
+    logger = logging.getLogger("migronaut.null")
+    logger.propagate = False
+    logger.disabled = True
+    return logger
+
+
+@dataclass
+class _Run:
+    """The state of one run: its id, lock, cancellation and the results so far."""
+
+    id: str
+    command: str
+    cancellation: Cancellation
+    lock: MigrationLock | None = None
+    results: list[RunResult] = field(default_factory=list)
+    requested_by: str | None = None
+    reason: str | None = None
+
+
+class Migrator:
+    """Runs migrations against one database.
+
+    ``config`` is a resolved :class:`~migronaut.core.config.Config` or a mapping of config keys
+    (the flags tier: it wins over environment and config file); keyword arguments are config keys
+    too. Use it as a context manager, or call :meth:`close`::
+
+        with Migrator(uri="mongodb://localhost:27017", db_name="app") as migrator:
+            migrator.up()
+    """
+
+    def __init__(
+        self,
+        config: Config | Mapping[str, Any] | None = None,
+        *,
+        config_path: str | os.PathLike[str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        progress: ProgressReporter | None = None,
+        **overrides: Any,
+    ) -> None:
+        self._flags: dict[str, Any] = {}
+        self._config: Config | None = None
+        if isinstance(config, Config):
+            self._config = config
+        elif config is not None:
+            self._flags.update(config)
+        self._flags.update(overrides)
+        self._config_path = config_path
+        self._cwd = cwd
+        self._progress = progress
+        self._events = EventBus()
+        self._client: MongoClient[dict[str, Any]] | None = None
+        self._owns_client = False
+        self._indexes_ensured = False
+        self._checksums = ChecksumCache()
+        self._state_lock = threading.Lock()
+        self._run: _Run | None = None
+        self._busy = 0
+        self._latched_stop: str | None = None
+        self._logger: logging.Logger | None = None
+
+    # -- configuration and connection ---------------------------------------------------------
+    @property
+    def config(self) -> Config:
+        if self._config is None:
+            self._config = load_config(self._flags, config_path=self._config_path, cwd=self._cwd)
+        return self._config
+
+    @property
+    def logger(self) -> logging.Logger:
+        if self._logger is None:
+            configured = self.config.logger
+            if configured is DEFAULT_LOGGER:
+                self._logger = logging.getLogger("migronaut")
+            elif configured is None:
+                self._logger = _null_logger()
+            else:
+                self._logger = configured
+        return self._logger
+
+    @property
+    def hooks(self) -> Hooks:
+        return normalise_hooks(self.config.hooks)
+
+    def connect(self) -> None:
+        """Connect (idempotent) and create the changelog indexes once."""
+        if self._client is not None:
+            return
+        config = self.config
+        from pymongo import MongoClient
+        from pymongo.errors import PyMongoError
+
+        if config.client is not None:
+            client, owned = config.client, False
+        else:
+            options: dict[str, Any] = {"serverSelectionTimeoutMS": 10_000, "appname": "migronaut"}
+            options.update(config.client_options or {})
+            weak = [k for k in ("tlsInsecure", "tlsAllowInvalidCertificates",
+                                "tlsAllowInvalidHostnames") if options.get(k)]
+            if weak:
+                self.logger.warning(
+                    "⚠ client_options disables TLS verification (%s) — connections are exposed "
+                    "to interception", ", ".join(weak)
+                )
+            try:
+                client, owned = MongoClient(config.uri, **options), True
+            except (PyMongoError, ValueError, TypeError) as error:
+                raise ConnectionFailedError(
+                    f"Failed to connect to MongoDB: {describe_exception(error)}", cause=error
+                ) from error
+        try:
+            client.admin.command("ping")
+            self._client, self._owns_client = client, owned
+            if config.ensure_indexes and not self._indexes_ensured:
+                self.changelog.ensure_indexes()
+                self._indexes_ensured = True
+        except PyMongoError as error:
+            self._client = None
+            if owned:
+                client.close()
+            raise ConnectionFailedError(
+                f"Failed to connect to MongoDB: {describe_exception(error)}", cause=error
+            ) from error
+        self.logger.debug("Connected to MongoDB (db: %s)", config.db_name)
+
+    def close(self) -> None:
+        """Disconnect; an injected client is never closed."""
+        client, self._client = self._client, None
+        if client is not None and self._owns_client:
+            try:
+                client.close()
+            except Exception:
+                pass
+
+    disconnect = close
+
+    def __enter__(self) -> Migrator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def client(self) -> MongoClient[dict[str, Any]]:
+        self.connect()
+        assert self._client is not None
+        return self._client
+
+    @property
+    def db(self) -> Database[dict[str, Any]]:
+        return self.client[self.config.db_name or ""]
+
+    @property
+    def changelog(self) -> Changelog:
+        if self._client is None:
+            self.connect()
+        assert self._client is not None
+        return Changelog(self._client[self.config.db_name or ""][self.config.migrations_collection])
+
+    @property
+    def directory(self) -> Path:
+        return self.config.migrations_path
+
+    def files(self) -> list[str]:
+        return discover(self.directory, self.config.file_extensions)
+
+    def checksum(self, name: str) -> str | None:
+        return self._checksums.checksum(self.directory / name)
+
+    # -- events -------------------------------------------------------------------------------
+    def on(self, event: str, listener: Listener) -> Migrator:
+        """Listen to a lifecycle event (``run:start``, ``migration:success``, … or ``*``)."""
+        self._events.on(event, listener)
+        return self
+
+    def off(self, event: str, listener: Listener) -> Migrator:
+        self._events.off(event, listener)
+        return self
+
+    def _emit(self, event: str, **payload: Any) -> None:
+        run = self._run
+        if run is not None:
+            payload.setdefault("runId", run.id)
+        self._events.emit(event, payload)
+
+    # -- read-only commands -------------------------------------------------------------------
+    def status(self, filter: StatusFilter = "all", *, checksums: bool = True) -> list[StatusRow]:
+        """Every migration on disk or in the changelog, name-sorted."""
+        if filter not in ("all", "pending", "applied"):
+            raise ConfigInvalidError(
+                f"filter must be 'all', 'pending' or 'applied' (got {filter!r})",
+                {"option": "filter"},
+            )
+        with self._busy_scope():
+            files = self.files()
+            records = self.changelog.all()
+            use_checksums = checksums and filter != "pending"
+            return build_status_rows(
+                records, files, checksum=self.checksum if use_checksums else None, filter=filter
+            )
+
+    def pending(self) -> list[StatusRow]:
+        """Migrations that ``up`` would run (failed attempts included); never hashes files."""
+        return self.status("pending")
+
+    def dry_run(
+        self,
+        direction: Direction,
+        file: str | None = None,
+        *,
+        steps: int | None = None,
+        batch: int | None = None,
+        to: str | None = None,
+    ) -> list[StatusRow]:
+        """Preview exactly what ``up``/``down`` would do: no lock, no writes, no events."""
+        if direction == "up":
+            validate_up_options(file, to=to)
+            if steps is not None or batch is not None:
+                raise ConfigInvalidError(
+                    "--steps and --batch apply to dry-run down only", {"option": "steps"}
+                )
+        elif direction == "down":
+            validate_down_options(file, steps=steps, batch=batch, to=to)
+        else:
+            raise ConfigInvalidError(
+                f"dry-run direction must be 'up' or 'down' (got {direction!r})",
+                {"option": "direction"},
+            )
+        with self._busy_scope():
+            files = self.files()
+            changelog = self.changelog
+            if direction == "up":
+                plan = plan_up(
+                    changelog, files, self.directory, file=file, to=to, force=False,
+                    strict=self.config.strict, on_out_of_order=self.config.on_out_of_order,
+                    checksum=self.checksum,
+                )
+                self._warn_out_of_order(plan.late, plan.newest_applied)
+                targets = [n for n in plan.targets if n not in plan.already_applied]
+                rows = {r.file: r for r in build_status_rows(
+                    changelog.records_named(targets), targets, checksum=None)}
+                preview = [
+                    _replace_row(rows[name], checksum=self.checksum(name)) for name in targets
+                ]
+                self.logger.info("◎ Dry-run  Would apply: %d", len(preview))
+                return preview
+            records = plan_down(changelog, file=file, steps=steps, batch=batch, to=to)
+            check_forward_only(records)
+            rows = {r.file: r for r in build_status_rows(records, [], checksum=self.checksum)}
+            preview = [rows[r["name"]] for r in records]
+            self.logger.info("◎ Dry-run  Would revert: %d", len(preview))
+            return preview
+
+    def lock_info(self) -> LockInfo | None:
+        """Who holds the migration lock (never acquires or releases it)."""
+        with self._busy_scope():
+            return read_lock(self._lock_collection())
+
+    def unlock(self) -> LockInfo | None:
+        """Force-release the lock whoever holds it; returns the removed holder."""
+        with self._busy_scope():
+            return force_release(self._lock_collection())
+
+    def next_batch(self) -> int:
+        return self.changelog.max_batch() + 1
+
+    def generate_id(self) -> str:
+        generator = self.config.generate_id
+        if generator is None:
+            return str(uuid.uuid4())
+        try:
+            value = generator()
+        except Exception as error:
+            raise ConfigInvalidError(
+                f"generate_id failed: {describe_exception(error)}", {"option": "generate_id"},
+                cause=error,
+            ) from error
+        if not isinstance(value, str) or not value or len(value) > 128:
+            raise ConfigInvalidError(
+                "generate_id must return a non-empty string of at most 128 characters",
+                {"option": "generate_id"},
+            )
+        return value
+
+    # -- file commands (no connection) --------------------------------------------------------
+    def create(self, name: str, *, template: str | os.PathLike[str] | None = None) -> Path:
+        """Write a new migration file from the built-in or a custom template."""
+        from migronaut.core.templates import write_migration
+
+        config = self.config
+        template_path = template if template is not None else config.template_path
+        return write_migration(
+            config.migrations_path,
+            name,
+            extensions=config.file_extensions,
+            sequential=config.sequential,
+            template_path=Path(config.cwd, template_path) if template_path else None,
+        )
+
+    # -- mutating commands --------------------------------------------------------------------
+    def up(
+        self,
+        file: str | None = None,
+        *,
+        to: str | None = None,
+        step: bool = False,
+        force: bool = False,
+        no_lock: bool = False,
+        strict: bool | None = None,
+        batch: int | None = None,
+        requested_by: str | None = None,
+        reason: str | None = None,
+    ) -> list[RunResult]:
+        """Apply pending migrations (or one named file) in name order, under the lock."""
+        validate_up_options(file, to=to, step=step, batch=batch, force=force,
+                            requested_by=requested_by, reason=reason)
+
+        def work(run: _Run) -> None:
+            self._up(run, file, to=to, step=step, force=force, batch=batch,
+                     strict=self.config.strict if strict is None else strict)
+
+        return self._locked_run("up", "up", work, no_lock=no_lock,
+                                requested_by=requested_by, reason=reason)
+
+    def down(
+        self,
+        file: str | None = None,
+        *,
+        steps: int | None = None,
+        batch: int | None = None,
+        to: str | None = None,
+        no_lock: bool = False,
+        requested_by: str | None = None,
+        reason: str | None = None,
+    ) -> list[RunResult]:
+        """Revert the last batch (or a file, ``steps``, a ``batch``, everything after ``to``)."""
+        validate_down_options(file, steps=steps, batch=batch, to=to,
+                              requested_by=requested_by, reason=reason)
+
+        def work(run: _Run) -> None:
+            records = plan_down(self.changelog, file=file, steps=steps, batch=batch, to=to)
+            check_forward_only(records)
+            if not records:
+                self.logger.info("Nothing to rollback")
+                return
+            self._execute(run, [r["name"] for r in records], "down")
+
+        return self._locked_run("down", "down", work, no_lock=no_lock,
+                                requested_by=requested_by, reason=reason)
+
+    def redo(
+        self,
+        file: str | None = None,
+        *,
+        no_lock: bool = False,
+        requested_by: str | None = None,
+        reason: str | None = None,
+    ) -> list[RunResult]:
+        """Revert then re-apply the newest applied migration (or ``file``) under one lock."""
+        validate_down_options(file, requested_by=requested_by, reason=reason)
+
+        def work(run: _Run) -> None:
+            if file is not None:
+                records = plan_down(self.changelog, file=file, steps=None, batch=None, to=None)
+            else:
+                newest = self.changelog.newest_applied()
+                records = [newest] if newest else []
+            if not records:
+                self.logger.info("Nothing to redo")
+                return
+            check_forward_only(records)
+            name = records[0]["name"]
+            self._execute(run, [name], "down")
+            self._execute(run, [name], "up", batches=[self.changelog.max_batch() + 1])
+
+        return self._locked_run("redo", None, work, no_lock=no_lock,
+                                requested_by=requested_by, reason=reason)
+
+    def stop(self, reason: str = "Run stopped by request") -> None:
+        """Finish the migration in flight, skip the rest, release the lock: ``RUN_ABORTED``."""
+        with self._state_lock:
+            run = self._run
+            if run is not None:
+                run.cancellation.cancel(RunAbortedError(reason, {"reason": reason}))
+            elif self._busy:
+                self._latched_stop = reason
+
+    # -- internals ----------------------------------------------------------------------------
+    @contextmanager
+    def _busy_scope(self) -> Iterator[None]:
+        with self._state_lock:
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._state_lock:
+                self._busy -= 1
+                if not self._busy and self._run is None:
+                    self._latched_stop = None
+
+    def _lock_collection(self) -> Any:
+        return self.client[self.config.db_name or ""][self.config.lock_collection]
+
+    def _warn_out_of_order(self, late: Sequence[str], newest: str | None) -> None:
+        if late:
+            self.logger.warning(
+                "⚠ Out-of-order: %d pending migration(s) sort before the newest applied one "
+                "(%s): %s", len(late), newest, ", ".join(late)
+            )
+
+    def _locked_run(
+        self,
+        command: str,
+        direction: Direction | None,
+        work: Callable[[_Run], None],
+        *,
+        no_lock: bool,
+        requested_by: str | None,
+        reason: str | None,
+    ) -> list[RunResult]:
+        with self._busy_scope():
+            with self._state_lock:
+                if self._run is not None:
+                    raise ConfigInvalidError(
+                        "A run is already in flight on this Migrator instance",
+                        {"runId": self._run.id},
+                    )
+            self.connect()
+            run = _Run(self.generate_id(), command, Cancellation(),
+                       requested_by=requested_by, reason=reason)
+            started = time.monotonic()
+            with self._state_lock:
+                self._run = run
+                latched, self._latched_stop = self._latched_stop, None
+            if latched is not None:
+                run.cancellation.cancel(RunAbortedError(latched, {"reason": latched}))
+            try:
+                return self._run_with_lock(run, direction, work, no_lock=no_lock,
+                                           started=started)
+            finally:
+                with self._state_lock:
+                    self._run = None
+
+    def _run_with_lock(
+        self,
+        run: _Run,
+        direction: Direction | None,
+        work: Callable[[_Run], None],
+        *,
+        no_lock: bool,
+        started: float,
+    ) -> list[RunResult]:
+        config = self.config
+        if no_lock:
+            self.logger.warning(
+                "⚠ Running without a lock (--no-lock) — concurrent runs are unsafe"
+            )
+        else:
+            run.lock = MigrationLock(
+                self._lock_collection(),
+                owner=run.id,
+                ttl_ms=config.lock_ttl_seconds * 1000,
+                executed_by=executed_by(),
+                on_lost=lambda why: self._on_lock_lost(run, why),
+                on_renew_failed=lambda n, err: self.logger.warning(
+                    "⚠ Lock renewal failed (%d in a row): %s", n, describe_exception(err),
+                    extra={"event": "lock:renew-failed", "runId": run.id},
+                ),
+            )
+            run.lock.acquire()  # LOCK_ALREADY_HELD propagates: no run:start, no span
+        self._emit("run:start", command=run.command, direction=direction)
+        if run.lock is not None:
+            self._emit("lock:acquired", owner=run.id, ttlMs=run.lock.ttl_ms,
+                       acquireMs=run.lock.acquire_ms)
+        else:
+            self._emit("lock:acquired", skipped=True)
+        error: BaseException | None = None
+        try:
+            self._check_between(run)
+            work(run)
+        except BaseException as caught:
+            error = caught
+            if isinstance(caught, MigronautError):
+                caught.context.setdefault("results", [r.to_dict() for r in run.results])
+            raise
+        finally:
+            self._finish_run(run, direction, error, started)
+        return run.results
+
+    def _finish_run(
+        self, run: _Run, direction: Direction | None, error: BaseException | None, started: float
+    ) -> None:
+        release_error: MigronautError | None = None
+        if run.lock is not None:
+            try:
+                warning = run.lock.release(run_failed=error is not None)
+                if warning:
+                    self.logger.warning("⚠ %s", warning)
+            except MigronautError as failed:
+                release_error = failed
+            self._emit("lock:released", owner=run.id)
+        else:
+            self._emit("lock:released", skipped=True)
+        applied = sum(1 for r in run.results if r.status == "applied")
+        reverted = sum(1 for r in run.results if r.status == "reverted")
+        duration_ms = int((time.monotonic() - started) * 1000)
+        end: dict[str, Any] = {
+            "command": run.command, "direction": direction, "success": error is None,
+            "durationMs": duration_ms, "applied": applied, "reverted": reverted,
+            "total": len(run.results),
+        }
+        if error is not None:
+            end["error"] = describe_exception(error)
+        self._emit("run:end", **end)
+        if error is None and (applied or reverted):
+            parts = [f"{applied} applied"] if applied else []
+            parts += [f"{reverted} reverted"] if reverted else []
+            self.logger.info("✔ Done     %s in %dms", ", ".join(parts), duration_ms,
+                             extra={"runId": run.id, "durationMs": duration_ms})
+        if release_error is not None and error is None:
+            raise release_error
+
+    def _on_lock_lost(self, run: _Run, reason: str) -> None:
+        self.logger.warning("⚠ Lost the migration lock mid-run (%s)", reason,
+                            extra={"event": "lock:lost", "runId": run.id})
+        self._emit("lock:lost", owner=run.id, reason=reason)
+        if self.config.on_lock_lost == "abort":
+            run.cancellation.cancel(
+                LockLostError("Lost the migration lock mid-run", {"reason": reason, "aborted": True})
+            )
+
+    def _check_between(self, run: _Run) -> None:
+        """The safe point between migrations: honour a lost lock or a stop request."""
+        if run.lock is not None:
+            run.lock.poll_lost()
+        if run.cancellation.cancelled:
+            reason = run.cancellation.reason
+            assert reason is not None
+            error = type(reason)(reason.message, {**reason.context})
+            raise error
+
+    def _base_context(self, run: _Run, direction: Direction | None) -> MigrationContext:
+        info = RunInfo(id=run.id, direction=direction, requested_by=run.requested_by,
+                       reason=run.reason)
+        adapter = logging.LoggerAdapter(self.logger, {"runId": run.id, "direction": direction})
+        return MigrationContext(db=self.db, client=self.client, cancellation=run.cancellation,
+                                logger=adapter, run=info)
+
+    def _up(
+        self, run: _Run, file: str | None, *, to: str | None, step: bool, force: bool,
+        batch: int | None, strict: bool,
+    ) -> None:
+        config = self.config
+        plan = plan_up(self.changelog, self.files(), self.directory, file=file, to=to,
+                       force=force, strict=strict, on_out_of_order=config.on_out_of_order,
+                       checksum=self.checksum)
+        self._warn_out_of_order(plan.late, plan.newest_applied)
+        if not plan.targets:
+            self.logger.info("Nothing to migrate")
+            return
+        targets: list[str] = []
+        for name in plan.targets:
+            record = plan.already_applied.get(name)
+            if record is None:
+                targets.append(name)
+                continue
+            actual = self.checksum(name)
+            drifted = actual is not None and record.get("checksum") not in (None, "", actual)
+            if force:
+                self.logger.warning("⚠ Forcing   re-run of already-applied %s", name)
+                targets.append(name)
+                continue
+            if drifted and strict:
+                raise ChecksumMismatchError(
+                    f"Checksum mismatch for {name}",
+                    {"name": name, "expected": record.get("checksum"), "actual": actual},
+                )
+            if drifted:
+                self.logger.warning("⚠ Warning  Checksum mismatch: %s", name)
+            self.logger.debug("⏭ Skipped  %s", name)
+            self._emit("migration:skipped", migration=name, direction="up",
+                       reason="already-applied")
+            run.results.append(RunResult(name, "skipped", reason="Already applied"))
+        if not targets:
+            return
+        base = batch if batch is not None else self.changelog.max_batch() + 1
+        self._execute(run, targets, "up", batches=None if step else [base] * len(targets),
+                      step_base=base if step else None)
+
+    def _execute(
+        self,
+        run: _Run,
+        names: Sequence[str],
+        direction: Direction,
+        *,
+        batches: Sequence[int] | None = None,
+        step_base: int | None = None,
+    ) -> None:
+        """Run targets in order with hooks, events and records; stop at the first failure."""
+        hooks = self.hooks
+        ctx = self._base_context(run, direction)
+        total = len(names)
+        done = 0
+        call_hook(hooks, "before_all", ctx)
+        failure: BaseException | None = None
+        try:
+            for index, name in enumerate(names):
+                self._check_between(run)
+                batch = None
+                if direction == "up":
+                    batch = batches[index] if batches else (step_base or 1) + done
+                self._execute_one(run, ctx, hooks, name, direction, batch, index, total)
+                done += 1
+        except BaseException as error:
+            failure = error
+            raise
+        finally:
+            summary = {"success": failure is None, "applied": done, "direction": direction}
+            try:
+                call_hook(hooks, "after_all", ctx, summary)
+            except MigronautError as hook_error:
+                if failure is None:
+                    raise
+                self.logger.warning("⚠ after_all hook failed after a failed run: %s",
+                                    hook_error.message)
+
+    def _execute_one(
+        self,
+        run: _Run,
+        base_ctx: MigrationContext,
+        hooks: Hooks,
+        name: str,
+        direction: Direction,
+        batch: int | None,
+        index: int,
+        total: int,
+    ) -> None:
+        config = self.config
+        ctx = base_ctx.for_migration(migration=name, batch=batch)
+        info = {"direction": direction, "index": index, "total": total}
+        call_hook(hooks, "before_each", name, ctx, info)
+        path = resolve_file(self.directory, name)
+        migration = load_migration(path, reload=config.reload_migrations)
+        use_transaction = (
+            migration.use_transaction if migration.use_transaction is not None
+            else config.use_transaction
+        )
+        timeout_ms = migration.timeout_ms or config.timeout_ms
+        checksum = self.checksum(name) or ""
+        if self._progress:
+            self._progress.on_start(name, direction)
+        self._emit("migration:start", migration=name, direction=direction, batch=batch)
+        started = time.monotonic()
+
+        def record(session: ClientSession | None) -> None:
+            if direction == "up":
+                self.changelog.mark_applied(
+                    {
+                        "name": name, "batch": batch, "status": "applied",
+                        "checksum": checksum, "environment": config.resolved_environment,
+                        "executedBy": executed_by(), "duration": outcome_ms(),
+                        "runId": run.id, "description": migration.description,
+                        "requestedBy": run.requested_by, "reason": run.reason,
+                    },
+                    session,
+                )
+            else:
+                result = self.changelog.mark_reverted(
+                    name, session, requested_by=run.requested_by, reason=run.reason
+                )
+                if result.matched_count == 0:
+                    self.logger.warning(
+                        "⚠ Warning  Changelog record for %s was not 'applied' — revert not "
+                        "recorded", name, extra={"event": "changelog:revert-miss"},
+                    )
+
+        def outcome_ms() -> int:
+            return int((time.monotonic() - started) * 1000)
+
+        body = migration.up if direction == "up" else migration.down
+        try:
+            outcome = execute(body, ctx, name=name, direction=direction,
+                              use_transaction=use_transaction, timeout_ms=timeout_ms,
+                              record=record, batch=batch)
+        except MigronautError as error:
+            duration = outcome_ms()
+            if self._progress:
+                self._progress.on_stop("error")
+            self._emit("migration:error", migration=name, direction=direction, batch=batch,
+                       durationMs=duration, error=error.message)
+            self.logger.error("✖ Error    %s", name, extra={
+                "runId": run.id, "migration": name, "direction": direction, "batch": batch,
+                "event": "migration:error"})
+            run.results.append(RunResult(name, "error", duration=duration, batch=batch,
+                                         error=error.message))
+            try:
+                call_hook(hooks, "on_error", name, error, ctx)
+            except MigronautError as hook_error:
+                self.logger.warning("⚠ on_error hook failed for %s: %s", name, hook_error.message)
+            if direction == "up" and error.context.get("phase") != "changelog-write":
+                self.changelog.mark_failed({
+                    "name": name, "error": error.message,
+                    "environment": config.resolved_environment, "executedBy": executed_by(),
+                    "batch": batch, "duration": duration, "runId": run.id, "checksum": checksum,
+                    "requestedBy": run.requested_by, "reason": run.reason,
+                })
+            error.context["durationMs"] = duration
+            raise
+        if self._progress:
+            self._progress.on_stop("success")
+        self._emit("migration:success", migration=name, direction=direction, batch=batch,
+                   durationMs=outcome.duration_ms, attempts=outcome.attempts)
+        verb = "✔ Applied " if direction == "up" else "↩ Reverted"
+        self.logger.info("%s %s   [%dms]", verb, name, outcome.duration_ms, extra={
+            "runId": run.id, "migration": name, "direction": direction, "batch": batch,
+            "durationMs": outcome.duration_ms})
+        run.results.append(RunResult(
+            name, "applied" if direction == "up" else "reverted",
+            duration=outcome.duration_ms, batch=batch))
+        call_hook(hooks, "after_each", name, outcome.duration_ms, ctx, info)
+
+
+def _replace_row(row: StatusRow, **changes: Any) -> StatusRow:
+    from dataclasses import replace
+
+    return replace(row, **changes)
+
+
+def run_migrations(
+    config: Config | Mapping[str, Any] | None = None,
+    *,
+    on_lock_held: Literal["throw", "wait"] = "throw",
+    lock_wait_timeout_ms: int | None = None,
+    lock_poll_interval_ms: int = 500,
+    no_lock: bool = False,
+    stop_event: threading.Event | None = None,
+    on_migrator: Callable[[Migrator], None] | None = None,
+    config_path: str | os.PathLike[str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    **overrides: Any,
+) -> MigrationSummary:
+    """Apply every pending migration — the one call for application start-up.
+
+    With ``on_lock_held="wait"`` a process that finds the lock held waits for the holder (a peer
+    replica booting at the same time) and then applies whatever is still pending. The wait is
+    bounded by *stall* time: it is re-armed whenever the holder's heartbeat advances.
+    """
+    if on_lock_held not in ("throw", "wait"):
+        raise ConfigInvalidError("on_lock_held must be 'throw' or 'wait'", {"option": "on_lock_held"})
+    for option, value in (("lock_wait_timeout_ms", lock_wait_timeout_ms),
+                          ("lock_poll_interval_ms", lock_poll_interval_ms)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value <= 0 or value > 2**31 - 1):
+            raise ConfigInvalidError(f"{option} must be a positive integer", {"option": option})
+    migrator = Migrator(config, config_path=config_path, cwd=cwd, **overrides)
+    try:
+        if on_migrator is not None:
+            on_migrator(migrator)
+        migrator.connect()
+        started = time.monotonic()
+        attempts = 0
+        waited = False
+        deadline: float | None = None
+        last_seen: Any = None
+        delay = lock_poll_interval_ms / 1000
+        while True:
+            attempts += 1
+            if stop_event is not None and stop_event.is_set():
+                raise RunAbortedError("Lock wait aborted", {"attempts": attempts})
+            try:
+                applied = migrator.up(no_lock=no_lock)
+                break
+            except LockAlreadyHeldError as refused:
+                if on_lock_held != "wait":
+                    raise
+                holder = refused.context.get("holder") or {}
+                now = time.monotonic()
+                if not waited:
+                    migrator.logger.info(
+                        "Migration lock held by another process — waiting for it to release…"
+                    )
+                    waited = True
+                if deadline is None or holder.get("lockedAt") != last_seen:
+                    ttl = holder.get("ttlMs") or migrator.config.lock_ttl_seconds * 1000
+                    budget = lock_wait_timeout_ms or max(90_000, int(1.5 * ttl))
+                    deadline = now + budget / 1000
+                    last_seen = holder.get("lockedAt")
+                if now >= deadline:
+                    refused.context.update({
+                        "timedOut": True, "attempts": attempts,
+                        "waitedMs": int((now - started) * 1000)})
+                    raise
+                pause = min(delay * random.uniform(0.75, 1.25), 5.0, max(0.0, deadline - now))
+                if stop_event is not None:
+                    if stop_event.wait(pause):
+                        raise RunAbortedError("Lock wait aborted", {"attempts": attempts}) from None
+                else:
+                    time.sleep(pause)
+                delay = min(delay * 2, 5.0)
+        waited_ms = int((time.monotonic() - started) * 1000) if waited else 0
+        return MigrationSummary(
+            applied=applied,
+            up_to_date=not any(r.status == "applied" for r in applied),
+            waited=waited,
+            waited_ms=waited_ms,
+            attempts=attempts,
+        )
+    finally:
+        migrator.close()
+
+
+def pending_migrations(
+    config: Config | Mapping[str, Any] | None = None,
+    *,
+    config_path: str | os.PathLike[str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    **overrides: Any,
+) -> list[StatusRow]:
+    """Read-only readiness probe: the migrations ``up`` would run."""
+    with Migrator(config, config_path=config_path, cwd=cwd, **overrides) as migrator:
+        return migrator.pending()

@@ -1,0 +1,1 @@
+"""Mechanisms of the core migration line: config, changelog, lock, files, runner, planning."""

@@ -1,0 +1,71 @@
+"""Calling user code that may be a plain function or ``async def``, with an optional timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["TimedOut", "call_user", "call_with_timeout"]
+
+
+class TimedOut(Exception):
+    """Internal: the call did not finish within its timeout (it keeps running in its thread)."""
+
+
+def call_user(fn: Callable[..., Any], *args: Any) -> Any:
+    """Call ``fn``; when it returns an awaitable, run it to completion on a fresh event loop."""
+    result = fn(*args)
+    if not inspect.isawaitable(result):
+        return result
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_await(result))
+    # Already inside an event loop (a sync Migrator used from async code): use a private thread.
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(_await(result))
+        except BaseException as error:
+            box["error"] = error
+
+    thread = threading.Thread(target=target, name="migronaut-async-body")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def call_with_timeout(fn: Callable[[], Any], timeout_s: float | None) -> Any:
+    """Run ``fn`` and wait at most ``timeout_s``; on expiry raise :class:`TimedOut`.
+
+    The body cannot be cancelled from outside, so it keeps running in a daemon thread: the caller
+    must make sure its late completion has no effect (see the runner's commit guard).
+    """
+    if timeout_s is None:
+        return fn()
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as error:
+            box["error"] = error
+
+    thread = threading.Thread(target=target, name="migronaut-migration-body", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise TimedOut()
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")

@@ -1,0 +1,186 @@
+"""The changelog collection (``_migronaut_migrations``): one record per migration name.
+
+Invariant: a record is never deleted; ``status`` says where a migration stands (``applied``,
+``reverted`` or ``failed``). Applying upserts by name, reverting flips the status, a failed
+attempt leaves a trace without ever demoting an applied record. Every timestamp except
+``firstAppliedAt`` comes from the server clock. Field names are the Node original's.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pymongo.client_session import ClientSession
+    from pymongo.collection import Collection
+    from pymongo.results import UpdateResult
+
+__all__ = ["INDEXES", "Changelog"]
+
+APPLIED = "applied"
+REVERTED = "reverted"
+FAILED = "failed"
+
+#: The five indexes of reference core §4.2: (name, keys, options).
+INDEXES: tuple[tuple[str, list[tuple[str, int]], dict[str, Any]], ...] = (
+    ("name_unique", [("name", 1)], {"unique": True}),
+    ("status_batch", [("status", 1), ("batch", -1)], {}),
+    ("batch", [("batch", 1)], {}),
+    ("status_name", [("status", 1), ("name", 1)], {}),
+    ("status_appliedAt_name", [("status", 1), ("appliedAt", -1), ("name", -1)], {}),
+)
+
+_NEWEST_FIRST = [("appliedAt", -1), ("name", -1)]
+
+
+class Changelog:
+    """Reads and writes of the changelog; one instance per collection."""
+
+    def __init__(self, collection: Collection[dict[str, Any]]) -> None:
+        self.collection = collection
+
+    # -- set-up -------------------------------------------------------------------------------
+    def ensure_indexes(self) -> None:
+        from pymongo import IndexModel
+
+        self.collection.create_indexes(
+            [IndexModel(keys, name=name, **opts) for name, keys, opts in INDEXES]
+        )
+
+    def missing_indexes(self) -> list[str]:
+        present = set(self.collection.index_information())
+        return [name for name, _, _ in INDEXES if name not in present]
+
+    # -- reads --------------------------------------------------------------------------------
+    def all(self) -> list[dict[str, Any]]:
+        return list(self.collection.find({}, {"_id": 0}).sort("name", 1))
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        return self.collection.find_one({"name": name}, {"_id": 0})
+
+    def applied_names(self) -> list[str]:
+        cursor = self.collection.find({"status": APPLIED}, {"name": 1, "_id": 0}).sort("name", 1)
+        return [doc["name"] for doc in cursor]
+
+    def applied(self) -> list[dict[str, Any]]:
+        """Applied records with the fields drift checks and reverts need, name ascending."""
+        projection = {"_id": 0, "name": 1, "checksum": 1, "origin": 1, "batch": 1, "kind": 1}
+        return list(self.collection.find({"status": APPLIED}, projection).sort("name", 1))
+
+    def last_applied(self, n: int) -> list[dict[str, Any]]:
+        cursor = self.collection.find({"status": APPLIED}, {"_id": 0}).sort(_NEWEST_FIRST)
+        return list(cursor.limit(n))
+
+    def newest_applied(self) -> dict[str, Any] | None:
+        found = self.last_applied(1)
+        return found[0] if found else None
+
+    def newest_applied_name(self) -> str | None:
+        cursor = self.collection.find({"status": APPLIED}, {"name": 1, "_id": 0})
+        found = list(cursor.sort("name", -1).limit(1))
+        return found[0]["name"] if found else None
+
+    def applied_after(self, name: str) -> list[dict[str, Any]]:
+        query = {"status": APPLIED, "name": {"$gt": name}}
+        return list(self.collection.find(query, {"_id": 0}).sort("name", 1))
+
+    def last_batch(self) -> int | None:
+        cursor = self.collection.find({"status": APPLIED}, {"batch": 1, "_id": 0})
+        found = list(cursor.sort("batch", -1).limit(1))
+        return int(found[0]["batch"]) if found and found[0].get("batch") is not None else None
+
+    def max_batch(self) -> int:
+        cursor = self.collection.find({}, {"batch": 1, "_id": 0}).sort("batch", -1).limit(1)
+        found = list(cursor)
+        return int(found[0].get("batch") or 0) if found else 0
+
+    def by_batch(self, batch: int) -> list[dict[str, Any]]:
+        query = {"status": APPLIED, "batch": batch}
+        return list(self.collection.find(query, {"_id": 0}).sort("name", 1))
+
+    def records_named(self, names: Iterable[str]) -> list[dict[str, Any]]:
+        return list(self.collection.find({"name": {"$in": list(names)}}, {"_id": 0}))
+
+    # -- writes -------------------------------------------------------------------------------
+    def mark_applied(
+        self, record: Mapping[str, Any], session: ClientSession | None = None
+    ) -> None:
+        """Upsert by name: never an insert, so re-applies, redo and import meet the unique index."""
+        self.collection.update_one(
+            {"name": record["name"]}, applied_update(record), upsert=True, session=session
+        )
+
+    def mark_applied_bulk(self, records: Iterable[Mapping[str, Any]]) -> None:
+        from pymongo import UpdateOne
+
+        ops = [UpdateOne({"name": r["name"]}, applied_update(r), upsert=True) for r in records]
+        if ops:
+            self.collection.bulk_write(ops, ordered=False)
+
+    def mark_reverted(
+        self,
+        name: str,
+        session: ClientSession | None = None,
+        *,
+        requested_by: str | None = None,
+        reason: str | None = None,
+    ) -> UpdateResult:
+        fields: dict[str, Any] = {"status": REVERTED}
+        unset: dict[str, str] = {}
+        for key, value in (("revertRequestedBy", requested_by), ("revertReason", reason)):
+            if value is not None:
+                fields[key] = value
+            else:
+                unset[key] = ""
+        update: dict[str, Any] = {"$set": fields, "$currentDate": {"revertedAt": True}}
+        if unset:
+            update["$unset"] = unset
+        return self.collection.update_one(
+            {"name": name, "status": APPLIED}, update, session=session
+        )
+
+    def mark_failed(self, record: Mapping[str, Any]) -> None:
+        """Best effort: record a failed attempt, never demoting an applied record."""
+        from pymongo.errors import PyMongoError
+
+        fields = {k: v for k, v in record.items() if k != "name" and v is not None}
+        fields["status"] = FAILED
+        try:
+            self.collection.update_one(
+                {"name": record["name"], "status": {"$ne": APPLIED}},
+                {"$set": fields, "$currentDate": {"failedAt": True}},
+                upsert=True,
+            )
+        except PyMongoError:
+            pass  # an applied record collides on the unique index: it stays applied
+
+    def set_checksum(self, name: str, checksum: str) -> None:
+        self.collection.update_one({"name": name}, {"$set": {"checksum": checksum}})
+
+
+_ACTOR_FIELDS = ("requestedBy", "reason")
+
+
+def applied_update(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The update document of ``mark_applied`` (reference core §4.3)."""
+    fields = {
+        k: v
+        for k, v in record.items()
+        if k not in ("name", "appliedAt") and v is not None
+    }
+    fields["status"] = APPLIED
+    unset = {"revertedAt": "", "failedAt": "", "error": ""}
+    for key in _ACTOR_FIELDS:
+        if record.get(key) is None:
+            unset[key] = ""
+    update: dict[str, Any] = {"$set": fields, "$unset": unset}
+    applied_at = record.get("appliedAt")
+    if applied_at is None:
+        update["$currentDate"] = {"appliedAt": True}
+        update["$setOnInsert"] = {"firstAppliedAt": dt.datetime.now(dt.UTC)}
+    else:
+        fields["appliedAt"] = applied_at
+        update["$setOnInsert"] = {"firstAppliedAt": applied_at}
+    return update

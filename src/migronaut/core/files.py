@@ -1,0 +1,250 @@
+"""Migration files: discovery, name safety, checksums and loading by path.
+
+Invariants: a migration's identity is its bare file name; no name that could escape the
+migrations directory or read as a query operator (``$…``) is ever accepted; files run in plain
+string order of their names; a checksum is the SHA-256 of the file with a leading BOM and CRLF
+line endings normalised, so a line-ending-only change is not drift.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import re
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from migronaut.errors import (
+    MigrationFileNotFoundError,
+    MigrationInvalidExportError,
+    MigrationInvalidNameError,
+)
+
+__all__ = [
+    "ChecksumCache",
+    "MigrationModule",
+    "checksum_bytes",
+    "check_name",
+    "discover",
+    "load_migration",
+    "load_module",
+    "resolve_file",
+]
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def check_name(name: Any, *, field: str = "name") -> str:
+    """Refuse anything but a bare, safe file name (path traversal, NUL, ``$`` operators)."""
+    if not isinstance(name, str) or not name.strip():
+        raise MigrationInvalidNameError(
+            f"Invalid migration name — must be a non-empty string, got {type(name).__name__}",
+            {field: repr(name)[:200]},
+        )
+    if name in (".", "..") or any(ch in name for ch in "/\\\x00"):
+        raise MigrationInvalidNameError(
+            f"Invalid migration name — must be a bare filename inside the migrations directory: "
+            f"{name!r}",
+            {field: name},
+        )
+    if name.startswith("$"):
+        raise MigrationInvalidNameError(
+            f"Invalid migration name — must not start with '$' (reads as a query operator): "
+            f"{name!r}",
+            {field: name},
+        )
+    return name
+
+
+def is_valid_name(name: Any) -> bool:
+    try:
+        check_name(name)
+    except MigrationInvalidNameError:
+        return False
+    return True
+
+
+def discover(directory: Path, extensions: Sequence[str]) -> list[str]:
+    """Migration file names at the top level of ``directory``, in execution (name) order.
+
+    Dotfiles, names starting with ``_`` (``__init__.py``, shared helpers), sub-directories and
+    files with another extension are ignored; a missing directory holds no migrations.
+    """
+    try:
+        entries = list(directory.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    names = []
+    for entry in entries:
+        name = entry.name
+        if name.startswith((".", "_")) or not name.endswith(tuple(extensions)):
+            continue
+        if not entry.is_file():
+            continue
+        check_name(name)
+        names.append(name)
+    names.sort()
+    return names
+
+
+def resolve_file(directory: Path, name: Any, *, field: str = "filename") -> Path:
+    """The path of a named migration that must exist inside ``directory``."""
+    check_name(name, field=field)
+    path = (directory / name).resolve()
+    if path.parent != directory.resolve():
+        raise MigrationInvalidNameError(
+            f"Invalid migration name — resolves outside the migrations directory: {name!r}",
+            {field: name},
+        )
+    if not path.is_file():
+        raise MigrationFileNotFoundError(
+            f"Migration file not found: {name}", {field: name, "directory": str(directory)}
+        )
+    return path
+
+
+def checksum_bytes(data: bytes) -> str:
+    if data.startswith(_BOM):
+        data = data[len(_BOM) :]
+    return hashlib.sha256(data.replace(b"\r\n", b"\n")).hexdigest()
+
+
+class ChecksumCache:
+    """Checksums keyed by path, re-hashed only when the file's mtime or size changes."""
+
+    def __init__(self) -> None:
+        self._entries: dict[Path, tuple[int, int, str]] = {}
+        self._lock = threading.Lock()
+
+    def checksum(self, path: Path) -> str | None:
+        try:
+            stat = path.stat()
+        except OSError:
+            return None
+        with self._lock:
+            hit = self._entries.get(path)
+        if hit and hit[0] == stat.st_mtime_ns and hit[1] == stat.st_size:
+            return hit[2]
+        try:
+            value = checksum_bytes(path.read_bytes())
+        except OSError:
+            return None
+        with self._lock:
+            self._entries[path] = (stat.st_mtime_ns, stat.st_size, value)
+        return value
+
+
+_module_lock = threading.Lock()
+_module_cache: dict[Path, ModuleType] = {}
+
+
+def _module_name(path: Path) -> str:
+    slug = re.sub(r"\W", "_", path.stem)
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
+    return f"_migronaut_migration_{slug}_{digest}"
+
+
+def load_module(path: Path, name: str | None = None, *, reload: bool = False) -> ModuleType:
+    """Execute a Python file by path (no package import needed) and cache it per path."""
+    path = path.resolve()
+    with _module_lock:
+        if not reload and path in _module_cache:
+            return _module_cache[path]
+        module_name = name or _module_name(path)
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        if spec is None or spec.loader is None:
+            raise MigrationInvalidExportError(
+                f"Cannot load {path.name}: not a Python module", {"filepath": str(path)}
+            )
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(module_name, None)
+            raise
+        _module_cache[path] = module
+        return module
+
+
+@dataclass(frozen=True)
+class MigrationModule:
+    """What a migration file defines, validated."""
+
+    name: str
+    path: Path
+    up: Callable[..., Any]
+    down: Callable[..., Any]
+    description: str | None = None
+    use_transaction: bool | None = None
+    timeout_ms: int | None = None
+    requires: tuple[str, ...] = ()
+
+
+def _describe_load_error(error: BaseException) -> str:
+    if isinstance(error, SyntaxError):
+        return f"SyntaxError: {error.msg} (line {error.lineno})"
+    return f"{type(error).__name__}: {error}"
+
+
+def load_migration(path: Path, *, reload: bool = False) -> MigrationModule:
+    """Load and validate one migration file (``MIGRATION_INVALID_EXPORT`` when it is not usable)."""
+    name = path.name
+    try:
+        module = load_module(path, reload=reload)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as error:
+        raise MigrationInvalidExportError(
+            f"Migration file failed to load: {name}: {_describe_load_error(error)}",
+            {"filepath": str(path)},
+            cause=error,
+        ) from error
+    problems: list[str] = []
+    up = getattr(module, "up", None)
+    down = getattr(module, "down", None)
+    if not callable(up) or not callable(down):
+        missing = [n for n, f in (("up", up), ("down", down)) if not callable(f)]
+        problems.append("must define up(ctx) and down(ctx) functions (missing: "
+                        + ", ".join(missing) + ")")
+    description = getattr(module, "description", None)
+    if description is None and module.__doc__:
+        description = inspect.cleandoc(module.__doc__).splitlines()[0]
+    if description is not None and not isinstance(description, str):
+        problems.append("description must be a string")
+    use_transaction = getattr(module, "use_transaction", None)
+    if use_transaction is not None and not isinstance(use_transaction, bool):
+        problems.append("use_transaction must be True or False")
+    timeout_ms = getattr(module, "timeout_ms", None)
+    if timeout_ms is not None and (
+        not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms <= 0
+    ):
+        problems.append("timeout_ms must be a positive integer")
+    requires = getattr(module, "requires", ())
+    if isinstance(requires, str) or not isinstance(requires, (list, tuple)) or not all(
+        isinstance(r, str) and r for r in requires
+    ):
+        problems.append("requires must be a list of migration file names")
+        requires = ()
+    if problems:
+        raise MigrationInvalidExportError(
+            f"Invalid migration {name}: " + "; ".join(problems),
+            {"filepath": str(path), "problems": problems},
+        )
+    assert callable(up) and callable(down)
+    return MigrationModule(
+        name=name,
+        path=path,
+        up=up,
+        down=down,
+        description=description or None,
+        use_transaction=use_transaction,
+        timeout_ms=timeout_ms,
+        requires=tuple(requires),
+    )

@@ -1,0 +1,144 @@
+"""Typed results of every command, with the JSON shapes (field names) of the Node original.
+
+Python attributes are snake_case; :meth:`to_dict` renders the camelCase fields that ``--json``
+prints and other tooling parses. Datetimes render as ISO-8601 UTC strings with a ``Z``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+__all__ = [
+    "LockInfo",
+    "MigrationSummary",
+    "RunResult",
+    "StatusRow",
+    "iso",
+    "to_json_value",
+]
+
+RunStatus = Literal["applied", "reverted", "skipped", "error"]
+RowStatus = Literal["applied", "pending", "failed"]
+
+
+def iso(value: dt.datetime | None) -> str | None:
+    """ISO-8601 with milliseconds and ``Z`` (naive datetimes from pymongo are UTC)."""
+    if value is None:
+        return None
+    if value.tzinfo is not None:
+        value = value.astimezone(dt.UTC).replace(tzinfo=None)
+    return value.isoformat(timespec="milliseconds") + "Z"
+
+
+def to_json_value(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return iso(value)
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, (list, tuple)):
+        return [to_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_json_value(v) for k, v in value.items()}
+    return value
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _render(obj: Any, always: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        key = f.metadata.get("json", _camel(f.name))
+        if value is None and f.name not in always:
+            continue
+        if value is False and f.metadata.get("only_true"):
+            continue
+        out[key] = to_json_value(value)
+    return out
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One migration's outcome in a run (``up``/``down``/``redo``)."""
+
+    file: str
+    status: RunStatus
+    duration: int | None = None
+    batch: int | None = None
+    reason: str | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _render(self, ("file", "status"))
+
+
+@dataclass(frozen=True)
+class StatusRow:
+    """One migration in ``status``/``list``/``dry-run`` (files ∪ changelog records)."""
+
+    file: str
+    status: RowStatus
+    batch: int | None = None
+    applied_at: dt.datetime | None = None
+    duration: int | None = None
+    checksum_ok: bool | None = None
+    description: str | None = None
+    executed_by: str | None = None
+    environment: str | None = None
+    run_id: str | None = None
+    reverted_at: dt.datetime | None = None
+    origin: str | None = None
+    error: str | None = None
+    failed_at: dt.datetime | None = None
+    failed_checksum: str | None = None
+    kind: str | None = None
+    out_of_order: bool = field(default=False, metadata={"only_true": True})
+    invalid: bool = field(default=False, metadata={"only_true": True})
+    checksum: str | None = None
+    requested_by: str | None = None
+    reason: str | None = None
+    revert_requested_by: str | None = None
+    revert_reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _render(
+            self, ("file", "status", "batch", "applied_at", "duration", "checksum_ok")
+        )
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    """Who holds the migration lock; the nonce is never exposed."""
+
+    locked_at: dt.datetime | None
+    pid: int | None
+    host: str | None
+    executed_by: str | None
+    run_id: str | None = None
+    ttl_ms: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _render(self, ("locked_at", "pid", "host", "executed_by"))
+
+    def describe(self) -> str:
+        when = iso(self.locked_at) or "an unknown time"
+        return f"pid {self.pid} on {self.host} ({self.executed_by}) since {when}"
+
+
+@dataclass(frozen=True)
+class MigrationSummary:
+    """What :func:`migronaut.run_migrations` did."""
+
+    applied: list[RunResult]
+    up_to_date: bool
+    waited: bool = False
+    waited_ms: int = 0
+    attempts: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return _render(self, ())

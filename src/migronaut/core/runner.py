@@ -1,0 +1,134 @@
+"""Running one migration body: transaction, timeout, and the changelog write that records it.
+
+Invariant: a migration is recorded only when its body succeeded and in time. In a transaction the
+changelog write happens inside the same transaction, so data and record commit together (the
+driver may retry the whole callback: bodies must be idempotent); a body that timed out can still
+finish in its thread, but its transaction is refused at the commit guard. Without a transaction
+the record is written right after the body; a crash in between re-runs the migration next time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from migronaut.core._calls import TimedOut, call_user, call_with_timeout
+from migronaut.core.context import MigrationContext
+from migronaut.errors import (
+    MigrationExecutionFailedError,
+    MigrationTimeoutError,
+    MigronautError,
+    TransactionsUnsupportedError,
+    describe_exception,
+)
+
+if TYPE_CHECKING:
+    from pymongo.client_session import ClientSession
+
+__all__ = ["Execution", "execute"]
+
+#: Server replies that mean "this deployment cannot run transactions" (a standalone mongod).
+_NO_TXN_CODES = frozenset({20})
+_NO_TXN_TEXT = ("Transaction numbers are only allowed", "transactions are not supported")
+
+
+@dataclass
+class Execution:
+    duration_ms: int = 0
+    attempts: int = 0
+
+
+def execute(
+    body: Callable[[MigrationContext], Any],
+    ctx: MigrationContext,
+    *,
+    name: str,
+    direction: str,
+    use_transaction: bool,
+    timeout_ms: int | None,
+    record: Callable[[ClientSession | None], None],
+    batch: int | None = None,
+) -> Execution:
+    """Run ``body(ctx)`` and ``record(session)``; raise the typed error on any failure."""
+    outcome = Execution()
+    timeout_s = timeout_ms / 1000 if timeout_ms else None
+
+    def run_plain() -> None:
+        outcome.attempts = 1
+        started = time.monotonic()
+        call_user(body, ctx)
+        outcome.duration_ms = int((time.monotonic() - started) * 1000)
+
+    def run_transaction() -> None:
+        with ctx.client.start_session() as session:
+
+            def callback(s: ClientSession) -> None:
+                outcome.attempts += 1
+                started = time.monotonic()
+                call_user(body, ctx.with_session(s).for_migration(attempt=outcome.attempts))
+                outcome.duration_ms = int((time.monotonic() - started) * 1000)
+                # Commit guard: a body that outlived its timeout or a stopped run never commits.
+                if timed_out:
+                    raise MigrationTimeoutError("timed out before commit")
+                record(s)
+
+            session.with_transaction(callback)
+
+    timed_out = False
+    try:
+        call_with_timeout(run_transaction if use_transaction else run_plain, timeout_s)
+    except TimedOut:
+        timed_out = True
+        error = MigrationTimeoutError(
+            f"Migration {direction} timed out after {timeout_ms}ms: {name}",
+            {"name": name, "direction": direction, "timeoutMs": timeout_ms},
+        )
+        ctx.cancellation.cancel(error)
+        raise error from None
+    except MigronautError:
+        raise
+    except Exception as error:
+        if use_transaction and _is_no_transactions(error):
+            raise TransactionsUnsupportedError(
+                f"Migration {name} uses a transaction, but the server is a standalone: "
+                "transactions need a replica set or a sharded cluster",
+                {"name": name},
+                cause=error,
+            ) from error
+        raise MigrationExecutionFailedError(
+            f"Migration {direction} failed: {name}: {describe_exception(error)}",
+            {"name": name, "direction": direction, "batch": batch},
+            cause=error,
+        ) from error
+    if not use_transaction:
+        try:
+            record(None)
+        except Exception as error:
+            raise MigrationExecutionFailedError(
+                f"Migration {direction} of {name} succeeded but recording it in the changelog "
+                f"failed: {describe_exception(error)}",
+                {
+                    "name": name,
+                    "direction": direction,
+                    "phase": "changelog-write",
+                    "bodySucceeded": True,
+                    "durationMs": outcome.duration_ms,
+                },
+                cause=error,
+            ) from error
+    return outcome
+
+
+def _is_no_transactions(error: BaseException) -> bool:
+    from pymongo.errors import OperationFailure
+
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, OperationFailure) and seen.code in _NO_TXN_CODES:
+            return True
+        if any(text.lower() in str(seen).lower() for text in _NO_TXN_TEXT):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

@@ -1,0 +1,384 @@
+"""The embedded development endpoint: a local MongoDB-compatible server from ``mongoeco``.
+
+This module owns the dev server's whole life: starting mongoeco's wire server (in memory, or
+persisted to a SQLite file), building the connection URI (with credentials when ``auth`` is on),
+waiting for SIGINT/SIGTERM and closing cleanly. It also owns :func:`start_subprocess`, the one way
+tests, the demo and tooling run the server as a separate process and learn its URI.
+
+Invariants:
+
+* Importing this module imports neither mongoeco nor pymongo; :func:`serve` imports mongoeco
+  lazily, and its absence (or Python < 3.13) is a :class:`~migronaut.errors.ConfigInvalidError`
+  with a one-line install hint, never a traceback.
+* The URI a server process prints on stdout is its first line and is redacted of the password;
+  :func:`start_subprocess` puts the real password back into the URI it returns.
+
+It is a development convenience, never a production store (see ``docs/`` for its known limits).
+
+Run it directly with ``python -m migronaut.devserver --port N [--path F] [--auth user:pass]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Final
+from urllib.parse import quote_plus
+
+from migronaut._redact import MASK, redact
+from migronaut.errors import (
+    EXIT_CODES,
+    ConfigInvalidError,
+    ConnectionFailedError,
+    MigronautError,
+)
+
+__all__ = [
+    "PYTHON_ENV_VAR",
+    "DevServerProcess",
+    "build_uri",
+    "default_python",
+    "main",
+    "parse_auth",
+    "serve",
+    "start_subprocess",
+]
+
+#: Environment variable naming the interpreter (with ``migronaut[embedded]``) that runs the server.
+PYTHON_ENV_VAR: Final = "MIGRONAUT_DEVSERVER_PYTHON"
+
+# A named constant, not a literal: mypy would otherwise treat the code after a literal version
+# check as unreachable under ``python_version = "3.11"`` and skip checking it.
+_MIN_PYTHON: Final = (3, 13)
+_INSTALL_HINT: Final = (
+    "the dev server needs Python 3.13+ with the 'embedded' extra: "
+    "pip install 'migronaut[embedded]' on Python 3.13+"
+)
+_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
+
+
+def build_uri(host: str, port: int, auth: tuple[str, str] | None = None) -> str:
+    """The ``mongodb://`` URI for a dev server on ``host:port``, with credentials when given."""
+    netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    query = "directConnection=true"
+    if auth is not None:
+        user, password = auth
+        netloc = f"{quote_plus(user)}:{quote_plus(password)}@{netloc}"
+        query += "&authMechanism=SCRAM-SHA-256&authSource=admin"
+    return f"mongodb://{netloc}/?{query}"
+
+
+def parse_auth(value: str) -> tuple[str, str]:
+    """Split a ``user:password`` flag value; the password may itself contain ``:``."""
+    user, sep, password = value.partition(":")
+    if not sep or not user or not password:
+        raise ConfigInvalidError(
+            "--auth must be 'user:password' with a non-empty user and password",
+            {"flag": "--auth"},
+        )
+    return user, password
+
+
+def serve(
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    path: str | None = None,
+    auth: tuple[str, str] | None = None,
+    on_ready: Callable[[str], None],
+) -> None:
+    """Serve a MongoDB-compatible endpoint until SIGINT or SIGTERM, then close it and return.
+
+    ``port=0`` picks a free port; ``path`` persists the data to that SQLite file (memory
+    otherwise); ``auth`` requires SCRAM-SHA-256 with that user and password. ``on_ready`` is
+    called once with the connection URI (it carries the password: redact it before printing).
+    Must run in the main thread, which receives the signals.
+    """
+    if sys.version_info < _MIN_PYTHON:
+        found = ".".join(str(part) for part in sys.version_info[:2])
+        raise ConfigInvalidError(f"{_INSTALL_HINT} (this is Python {found})")
+    try:
+        from mongoeco.engines import SQLiteEngine
+        from mongoeco.wire import AsyncMongoEcoProxyServer, WireAuthUser
+    except ImportError as error:
+        raise ConfigInvalidError(f"{_INSTALL_HINT} (mongoeco is not installed)") from error
+    if auth is not None and not (auth[0] and auth[1]):
+        raise ConfigInvalidError("dev server auth needs a non-empty user and password")
+    if path is not None:
+        parent = Path(path).expanduser().resolve().parent
+        if not parent.is_dir():
+            raise ConfigInvalidError(
+                f"dev server data file {path!r}: directory {str(parent)!r} does not exist",
+                {"flag": "--path", "path": path},
+            )
+
+    async def run() -> None:
+        engine = None if path is None else SQLiteEngine(str(Path(path).expanduser()))
+        users = () if auth is None else (WireAuthUser(auth[0], auth[1]),)
+        server = AsyncMongoEcoProxyServer(
+            engine=engine,
+            host=host,
+            port=port,
+            pymongo_profile="auto-installed",  # the strict profile refuses newer pymongo
+            auth_users=users,
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        installed = _install_signal_handlers(loop, stop)
+        try:
+            try:
+                address = await server.start()
+            except OSError as error:
+                raise ConfigInvalidError(
+                    f"dev server cannot listen on {host}:{port}: {error.strerror or error}",
+                    {"flag": "--port", "host": host, "port": port},
+                ) from error
+            try:
+                on_ready(build_uri(address.host, address.port, auth))
+                await stop.wait()
+            finally:
+                await server.close()
+        finally:
+            _remove_signal_handlers(loop, installed)
+
+    asyncio.run(run())
+
+
+def _install_signal_handlers(
+    loop: asyncio.AbstractEventLoop, stop: asyncio.Event
+) -> list[tuple[signal.Signals, Any]]:
+    """Route SIGINT/SIGTERM to ``stop``; returns what :func:`_remove_signal_handlers` undoes."""
+    installed: list[tuple[signal.Signals, Any]] = []
+    for sig in _SIGNALS:
+        try:
+            loop.add_signal_handler(sig, stop.set)
+            installed.append((sig, None))
+        except NotImplementedError:  # Windows: no loop signal handlers
+            previous = signal.signal(sig, lambda *_: loop.call_soon_threadsafe(stop.set))
+            installed.append((sig, previous))
+    return installed
+
+
+def _remove_signal_handlers(
+    loop: asyncio.AbstractEventLoop, installed: list[tuple[signal.Signals, Any]]
+) -> None:
+    for sig, previous in installed:
+        if previous is None:
+            loop.remove_signal_handler(sig)
+        else:
+            signal.signal(sig, previous)
+
+
+# --------------------------------------------------------------------------- subprocess helper
+
+
+def default_python() -> str:
+    """The interpreter that runs the dev server: ``$MIGRONAUT_DEVSERVER_PYTHON``, else this one
+    when it is Python 3.13+ with mongoeco installed."""
+    configured = os.environ.get(PYTHON_ENV_VAR, "").strip()
+    if configured:
+        return configured
+    if sys.version_info >= _MIN_PYTHON and importlib.util.find_spec("mongoeco") is not None:
+        return sys.executable
+    raise ConfigInvalidError(
+        f"{_INSTALL_HINT}, or set {PYTHON_ENV_VAR} to such an interpreter "
+        f"(this is {sys.executable})"
+    )
+
+
+class DevServerProcess:
+    """A dev server running as a child process; ``uri`` carries the real credentials.
+
+    Use it as a context manager, or call :meth:`stop`. Its stdout past the URI line is drained
+    and discarded; its stderr goes to a temporary file readable with :meth:`read_stderr`.
+    """
+
+    def __init__(self, process: subprocess.Popen[bytes], uri: str, stderr: IO[bytes]) -> None:
+        self.process = process
+        self.uri = uri
+        self._stderr = stderr
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def read_stderr(self) -> str:
+        """Everything the server wrote to stderr so far."""
+        self._stderr.flush()
+        self._stderr.seek(0)
+        return self._stderr.read().decode("utf-8", "replace")
+
+    def stop(self, timeout: float = 10.0) -> int:
+        """SIGTERM, wait up to ``timeout`` seconds, SIGKILL if still running; the exit code."""
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        return self.process.returncode
+
+    def close(self) -> None:
+        """Stop the server and release the stderr file."""
+        self.stop()
+        self._stderr.close()
+
+    def __enter__(self) -> DevServerProcess:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"DevServerProcess(pid={self.pid}, uri={redact(self.uri)!r})"
+
+
+def start_subprocess(
+    python: str | None = None,
+    *,
+    port: int = 0,
+    path: str | None = None,
+    auth: tuple[str, str] | None = None,
+    timeout: float = 30.0,
+) -> DevServerProcess:
+    """Start ``python -m migronaut.devserver`` and wait (up to ``timeout`` s) for its URI line.
+
+    ``python`` defaults to :func:`default_python`. That interpreter must have
+    ``migronaut[embedded]`` installed. Raises :class:`ConfigInvalidError` when the server refuses
+    its options or its interpreter, :class:`ConnectionFailedError` when it fails otherwise or does
+    not print its URI in time.
+    """
+    interpreter = python or default_python()
+    argv = [interpreter, "-m", "migronaut.devserver", "--port", str(port)]
+    if path is not None:
+        argv += ["--path", str(path)]
+    shown = list(argv)  # for error messages: the password masked
+    if auth is not None:
+        argv += ["--auth", f"{auth[0]}:{auth[1]}"]
+        shown += ["--auth", f"{auth[0]}:{MASK}"]
+    stderr = tempfile.TemporaryFile()  # noqa: SIM115 - owned by the DevServerProcess
+    try:
+        process = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr
+        )
+    except OSError as error:
+        stderr.close()
+        raise ConfigInvalidError(
+            f"cannot run the dev server interpreter {interpreter!r}: {error.strerror or error}",
+            {"python": interpreter},
+        ) from error
+    assert process.stdout is not None
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(
+        target=_drain, args=(process.stdout, lines), name="devserver-stdout", daemon=True
+    ).start()
+    try:
+        first = lines.get(timeout=timeout)
+    except queue.Empty:
+        first = ""
+    server = DevServerProcess(process, "", stderr)
+    uri = first.strip()
+    if not uri.startswith("mongodb://"):
+        timed_out = process.poll() is None
+        server.stop(timeout=5.0)
+        detail = _last_line(server.read_stderr()).removeprefix("error: ") or (
+            f"no URI line within {timeout:g} s"
+            if timed_out
+            else f"it exited with code {process.returncode}"
+        )
+        stderr.close()
+        refused = not timed_out and process.returncode == EXIT_CODES[ConfigInvalidError.code]
+        error_type = ConfigInvalidError if refused else ConnectionFailedError
+        raise error_type(f"dev server did not start: {detail}", {"argv": " ".join(shown)})
+    if auth is not None:
+        try:
+            uri = _with_password(uri, *auth)
+        except MigronautError:
+            server.close()
+            raise
+    server.uri = uri
+    return server
+
+
+def _drain(stream: IO[bytes], lines: queue.Queue[str]) -> None:
+    """Hand the first stdout line to ``lines`` and discard the rest, so the pipe never fills."""
+    first = True
+    for raw in stream:
+        if first:
+            lines.put(raw.decode("utf-8", "replace"))
+            first = False
+    if first:
+        lines.put("")  # EOF before any line: the process ended
+
+
+def _last_line(text: str) -> str:
+    stripped = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return stripped[-1] if stripped else ""
+
+
+def _with_password(uri: str, user: str, password: str) -> str:
+    """Put ``password`` back into a URI whose userinfo password was redacted."""
+    userinfo = re.compile(r"^(?P<scheme>mongodb://)(?P<user>[^:/@]*):[^@/]*@")
+    if not userinfo.match(uri):
+        raise ConnectionFailedError(
+            "dev server printed a URI without credentials although --auth was given",
+            {"uri": redact(uri)},
+        )
+    return userinfo.sub(
+        lambda m: f"{m['scheme']}{quote_plus(user)}:{quote_plus(password)}@", uri, count=1
+    )
+
+
+# --------------------------------------------------------------------------------- entry point
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m migronaut.devserver``: print the redacted URI as the first stdout line, serve."""
+    parser = argparse.ArgumentParser(
+        prog="python -m migronaut.devserver",
+        description="Serve a local MongoDB-compatible endpoint (mongoeco) until SIGINT/SIGTERM.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="port to bind (0: a free one)")
+    parser.add_argument("--path", default=None, help="persist data to this SQLite file")
+    parser.add_argument("--auth", default=None, metavar="USER:PASSWORD", help="require login")
+    args = parser.parse_args(argv)
+
+    def announce(uri: str) -> None:
+        print(redact(uri), flush=True)
+
+    try:
+        auth = None if args.auth is None else parse_auth(args.auth)
+        serve(host=args.host, port=args.port, path=args.path, auth=auth, on_ready=announce)
+    except MigronautError as error:
+        print(f"error: {error.message}", file=sys.stderr, flush=True)
+        return error.exit_code
+    except KeyboardInterrupt:  # SIGINT before the server installed its handlers
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

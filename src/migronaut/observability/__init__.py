@@ -1,0 +1,1 @@
+"""Observability: lifecycle events and logging helpers."""

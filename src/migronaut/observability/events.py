@@ -1,0 +1,56 @@
+"""Lifecycle events of a migrator (reference core §10.2).
+
+Invariant: a listener can never break a run. Whatever it raises is caught and logged at debug
+level; the event name ``error`` is never used.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["EVENTS", "EventBus", "Listener"]
+
+Listener = Callable[[dict[str, Any]], Any]
+
+EVENTS = (
+    "run:start",
+    "run:end",
+    "migration:start",
+    "migration:success",
+    "migration:skipped",
+    "migration:error",
+    "lock:acquired",
+    "lock:released",
+    "lock:lost",
+)
+
+_log = logging.getLogger("migronaut.events")
+
+
+class EventBus:
+    def __init__(self) -> None:
+        self._listeners: dict[str, list[Listener]] = {}
+        self._lock = threading.Lock()
+
+    def on(self, event: str, listener: Listener) -> None:
+        with self._lock:
+            self._listeners.setdefault(event, []).append(listener)
+
+    def off(self, event: str, listener: Listener) -> None:
+        with self._lock:
+            listeners = self._listeners.get(event, [])
+            if listener in listeners:
+                listeners.remove(listener)
+
+    def emit(self, event: str, payload: dict[str, Any]) -> None:
+        with self._lock:
+            listeners = list(self._listeners.get(event, ()))
+            listeners += self._listeners.get("*", ())
+        for listener in listeners:
+            try:
+                listener({"event": event, **payload})
+            except Exception as error:  # contained: listeners are external observers
+                _log.debug("listener for %s failed: %s", event, error)

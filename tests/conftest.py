@@ -1,0 +1,330 @@
+"""The test harness: one MongoDB-compatible server per session, a fresh database per test.
+
+Where the server comes from:
+
+* ``MIGRONAUT_TEST_URI`` set: that server (a real MongoDB replica set, typically) is used as is.
+* otherwise the embedded dev server is started once per session in a subprocess
+  (:func:`migronaut.devserver.start_subprocess`; ``MIGRONAUT_DEVSERVER_PYTHON`` picks its
+  interpreter when the tests themselves do not run on Python 3.13 with mongoeco).
+
+Fixtures:
+
+``mongo_uri``, ``client``, ``server_hello`` (session)
+    the URI, a pymongo ``MongoClient`` on it, and the server's ``hello`` reply.
+``db_name``, ``db``
+    a unique database name per test (``t_<12 hex>``) and its pymongo ``Database``; dropped after.
+``project``
+    a project directory under ``tmp_path`` (:class:`Project`) wired to ``mongo_uri``/``db_name``.
+``cli``
+    runs ``migronaut.cli.main(argv)`` in-process in the project directory (:class:`CliResult`).
+``cli_process``
+    runs ``python -m migronaut`` as a real subprocess in the project directory; ``.start()``
+    returns the ``Popen`` for race and kill tests.
+
+Isolation: every test runs with the ``MIGRONAUT_*`` variables of the developer's environment
+removed (only the harness's own :data:`HARNESS_VARIABLES` stay), so a real configuration never
+leaks into a test; ``project`` then sets ``MIGRONAUT_URI``/``MIGRONAUT_DB`` to the test's values.
+
+Markers (declared in ``pyproject.toml``): ``real_mongodb`` tests are skipped unless
+``MIGRONAUT_TEST_URI`` is set; ``replica_set`` tests are skipped when ``hello`` has no ``setName``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from pymongo import MongoClient
+    from pymongo.database import Database
+
+#: Points the suite at an existing server instead of starting the dev server.
+TEST_URI_VARIABLE = "MIGRONAUT_TEST_URI"
+#: Variables of the harness itself, kept when the developer's ``MIGRONAUT_*`` are stripped.
+HARNESS_VARIABLES = frozenset({TEST_URI_VARIABLE, "MIGRONAUT_DEVSERVER_PYTHON"})
+
+#: Environment overrides: a string sets the variable, ``None`` removes it.
+EnvOverrides = Mapping[str, "str | None"]
+
+
+# ------------------------------------------------------------------------------------ server
+
+
+@pytest.fixture(scope="session")
+def mongo_uri() -> Iterator[str]:
+    """``MIGRONAUT_TEST_URI``, or the URI of a dev server started for this session."""
+    configured = os.environ.get(TEST_URI_VARIABLE, "").strip()
+    if configured:
+        yield configured
+        return
+    from migronaut.devserver import start_subprocess
+    from migronaut.errors import MigronautError
+
+    try:
+        server = start_subprocess()
+    except MigronautError as error:
+        pytest.fail(
+            f"cannot start the dev server: {error.message} "
+            f"(or set {TEST_URI_VARIABLE} to a MongoDB URI)",
+            pytrace=False,
+        )
+    with server:
+        yield server.uri
+
+
+@pytest.fixture(scope="session")
+def client(mongo_uri: str) -> Iterator[MongoClient[dict[str, Any]]]:
+    """A pymongo client on the session's server."""
+    from pymongo import MongoClient
+
+    mongo: MongoClient[dict[str, Any]] = MongoClient(mongo_uri, serverSelectionTimeoutMS=15_000)
+    try:
+        yield mongo
+    finally:
+        mongo.close()
+
+
+@pytest.fixture(scope="session")
+def server_hello(client: MongoClient[dict[str, Any]]) -> dict[str, Any]:
+    """The server's ``hello`` reply (``setName`` present only on a replica set)."""
+    reply: dict[str, Any] = client.admin.command("hello")
+    return reply
+
+
+@pytest.fixture
+def db_name(client: MongoClient[dict[str, Any]]) -> Iterator[str]:
+    """A database name unique to this test; the database is dropped after the test."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    yield name
+    client.drop_database(name)
+
+
+@pytest.fixture
+def db(client: MongoClient[dict[str, Any]], db_name: str) -> Database[dict[str, Any]]:
+    """The test's database."""
+    return client[db_name]
+
+
+# ------------------------------------------------------------------------ isolation, markers
+
+
+@pytest.fixture(autouse=True)
+def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Remove the developer's ``MIGRONAUT_*`` variables for the duration of each test."""
+    for name in list(os.environ):
+        if name.startswith("MIGRONAUT_") and name not in HARNESS_VARIABLES:
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture(autouse=True)
+def _server_requirements(request: pytest.FixtureRequest) -> None:
+    """Skip ``real_mongodb`` / ``replica_set`` tests the current server cannot serve."""
+    if request.node.get_closest_marker("real_mongodb") and not os.environ.get(TEST_URI_VARIABLE):
+        pytest.skip(f"needs a real MongoDB: set {TEST_URI_VARIABLE} (the dev server is not one)")
+    if request.node.get_closest_marker("replica_set"):
+        hello: dict[str, Any] = request.getfixturevalue("server_hello")
+        if not hello.get("setName"):
+            pytest.skip("needs a replica set: the server's hello reports no setName")
+
+
+# ----------------------------------------------------------------------------------- project
+
+
+@dataclass
+class Project:
+    """A migronaut project directory for one test, configured through the environment."""
+
+    path: Path
+    uri: str
+    db_name: str
+    migrations: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.migrations = self.path / "migrations"
+        self.migrations.mkdir(parents=True, exist_ok=True)
+
+    def write(self, relative: str, text: str) -> Path:
+        """Write ``text`` (dedented) to a file under the project; returns its path."""
+        target = self.path / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(textwrap.dedent(text), encoding="utf-8")
+        return target
+
+    def write_migration(self, name: str, body: str) -> Path:
+        """Write a migration module (``.py`` added when missing) into ``migrations/``."""
+        file_name = name if name.endswith(".py") else f"{name}.py"
+        return self.write(f"{self.migrations.name}/{file_name}", body)
+
+    def env(self, **extra: str | None) -> dict[str, str]:
+        """The environment of a CLI run in this project: the (isolated) process environment,
+        ``MIGRONAUT_URI``/``MIGRONAUT_DB`` set to the test's values, then ``extra`` (``None``
+        removes a variable)."""
+        env = dict(os.environ)
+        env["MIGRONAUT_URI"] = self.uri
+        env["MIGRONAUT_DB"] = self.db_name
+        _apply(env, extra)
+        return env
+
+
+def _apply(env: dict[str, str], overrides: EnvOverrides) -> None:
+    for name, value in overrides.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+
+
+@pytest.fixture
+def project(
+    tmp_path: Path, mongo_uri: str, db_name: str, monkeypatch: pytest.MonkeyPatch
+) -> Project:
+    """A project dir in ``tmp_path`` whose environment points at the test's database."""
+    root = tmp_path / "project"
+    root.mkdir()
+    monkeypatch.setenv("MIGRONAUT_URI", mongo_uri)
+    monkeypatch.setenv("MIGRONAUT_DB", db_name)
+    return Project(path=root, uri=mongo_uri, db_name=db_name)
+
+
+# ------------------------------------------------------------------------------------- CLI
+
+
+@dataclass(frozen=True)
+class CliResult:
+    """What one CLI run produced; ``json`` is the parsed stdout, or ``None`` when not JSON."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    json: Any = None
+
+    @classmethod
+    def of(cls, exit_code: int, stdout: str, stderr: str) -> CliResult:
+        try:
+            parsed: Any = json.loads(stdout)
+        except ValueError:
+            parsed = None
+        return cls(exit_code, stdout, stderr, parsed)
+
+
+class CliRunner:
+    """Runs ``migronaut.cli.main`` in-process with the project as working directory."""
+
+    def __init__(self, project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+        self._project = project
+        self._monkeypatch = monkeypatch
+
+    def __call__(
+        self, *args: str, input: str | None = None, env: EnvOverrides | None = None
+    ) -> CliResult:
+        from migronaut.cli import main
+
+        stdout, stderr = io.StringIO(), io.StringIO()
+        with self._monkeypatch.context() as patch:
+            patch.chdir(self._project.path)
+            for name, value in (env or {}).items():
+                if value is None:
+                    patch.delenv(name, raising=False)
+                else:
+                    patch.setenv(name, value)
+            patch.setattr(sys, "stdin", io.StringIO(input or ""))
+            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+                try:
+                    exit_code = main(list(args))
+                except SystemExit as exit_:
+                    raise AssertionError(
+                        f"migronaut.cli.main called sys.exit({exit_.code!r}); "
+                        "its contract is to return the exit code"
+                    ) from exit_
+        return CliResult.of(exit_code, stdout.getvalue(), stderr.getvalue())
+
+
+@pytest.fixture
+def cli(project: Project, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    """``cli(*args, input=None, env=None) -> CliResult``: the CLI in-process, in the project."""
+    return CliRunner(project, monkeypatch)
+
+
+class CliProcess:
+    """Runs ``python -m migronaut`` as a subprocess in the project; kills leftovers at teardown."""
+
+    def __init__(self, project: Project) -> None:
+        self._project = project
+        self._started: list[subprocess.Popen[str]] = []
+
+    def argv(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "migronaut", *args]
+
+    def start(
+        self, *args: str, env: EnvOverrides | None = None, input: str | None = None
+    ) -> subprocess.Popen[str]:
+        """Start the CLI without waiting; stdout/stderr are text pipes, stdin reads ``input``
+        (empty when ``None``)."""
+        with tempfile.TemporaryFile("w+", encoding="utf-8") as stdin:
+            stdin.write(input or "")
+            stdin.seek(0)
+            process = subprocess.Popen(
+                self.argv(*args),
+                cwd=self._project.path,
+                env=self._project.env(**(env or {})),
+                stdin=stdin,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        self._started.append(process)
+        return process
+
+    def __call__(
+        self,
+        *args: str,
+        input: str | None = None,
+        env: EnvOverrides | None = None,
+        timeout: float = 120.0,
+    ) -> CliResult:
+        process = self.start(*args, env=env, input=input)
+        return self.wait(process, timeout=timeout)
+
+    def wait(self, process: subprocess.Popen[str], timeout: float = 120.0) -> CliResult:
+        """Wait for a started process and collect its result (killed after ``timeout`` s)."""
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            stdout, stderr = process.communicate()
+            raise AssertionError(
+                f"migronaut did not finish within {timeout:g} s\nstdout:\n{stdout}\n"
+                f"stderr:\n{stderr}"
+            ) from None
+        return CliResult.of(process.returncode, stdout, stderr)
+
+    def close(self) -> None:
+        for process in self._started:
+            if process.poll() is None:
+                process.kill()
+            with contextlib.suppress(Exception):
+                process.communicate(timeout=10)
+
+
+@pytest.fixture
+def cli_process(project: Project) -> Iterator[CliProcess]:
+    """``cli_process(*args, input=None, env=None) -> CliResult`` through a real subprocess;
+    ``cli_process.start(*args)`` returns the ``Popen`` and ``cli_process.wait(p)`` its result."""
+    runner = CliProcess(project)
+    try:
+        yield runner
+    finally:
+        runner.close()
