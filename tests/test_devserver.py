@@ -167,6 +167,16 @@ def test_busy_port_is_a_config_error(server: DevServerProcess) -> None:
 
 
 @needs_devserver
+def test_port_out_of_range_is_a_config_error() -> None:
+    process = launch("--port", "70000")
+    stdout, stderr = process.communicate(timeout=30)
+
+    assert process.returncode == 6
+    assert stdout == ""
+    assert stderr.strip() == "error: --port must be between 0 and 65535 (got 70000)"
+
+
+@needs_devserver
 def test_malformed_auth_flag_is_a_config_error() -> None:
     process = launch("--auth", "just-a-user")
     stdout, stderr = process.communicate(timeout=30)

@@ -143,6 +143,8 @@ class Migrator:
         self._busy = 0
         self._latched_stop: str | None = None
         self._logger: logging.Logger | None = None
+        #: Problems that did not stop a command (e.g. a config file skipped by ``create``).
+        self.warnings: list[str] = []
 
     # -- configuration and connection ---------------------------------------------------------
     @property
@@ -178,7 +180,14 @@ class Migrator:
         if config.client is not None:
             client, owned = config.client, False
         else:
-            options: dict[str, Any] = {"serverSelectionTimeoutMS": 10_000, "appname": "migronaut"}
+            # migronaut's defaults never override what the URI itself sets (pymongo keyword
+            # arguments win over URI options, so only pass a default the URI does not name).
+            query = (config.uri or "").partition("?")[2].lower()
+            options: dict[str, Any] = {
+                key: value
+                for key, value in (("serverSelectionTimeoutMS", 10_000), ("appname", "migronaut"))
+                if f"{key.lower()}=" not in query
+            }
             options.update(config.client_options or {})
             weak = [k for k in ("tlsInsecure", "tlsAllowInvalidCertificates",
                                 "tlsAllowInvalidHostnames") if options.get(k)]
@@ -331,7 +340,9 @@ class Migrator:
                 return preview
             records = plan_down(changelog, file=file, steps=steps, batch=batch, to=to)
             check_forward_only(records)
-            rows = {r.file: r for r in build_status_rows(records, [], checksum=self.checksum)}
+            selected = {r["name"] for r in records}
+            on_disk = [n for n in files if n in selected]
+            rows = {r.file: r for r in build_status_rows(records, on_disk, checksum=self.checksum)}
             preview = [rows[r["name"]] for r in records]
             self.logger.info("◎ Dry-run  Would revert: %d", len(preview))
             return preview
@@ -372,7 +383,10 @@ class Migrator:
         """Write a new migration file from the built-in or a custom template."""
         from migronaut.core.templates import write_migration
 
-        config = self.config
+        config = self._config or load_config(
+            self._flags, config_path=self._config_path, cwd=self._cwd, require_db=False,
+            lenient=True, warnings=self.warnings,
+        )
         template_path = template if template is not None else config.template_path
         return write_migration(
             config.migrations_path,
@@ -611,7 +625,9 @@ class Migrator:
         self._emit("lock:lost", owner=run.id, reason=reason)
         if self.config.on_lock_lost == "abort":
             run.cancellation.cancel(
-                LockLostError("Lost the migration lock mid-run", {"reason": reason, "aborted": True})
+                LockLostError(
+                    "Lost the migration lock mid-run", {"reason": reason, "aborted": True}
+                )
             )
 
     def _check_between(self, run: _Run) -> None:
@@ -831,13 +847,28 @@ def run_migrations(
     bounded by *stall* time: it is re-armed whenever the holder's heartbeat advances.
     """
     if on_lock_held not in ("throw", "wait"):
-        raise ConfigInvalidError("on_lock_held must be 'throw' or 'wait'", {"option": "on_lock_held"})
+        raise ConfigInvalidError(
+            "on_lock_held must be 'throw' or 'wait'", {"option": "on_lock_held"}
+        )
     for option, value in (("lock_wait_timeout_ms", lock_wait_timeout_ms),
                           ("lock_poll_interval_ms", lock_poll_interval_ms)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                   or value <= 0 or value > 2**31 - 1):
             raise ConfigInvalidError(f"{option} must be a positive integer", {"option": option})
     migrator = Migrator(config, config_path=config_path, cwd=cwd, **overrides)
+    finished = threading.Event()
+    if stop_event is not None:
+        # The stop event also stops a run between migrations (reference core §8.4), not only
+        # the wait between lock polls: forward it to Migrator.stop() while we run.
+        event = stop_event
+
+        def forward_stop() -> None:
+            while not finished.is_set():
+                if event.wait(0.05):
+                    migrator.stop("Run stopped by request")
+                    return
+
+        threading.Thread(target=forward_stop, name="migronaut-stop-event", daemon=True).start()
     try:
         if on_migrator is not None:
             on_migrator(migrator)
@@ -891,6 +922,7 @@ def run_migrations(
             attempts=attempts,
         )
     finally:
+        finished.set()
         migrator.close()
 
 

@@ -115,6 +115,10 @@ def serve(
         from mongoeco.wire import AsyncMongoEcoProxyServer, WireAuthUser
     except ImportError as error:
         raise ConfigInvalidError(f"{_INSTALL_HINT} (mongoeco is not installed)") from error
+    if not 0 <= port <= 65535:
+        raise ConfigInvalidError(
+            f"--port must be between 0 and 65535 (got {port})", {"flag": "--port"}
+        )
     if auth is not None and not (auth[0] and auth[1]):
         raise ConfigInvalidError("dev server auth needs a non-empty user and password")
     if path is not None:
@@ -294,20 +298,25 @@ def start_subprocess(
     threading.Thread(
         target=_drain, args=(process.stdout, lines), name="devserver-stdout", daemon=True
     ).start()
+    timed_out = False
     try:
         first = lines.get(timeout=timeout)
     except queue.Empty:
-        first = ""
+        first, timed_out = "", True
     server = DevServerProcess(process, "", stderr)
     uri = first.strip()
     if not uri.startswith("mongodb://"):
-        timed_out = process.poll() is None
+        if not timed_out:  # stdout ended or was not a URI: let the process finish on its own
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(5.0)
         server.stop(timeout=5.0)
-        detail = _last_line(server.read_stderr()).removeprefix("error: ") or (
-            f"no URI line within {timeout:g} s"
-            if timed_out
-            else f"it exited with code {process.returncode}"
-        )
+        if timed_out:
+            fallback = f"no URI line within {timeout:g} s"
+        elif uri:
+            fallback = f"it printed {redact(uri)!r} instead of its URI"
+        else:
+            fallback = f"it exited with code {process.returncode}"
+        detail = _last_line(server.read_stderr()).removeprefix("error: ") or fallback
         stderr.close()
         refused = not timed_out and process.returncode == EXIT_CODES[ConfigInvalidError.code]
         error_type = ConfigInvalidError if refused else ConnectionFailedError

@@ -148,6 +148,10 @@ class Changelog:
         fields = {k: v for k, v in record.items() if k != "name" and v is not None}
         fields["status"] = FAILED
         try:
+            # An applied record stays as it is. Check first: without the unique index
+            # (ensure_indexes = false) the upsert below would add a second, "failed" record.
+            if self.collection.find_one({"name": record["name"], "status": APPLIED}, {"_id": 1}):
+                return
             self.collection.update_one(
                 {"name": record["name"], "status": {"$ne": APPLIED}},
                 {"$set": fields, "$currentDate": {"failedAt": True}},

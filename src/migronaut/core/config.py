@@ -15,7 +15,6 @@ async function returning one — the only way to pass hooks, a logger, a client 
 from __future__ import annotations
 
 import difflib
-import inspect
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -239,7 +238,7 @@ def _check_value(spec: KeySpec, value: Any, *, from_text: bool) -> tuple[Any, st
             return value, None
         return value, "must be a non-empty string or false"
     if kind == "extensions":
-        ok = (
+        ok = bool(
             isinstance(value, (list, tuple))
             and value
             and all(isinstance(v, str) and v.strip() for v in value)
@@ -262,7 +261,7 @@ def _layer(
             continue
         spec = _BY_NAME.get(key)
         if spec is None:
-            hint = difflib.get_close_matches(key, list(_BY_NAME) + [_snake(key)], n=1)
+            hint = difflib.get_close_matches(key, list(_BY_NAME), n=1)
             suggestion = _snake(key) if _snake(key) in _BY_NAME else (hint[0] if hint else None)
             msg = "unknown config key" + (f" (did you mean '{suggestion}'?)" if suggestion else "")
             issues.append(Issue(f"{key} ({where})", msg))
@@ -397,16 +396,16 @@ def _read_python_config(path: Path) -> dict[str, Any]:
     exported = getattr(module, "config", None)
     if exported is None:
         raise ConfigInvalidError(
-            f"Config file {path.name} must define `config` (a mapping, or a function returning one)",
+            f"Config file {path.name} must define `config` "
+            "(a mapping, or a function returning one)",
             {"path": str(path)},
         )
     if callable(exported):
         try:
-            exported = exported()
-            if inspect.isawaitable(exported):
-                import asyncio
+            from migronaut.core._calls import call_user
 
-                exported = asyncio.run(_await(exported))
+            # call_user awaits an async factory, also when called from a running event loop
+            exported = call_user(exported)
         except MigronautError:
             raise
         except Exception as error:
@@ -421,10 +420,6 @@ def _read_python_config(path: Path) -> dict[str, Any]:
             {"path": str(path)},
         )
     return dict(exported)
-
-
-async def _await(awaitable: Any) -> Any:
-    return await awaitable
 
 
 def load_config(
@@ -473,7 +468,9 @@ def load_config(
             if not lenient:
                 raise
             if warnings is not None:
-                warnings.append(f"Could not resolve {source.name} — continuing without it ({error})")
+                warnings.append(
+                    f"Could not resolve {source.name} — continuing without it ({error})"
+                )
             raw = {}
             source = None
         if source is not None:
@@ -494,7 +491,9 @@ def load_config(
         if not config.uri and config.client is None:
             issues.append(Issue("uri", "uri is required (set --uri, MIGRONAUT_URI or uri)"))
         if not config.db_name:
-            issues.append(Issue("db_name", "db_name is required (set --db, MIGRONAUT_DB or db_name)"))
+            issues.append(
+                Issue("db_name", "db_name is required (set --db, MIGRONAUT_DB or db_name)")
+            )
     if config.generate_id is not None and not callable(config.generate_id):
         issues.append(Issue("generate_id", "must be a function"))
     if issues:

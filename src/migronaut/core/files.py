@@ -29,8 +29,8 @@ from migronaut.errors import (
 __all__ = [
     "ChecksumCache",
     "MigrationModule",
-    "checksum_bytes",
     "check_name",
+    "checksum_bytes",
     "discover",
     "load_migration",
     "load_module",
@@ -95,8 +95,7 @@ def discover(directory: Path, extensions: Sequence[str]) -> list[str]:
 
 def resolve_file(directory: Path, name: Any, *, field: str = "filename") -> Path:
     """The path of a named migration that must exist inside ``directory``."""
-    check_name(name, field=field)
-    path = (directory / name).resolve()
+    path = (directory / check_name(name, field=field)).resolve()
     if path.parent != directory.resolve():
         raise MigrationInvalidNameError(
             f"Invalid migration name — resolves outside the migrations directory: {name!r}",

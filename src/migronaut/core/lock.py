@@ -25,7 +25,7 @@ from migronaut.errors import LockAlreadyHeldError, LockReleaseFailedError, descr
 if TYPE_CHECKING:
     from pymongo.collection import Collection
 
-__all__ = ["LOCK_ID", "MigrationLock", "lock_info", "read_lock", "force_release"]
+__all__ = ["LOCK_ID", "MigrationLock", "force_release", "lock_info", "read_lock"]
 
 LOCK_ID = "migronaut_lock"
 _EPOCH = dt.datetime(1970, 1, 1)
@@ -96,7 +96,7 @@ class MigrationLock:
 
     @property
     def deadline_s(self) -> float:
-        """Renewal failures are tolerated this long after the last success, then the lock is lost."""
+        """Failed renewals are tolerated this long after the last success."""
         margin = min((self.ttl_ms // 2) // 2, 5000)
         return (self.ttl_ms - margin) / 1000
 

@@ -227,7 +227,7 @@ def build_status_rows(
         status = record.get("status")
         applied = status == "applied"
         row_status = "applied" if applied else "failed" if status == "failed" else "pending"
-        if filter == "pending" and applied or filter == "applied" and not applied:
+        if (filter == "pending" and applied) or (filter == "applied" and not applied):
             continue
         invalid = not is_valid_name(name)
         checksum_ok: bool | None = None

@@ -11,7 +11,7 @@ import json
 import re
 from pathlib import Path
 
-from migronaut._redact import MASK
+from migronaut._redact import redact
 from migronaut.errors import (
     ConfigFileExistsError,
     ConfigInvalidError,
@@ -82,7 +82,8 @@ def write_migration(
     if template_path is not None:
         if template_path.suffix != ".py":
             raise ConfigInvalidError(
-                f"Template must be a .py file: {template_path}", {"templatePath": str(template_path)}
+                f"Template must be a .py file: {template_path}",
+                {"templatePath": str(template_path)},
             )
         if not template_path.is_file():
             raise MigrationFileNotFoundError(
@@ -108,8 +109,8 @@ def write_migration(
     return path
 
 
-_TOML_TEMPLATE = """# migronaut configuration — every key can also be set as a MIGRONAUT_* environment variable
-# (which wins over this file) or a command-line flag (which wins over both).
+_TOML_TEMPLATE = """# migronaut configuration. Every key can also be set as a MIGRONAUT_*
+# environment variable (which wins over this file) or a command-line flag (which wins over both).
 
 uri = {uri}              # MIGRONAUT_URI
 db_name = {db}            # MIGRONAUT_DB
@@ -130,7 +131,7 @@ on_out_of_order = "warn"     # MIGRONAUT_ON_OUT_OF_ORDER: warn | error | allow
 # (`migronaut init --format py`).
 """
 
-_PY_TEMPLATE = '''"""migronaut configuration, as Python: the way to pass hooks, a logger or a client."""
+_PY_TEMPLATE = '''"""migronaut configuration as Python: how to pass hooks, a logger or a client."""
 
 from __future__ import annotations
 
@@ -185,7 +186,8 @@ async def config() -> dict[str, object]:
 
 
 def _mask_uri(uri: str) -> tuple[str, bool]:
-    masked = re.sub(r"(://[^:/@\s]*):[^@\s/]+@", rf"\1:{MASK}@", uri)
+    """The URI with its password and secret query parameters masked; whether anything was."""
+    masked = redact(uri)
     return masked, masked != uri
 
 
@@ -201,7 +203,9 @@ def write_config(
 ) -> tuple[Path, list[str]]:
     """Write ``migronaut.toml`` or ``migronaut_config.py``; returns the path and warnings."""
     if fmt not in ("toml", "py"):
-        raise ConfigInvalidError(f"--format must be 'toml' or 'py' (got {fmt!r})", {"option": "format"})
+        raise ConfigInvalidError(
+            f"--format must be 'toml' or 'py' (got {fmt!r})", {"option": "format"}
+        )
     if secret_provider and fmt != "py":
         raise ConfigInvalidError(
             "--secret-provider needs --format py (a TOML file cannot call code)",
@@ -211,7 +215,7 @@ def write_config(
     masked, had_secret = _mask_uri(uri or "mongodb://localhost:27017")
     if had_secret:
         warnings.append(
-            "The URI contains credentials — the password was masked in the file; "
+            "The URI contains credentials — they were masked in the file; "
             "set MIGRONAUT_URI in the environment instead"
         )
     values = {

@@ -1,0 +1,258 @@
+"""The command group: global options, the command registry, errors → envelope and exit code.
+
+Invariants:
+
+* :func:`run` returns an exit code for every outcome and never lets an exception (or click's
+  ``SystemExit``) escape: a migronaut error exits with its own ``exit_code``, a parse error or
+  any other exception with 1 (reference core §2.4), a Ctrl-C of a read-only command with 130.
+* Global options are accepted before and after the command name; the ones after win.
+* In ``--json`` mode stdout carries exactly one JSON document, errors included
+  (``{"error": {...}, "partial": [...]}``); human error lines go to stderr in every mode.
+* No traceback for an expected failure; ``--verbose`` adds the cause chain (redacted).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import click
+
+from migronaut._redact import redact
+from migronaut._version import __version__
+from migronaut.cli.output import DEBUG, Output
+from migronaut.cli.session import GLOBAL_KEYS, GlobalOptions, Session
+from migronaut.errors import MigronautError
+
+__all__ = ["build_cli", "command", "report_error", "run"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The command modules, imported when the group is built (each registers its commands).
+COMMAND_MODULES = (
+    "migronaut.cli.commands.init",
+    "migronaut.cli.commands.create",
+    "migronaut.cli.commands.migrate",
+    "migronaut.cli.commands.inspect",
+    "migronaut.cli.commands.lock",
+    "migronaut.cli.commands.dev_server",
+)
+
+_REGISTRY: list[click.Command] = []
+
+_GLOBAL_HELP = {
+    "uri": "MongoDB connection URI (overrides MIGRONAUT_URI / uri).",
+    "db": "Database name (overrides MIGRONAUT_DB / db_name).",
+    "dir": "Migrations directory (overrides MIGRONAUT_MIGRATIONS_DIR / migrations_dir).",
+    "config": "Config file to use (disables auto-discovery).",
+    "env_file": "The .env file to load (default ./.env).",
+    "no_env": "Load no .env file at all.",
+    "verbose": "Debug lines, error causes and tracebacks; no spinner.",
+    "quiet": "Errors only.",
+    "no_color": "No ANSI colours (beats every colour variable).",
+    "json": "Machine-readable output: one JSON document on stdout.",
+}
+
+
+def global_options(*, hidden: bool) -> Callable[[F], F]:
+    """Add the global flags (and ``-V/--version``) to a group or command."""
+
+    def decorate(f: F) -> F:
+        options = [
+            click.option("--uri", metavar="URI", help=_GLOBAL_HELP["uri"], hidden=hidden),
+            click.option("--db", metavar="NAME", help=_GLOBAL_HELP["db"], hidden=hidden),
+            click.option("--dir", metavar="PATH", help=_GLOBAL_HELP["dir"], hidden=hidden),
+            click.option("--config", metavar="PATH", help=_GLOBAL_HELP["config"], hidden=hidden),
+            click.option("--env-file", metavar="PATH", help=_GLOBAL_HELP["env_file"],
+                         hidden=hidden),
+            click.option("--no-env", is_flag=True, help=_GLOBAL_HELP["no_env"], hidden=hidden),
+            click.option("--verbose", is_flag=True, help=_GLOBAL_HELP["verbose"], hidden=hidden),
+            click.option("--quiet", is_flag=True, help=_GLOBAL_HELP["quiet"], hidden=hidden),
+            click.option("--no-color", is_flag=True, help=_GLOBAL_HELP["no_color"],
+                         hidden=hidden),
+            click.option("--json", is_flag=True, help=_GLOBAL_HELP["json"], hidden=hidden),
+            click.version_option(__version__, "-V", "--version", prog_name="migronaut",
+                                 message="%(prog)s %(version)s", hidden=hidden),
+        ]
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate
+
+
+def command(name: str, *, help: str, short_help: str | None = None) -> Callable[[F], click.Command]:
+    """Register a CLI command whose body is ``body(session, **own_options) -> exit code``.
+
+    The wrapper merges the global options given before and after the command name, sets up the
+    output and the log bridge, and turns any error into the error envelope and its exit code.
+    """
+
+    def decorate(body: F) -> click.Command:
+        @functools.wraps(body)
+        def callback(**kwargs: Any) -> int:
+            ctx = click.get_current_context()
+            local = GlobalOptions(**{key: kwargs.pop(key) for key in GLOBAL_KEYS})
+            before = ctx.obj if isinstance(ctx.obj, GlobalOptions) else GlobalOptions()
+            options = before.merge(local)
+            return execute(options, lambda session: int(body(session, **kwargs)))
+
+        decorated = global_options(hidden=True)(callback)
+        cmd = click.command(
+            name,
+            help=help + "\n\nThe global options (see `migronaut --help`) are accepted here too.",
+            short_help=short_help,
+        )(decorated)
+        _REGISTRY.append(cmd)
+        return cmd
+
+    return decorate
+
+
+def execute(options: GlobalOptions, body: Callable[[Session], int]) -> int:
+    """Run one command body with its output, log bridge and error handling in place."""
+    from migronaut.cli.logbridge import LogBridge
+
+    session = Session(options)
+    bridge = LogBridge(session.out)
+    bridge.attach()
+    try:
+        options.validate()
+        return body(session)
+    except MigronautError as error:
+        return report_error(session.out, error)
+    except (click.exceptions.Exit, click.ClickException):
+        raise
+    except Exception as error:
+        return report_error(session.out, error)
+    finally:
+        session.out.spinner.stop()
+        bridge.detach()
+
+
+def report_error(out: Output, error: BaseException) -> int:
+    """The error envelope (``--json``) and the ``✖`` line; returns the exit code."""
+    if isinstance(error, MigronautError):
+        if out.json_mode:
+            document: dict[str, Any] = {"error": error.to_dict()}
+            if "results" in error.context:
+                document["partial"] = error.context["results"]
+            out.json(document)
+        out.error(f"✖ {error.code}: {error.message}")
+        _debug_causes(out, error)
+        return error.exit_code
+    message = (str(error).strip() or type(error).__name__).splitlines()[0]
+    if out.json_mode:
+        out.json({"error": {"message": redact(message)}})
+    out.error(f"✖ {message}")
+    if out.enabled(DEBUG):
+        import traceback
+
+        out.detail("".join(traceback.format_exception(error)).rstrip())
+    return 1
+
+
+def _debug_causes(out: Output, error: BaseException) -> None:
+    """``--verbose``: the wrapped causes, outermost first, with their tracebacks (redacted)."""
+    if not out.enabled(DEBUG):
+        return
+    import traceback
+
+    cause = error.__cause__
+    seen: set[int] = set()
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        text = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__,
+                                                  chain=False)).rstrip()
+        out.detail(f"caused by: {text}")
+        cause = cause.__cause__
+
+
+class MigronautGroup(click.Group):
+    """The root group; treats a closed stdout while printing help as success (``| head``)."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except BrokenPipeError:
+            raise click.exceptions.Exit(0) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            raise click.exceptions.Exit(0) from None
+
+
+@functools.cache
+def build_cli() -> click.Group:
+    """The ``migronaut`` group with every registered command (built once per process)."""
+
+    @click.group(
+        cls=MigronautGroup,
+        name="migronaut",
+        context_settings={"help_option_names": ["-h", "--help"]},
+        help="MongoDB migrations with a changelog, a cluster-wide lock, checksums, rollbacks "
+        "and dry runs.",
+        epilog="Exit codes and JSON shapes: docs/cli.md.",
+    )
+    @global_options(hidden=False)
+    @click.pass_context
+    def group(ctx: click.Context, /, **kwargs: Any) -> None:
+        ctx.obj = GlobalOptions(**kwargs)
+
+    import importlib
+
+    for module in COMMAND_MODULES:
+        importlib.import_module(module)
+    for cmd in _REGISTRY:
+        group.add_command(cmd)
+    return group
+
+
+def _wants_json(args: Sequence[str]) -> bool:
+    head = list(args[: list(args).index("--")]) if "--" in args else list(args)
+    return "--json" in head
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` and run the command; returns the exit code (see the module invariants)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    group = build_cli()
+    try:
+        result = group.main(args, prog_name="migronaut", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as error:
+        return _usage(error, args, help_text=error.ctx.get_help() if error.ctx else None)
+    except click.UsageError as error:
+        return _usage(error, args)
+    except click.ClickException as error:
+        return _usage(error, args)
+    except click.Abort:
+        return 130
+    except SystemExit as exit_:  # click's own last-resort paths; never leave the process
+        code = exit_.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    return result if isinstance(result, int) else 0
+
+
+def _usage(error: click.ClickException, args: Sequence[str], help_text: str | None = None) -> int:
+    """A parse error: one line on stderr (or the JSON envelope), exit 1."""
+    out = Output(json_mode=_wants_json(args), no_color_flag="--no-color" in args)
+    message = error.format_message().strip().splitlines()[0] if error.format_message() else ""
+    if help_text is not None:
+        out.write(out.stderr, help_text)
+        message = "missing command"
+    ctx = getattr(error, "ctx", None)
+    where = ctx.command_path if isinstance(ctx, click.Context) else "migronaut"
+    if out.json_mode:
+        out.json({"error": {"message": message}})
+    out.error(f"✖ {message} (see '{where} --help')")
+    return 1

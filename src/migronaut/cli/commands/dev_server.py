@@ -1,0 +1,47 @@
+"""``migronaut dev-server``: serve a local MongoDB-compatible endpoint (mongoeco) until stopped.
+
+stdout carries exactly one line, the connection URI (password redacted), so scripts can read
+it; everything else goes to stderr. SIGINT/SIGTERM stop the server cleanly (exit 0).
+"""
+
+from __future__ import annotations
+
+import click
+
+from migronaut.cli.app import command
+from migronaut.cli.session import Session, parse_int
+from migronaut.errors import ConfigInvalidError
+
+
+@command(
+    "dev-server",
+    help="Serve a local MongoDB-compatible endpoint for development (needs the 'embedded' "
+    "extra, Python 3.13+) and print its URI. In memory unless --path. Never for production.",
+    short_help="Run a local development MongoDB.",
+)
+@click.option("--port", metavar="N", help="Port to listen on (default: a free one).")
+@click.option("--path", "data_path", metavar="FILE", help="Persist the data to this SQLite file.")
+@click.option("--auth", metavar="USER:PASS", help="Require this user and password.")
+def dev_server(session: Session, port: str | None, data_path: str | None, auth: str | None) -> int:
+    from migronaut import devserver
+
+    number = parse_int(port, "--port")
+    if number is not None and not 0 <= number <= 65535:
+        raise ConfigInvalidError(
+            f"--port must be between 0 and 65535 (got {port!r})", {"option": "--port"}
+        )
+    credentials = devserver.parse_auth(auth) if auth is not None else None
+    out = session.out
+
+    def ready(uri: str) -> None:
+        if out.json_mode:
+            out.json({"uri": uri})
+        else:
+            out.result_line(uri)
+        where = f"data in {data_path}" if data_path else "in memory"
+        out.note(f"Dev server ready ({where}) — press Ctrl-C to stop")
+
+    devserver.serve(
+        host="127.0.0.1", port=number or 0, path=data_path, auth=credentials, on_ready=ready
+    )
+    return 0

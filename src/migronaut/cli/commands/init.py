@@ -1,0 +1,49 @@
+"""``migronaut init``: write a config file into the working directory. Never connects."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from migronaut.cli.app import command
+from migronaut.cli.session import Session
+from migronaut.errors import ConfigInvalidError
+
+
+@command(
+    "init",
+    help="Write a config file (migronaut.toml, or migronaut_config.py with --format py) into "
+    "the current directory. --uri/--db/--dir prefill it; a URI password is masked.",
+    short_help="Write a config file.",
+)
+@click.option("--format", "fmt", default="toml", metavar="toml|py",
+              help="migronaut.toml (default) or migronaut_config.py.")
+@click.option("--secret-provider", is_flag=True,
+              help="A Python config that reads the URI from a secret manager (needs --format py).")
+@click.option("--force", is_flag=True, help="Overwrite an existing config file.")
+def init(session: Session, fmt: str, secret_provider: bool, force: bool) -> int:
+    options = session.options
+    if options.json:
+        raise ConfigInvalidError(
+            "init has no JSON output and does not take --json; choose the file format with "
+            "--format toml|py",
+            {"option": "json"},
+        )
+    from pathlib import Path
+
+    from migronaut.core.templates import write_config
+
+    path, warnings = write_config(
+        Path(os.getcwd()),
+        fmt=fmt,
+        secret_provider=secret_provider,
+        force=force,
+        uri=options.uri,
+        db_name=options.db,
+        migrations_dir=options.dir,
+    )
+    for warning in warnings:
+        session.out.warn(f"⚠ {warning}")
+    session.out.info(f"✔ Created  {path.name}")
+    return 0

@@ -1,0 +1,112 @@
+"""``migronaut up``, ``down`` and ``redo``: the mutating runs (graceful SIGINT/SIGTERM).
+
+Human output is the engine's own log lines (``✔ Applied …``, ``✔ Done …``); ``--json`` prints the
+``RunResult[]``. Every option is checked before connecting, and so is the ``--force`` prompt.
+"""
+
+from __future__ import annotations
+
+import click
+
+from migronaut.cli.app import command
+from migronaut.cli.commands import run_results_json
+from migronaut.cli.session import Session, parse_int
+
+_NO_LOCK_HELP = "Run without the migration lock (development only: concurrent runs are unsafe)."
+_REASON_HELP = "Why this run happens; recorded on the changelog records (≤ 512 characters)."
+
+
+@command(
+    "up",
+    help="Apply pending migrations in name order (or only FILE), under the migration lock.",
+    short_help="Apply pending migrations.",
+)
+@click.argument("file", required=False)
+@click.option("--to", metavar="FILE", help="Stop after this migration (inclusive).")
+@click.option("--step", is_flag=True, help="Give each migration its own batch number.")
+@click.option("--strict", is_flag=True,
+              help="Refuse to run when an applied file changed on disk (checksum drift).")
+@click.option("-f", "--force", is_flag=True,
+              help="Re-run FILE even when it is already applied (asks for confirmation).")
+@click.option("-y", "--yes", is_flag=True, help="Confirm --force without a prompt.")
+@click.option("--no-lock", is_flag=True, help=_NO_LOCK_HELP)
+@click.option("--reason", metavar="TEXT", help=_REASON_HELP)
+def up(
+    session: Session,
+    file: str | None,
+    to: str | None,
+    step: bool,
+    strict: bool,
+    force: bool,
+    yes: bool,
+    no_lock: bool,
+    reason: str | None,
+) -> int:
+    from migronaut.core.plan import validate_up_options
+
+    validate_up_options(file, to=to, step=step, force=force, reason=reason)
+    if force and not yes and not session.confirm(
+        f'are you sure you want to re-run "{file}"? [y/N] ', action="up --force"
+    ):
+        return session.aborted()
+    return session.run(
+        lambda migrator: migrator.up(
+            file, to=to, step=step, force=force, no_lock=no_lock,
+            strict=True if strict else None, reason=reason,
+        ),
+        to_json=run_results_json,
+        mutating=True,
+    )
+
+
+@command(
+    "down",
+    help="Revert the last batch, or FILE, the last --steps N, batch --batch N, or everything "
+    "applied after --to FILE (exclusive). The selectors are mutually exclusive.",
+    short_help="Revert migrations.",
+)
+@click.argument("file", required=False)
+@click.option("--batch", metavar="N", help="Revert batch N.")
+@click.option("--steps", metavar="N", help="Revert the last N applied migrations.")
+@click.option("--to", metavar="FILE", help="Revert everything applied after FILE (it stays).")
+@click.option("--no-lock", is_flag=True, help=_NO_LOCK_HELP)
+@click.option("--reason", metavar="TEXT", help=_REASON_HELP)
+def down(
+    session: Session,
+    file: str | None,
+    batch: str | None,
+    steps: str | None,
+    to: str | None,
+    no_lock: bool,
+    reason: str | None,
+) -> int:
+    from migronaut.core.plan import validate_down_options
+
+    batch_n, steps_n = parse_int(batch, "--batch"), parse_int(steps, "--steps")
+    validate_down_options(file, steps=steps_n, batch=batch_n, to=to, reason=reason)
+    return session.run(
+        lambda migrator: migrator.down(
+            file, steps=steps_n, batch=batch_n, to=to, no_lock=no_lock, reason=reason
+        ),
+        to_json=run_results_json,
+        mutating=True,
+    )
+
+
+@command(
+    "redo",
+    help="Revert then re-apply the newest applied migration (or FILE) under one lock.",
+    short_help="Revert and re-apply a migration.",
+)
+@click.argument("file", required=False)
+@click.option("--no-lock", is_flag=True, help=_NO_LOCK_HELP)
+@click.option("--reason", metavar="TEXT", help=_REASON_HELP)
+def redo(session: Session, file: str | None, no_lock: bool, reason: str | None) -> int:
+    from migronaut.core.plan import validate_down_options
+
+    validate_down_options(file, reason=reason)
+    return session.run(
+        lambda migrator: migrator.redo(file, no_lock=no_lock, reason=reason),
+        to_json=run_results_json,
+        mutating=True,
+    )

@@ -1,0 +1,100 @@
+"""Human renderings of command results: the status table and the lock lines.
+
+Every value that came from the database or the disk (names, hosts, users) is passed through
+:func:`~migronaut._redact.sanitize_terminal` before it reaches the terminal. rich is imported
+here, lazily, only when a table is actually drawn.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from migronaut._redact import sanitize_terminal
+from migronaut.cli.output import CYAN, DIM, GREEN, INFO, RED, YELLOW, Output
+
+if TYPE_CHECKING:
+    from migronaut.core.results import LockInfo, StatusRow
+
+__all__ = ["applied_at", "describe_holder", "status_table"]
+
+STATUS_COLUMNS = ("Migration", "Status", "Batch", "Applied At", "Duration", "Checksum")
+_STATUS_STYLE = {"applied": GREEN, "pending": YELLOW, "failed": RED}
+_SGR_NAMES = {CYAN: "cyan", DIM: "dim", GREEN: "green", RED: "red", YELLOW: "yellow"}
+
+
+def applied_at(value: dt.datetime | None) -> str:
+    """A changelog timestamp (UTC) in local time, ``YYYY-MM-DD HH:MM:SS``."""
+    if value is None:
+        return ""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _cells(row: StatusRow) -> list[tuple[str, str | None]]:
+    if row.checksum_ok is None:
+        checksum = ("—", DIM)
+    else:
+        checksum = ("ok", GREEN) if row.checksum_ok else ("MISMATCH", RED)
+    return [
+        (sanitize_terminal(row.file), None),
+        (row.status, _STATUS_STYLE.get(row.status)),
+        ("" if row.batch is None else str(row.batch), None),
+        (applied_at(row.applied_at), None),
+        ("" if row.duration is None else f"{row.duration}ms", None),
+        checksum,
+    ]
+
+
+def status_table(rows: Sequence[StatusRow], output: Output) -> None:
+    """The ``Migration | Status | Batch | Applied At | Duration | Checksum`` table."""
+    if not rows:
+        output.info("No migrations found")
+        return
+    if not output.enabled(INFO):  # --quiet hides tables
+        return
+    import io
+    import shutil
+
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    stream = output.stream_for(INFO)
+    colour = output.colour(stream)
+    table = Table(box=box.SQUARE, header_style="cyan", show_edge=True, pad_edge=True)
+    for column in STATUS_COLUMNS:
+        table.add_column(column, no_wrap=column != "Migration", overflow="fold")
+    for row in rows:
+        table.add_row(*(Text(text, style=_SGR_NAMES.get(style or "", "")) for text, style in
+                        _cells(row)))
+    width = shutil.get_terminal_size().columns if _isatty(stream) else 10_000
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer,
+        width=width,
+        color_system="standard" if colour else None,
+        force_terminal=colour,
+        no_color=not colour,
+        highlight=False,
+        markup=False,
+        emoji=False,
+        _environ={},
+    )
+    console.print(table)
+    output.block("\n".join(line.rstrip() for line in buffer.getvalue().splitlines()))
+
+
+def _isatty(stream: object) -> bool:
+    try:
+        return bool(stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def describe_holder(holder: LockInfo) -> str:
+    """``pid <pid> on <host> (<user>) since <ISO lockedAt>``, sanitised."""
+    return sanitize_terminal(holder.describe())

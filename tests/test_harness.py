@@ -1,0 +1,285 @@
+"""The harness in tests/conftest.py keeps its promises: isolation, markers, the CLI runners."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import types
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pymongo import MongoClient
+from pymongo.database import Database
+
+from conftest import CliProcess, CliResult, CliRunner, Project
+
+pytest_plugins = ["pytester"]
+
+CONFTEST = Path(__file__).with_name("conftest.py")
+INNER_INI = """
+[pytest]
+addopts = -p no:cacheprovider --strict-markers
+markers =
+    replica_set: needs a replica set
+    real_mongodb: needs a real MongoDB
+"""
+
+
+@pytest.fixture
+def inner(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A scratch pytest project using this very conftest."""
+    pytester.makeconftest(CONFTEST.read_text(encoding="utf-8"))
+    pytester.makeini(INNER_INI)
+    return pytester
+
+
+def replace_cli_main(monkeypatch: pytest.MonkeyPatch, main: Callable[..., int]) -> None:
+    """Stand ``main`` in for ``migronaut.cli.main`` (the CLI itself need not exist)."""
+    try:
+        import migronaut.cli as cli_module
+    except ImportError:
+        cli_module = types.ModuleType("migronaut.cli")
+        monkeypatch.setitem(sys.modules, "migronaut.cli", cli_module)
+    monkeypatch.setattr(cli_module, "main", main, raising=False)
+
+
+# -------------------------------------------------------------------------- database fixtures
+
+
+def test_db_is_a_fresh_database_dropped_after_the_test(
+    db: Database[dict[str, Any]], db_name: str, client: MongoClient[dict[str, Any]]
+) -> None:
+    assert db.name == db_name
+    assert db_name.startswith("t_") and len(db_name) == 14
+    assert db.list_collection_names() == []
+
+    db.books.insert_one({"title": "Dune"})
+
+    assert db_name in client.list_database_names()
+
+
+def test_databases_of_finished_tests_are_dropped(
+    inner: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    mongo_uri: str,
+    client: MongoClient[dict[str, Any]],
+) -> None:
+    monkeypatch.setenv("MIGRONAUT_TEST_URI", mongo_uri)  # the inner run reuses our server
+    inner.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("n", [1, 2])
+        def test_writes(db, db_name, n, pytestconfig):
+            db.books.insert_one({"n": n})
+            with open(pytestconfig.rootpath / "names.txt", "a") as names:
+                names.write(db_name + "\\n")
+        """
+    )
+
+    inner.runpytest().assert_outcomes(passed=2)
+
+    names = (inner.path / "names.txt").read_text().split()
+    assert len(set(names)) == 2
+    assert not set(names) & set(client.list_database_names())
+
+
+# ---------------------------------------------------------------------- isolation and markers
+
+
+def test_developer_environment_does_not_leak_into_a_test(
+    inner: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, mongo_uri: str
+) -> None:
+    monkeypatch.setenv("MIGRONAUT_TEST_URI", mongo_uri)  # the inner run reuses our server
+    monkeypatch.setenv("MIGRONAUT_LOCK_TTL", "5")
+    monkeypatch.setenv("MIGRONAUT_URI", "mongodb://developer:secret@prod.example/")
+    inner.makepyfile(
+        """
+        import os
+
+        def test_isolated(project):
+            assert "MIGRONAUT_LOCK_TTL" not in os.environ
+            assert os.environ["MIGRONAUT_URI"] == project.uri
+            assert "developer" not in project.uri
+            assert os.environ["MIGRONAUT_DB"] == project.db_name
+            env = project.env(MIGRONAUT_STRICT="true", MIGRONAUT_DB=None)
+            assert env["MIGRONAUT_URI"] == project.uri
+            assert env["MIGRONAUT_STRICT"] == "true"
+            assert "MIGRONAUT_DB" not in env and "MIGRONAUT_LOCK_TTL" not in env
+        """
+    )
+
+    inner.runpytest().assert_outcomes(passed=1)
+
+
+def test_real_mongodb_tests_skip_without_a_test_uri(
+    inner: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MIGRONAUT_TEST_URI", raising=False)
+    inner.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.real_mongodb
+        def test_needs_mongodb(db):
+            raise AssertionError("must not run")
+        """
+    )
+
+    result = inner.runpytest("-rs")
+
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*needs a real MongoDB: set MIGRONAUT_TEST_URI*"])
+
+
+def test_replica_set_tests_skip_when_hello_has_no_set_name(
+    inner: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    mongo_uri: str,
+    server_hello: dict[str, Any],
+) -> None:
+    monkeypatch.setenv("MIGRONAUT_TEST_URI", mongo_uri)
+    inner.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.replica_set
+        def test_needs_a_replica_set(db):
+            pass
+        """
+    )
+
+    result = inner.runpytest("-rs")
+
+    if server_hello.get("setName"):
+        result.assert_outcomes(passed=1)
+    else:
+        result.assert_outcomes(skipped=1)
+        result.stdout.fnmatch_lines(
+            ["*needs a replica set: the server's hello reports no setName*"]
+        )
+
+
+# ------------------------------------------------------------------------------ project, CLI
+
+
+def test_project_writes_migrations_dedented(project: Project) -> None:
+    path = project.write_migration(
+        "20240101000000_add_index",
+        """
+        def up(ctx):
+            pass
+        """,
+    )
+
+    assert path == project.migrations / "20240101000000_add_index.py"
+    assert path.read_text(encoding="utf-8") == "\ndef up(ctx):\n    pass\n"
+
+
+def test_cli_runs_main_in_the_project_with_input_env_and_capture(
+    cli: CliRunner, project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fake_main(argv: Sequence[str] | None = None) -> int:
+        print(
+            json.dumps(
+                {
+                    "argv": list(argv or []),
+                    "cwd": os.getcwd(),
+                    "stdin": sys.stdin.read(),
+                    "db": os.environ.get("MIGRONAUT_DB"),
+                    "extra": os.environ.get("EXTRA"),
+                }
+            )
+        )
+        print("a warning", file=sys.stderr)
+        return 3
+
+    replace_cli_main(monkeypatch, fake_main)
+
+    result = cli("status", "--json", input="yes\n", env={"EXTRA": "1", "MIGRONAUT_DB": None})
+
+    assert result.exit_code == 3
+    assert result.stderr == "a warning\n"
+    assert result.json == {
+        "argv": ["status", "--json"],
+        "cwd": str(project.path),
+        "stdin": "yes\n",
+        "db": None,
+        "extra": "1",
+    }
+    assert os.getcwd() != str(project.path)  # restored after the call
+    assert "EXTRA" not in os.environ
+    assert os.environ["MIGRONAUT_DB"] == project.db_name
+
+
+def test_cli_reports_a_main_that_calls_sys_exit(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def exiting_main(argv: Sequence[str] | None = None) -> int:
+        sys.exit(2)
+
+    replace_cli_main(monkeypatch, exiting_main)
+
+    with pytest.raises(AssertionError, match=r"called sys.exit\(2\)"):
+        cli("up")
+
+
+def test_cli_result_json_is_none_for_plain_text() -> None:
+    assert CliResult.of(0, "Applied 1 migration\n", "").json is None
+    assert CliResult.of(0, '{"ok": true}\n', "").json == {"ok": True}
+
+
+_ECHO = (
+    "import json, os, sys; "
+    "print(json.dumps({'argv': sys.argv[1:], 'cwd': os.getcwd(), 'stdin': sys.stdin.read(), "
+    "'uri': os.environ.get('MIGRONAUT_URI'), 'db': os.environ.get('MIGRONAUT_DB'), "
+    "'extra': os.environ.get('EXTRA')})); "
+    "sys.exit(int(os.environ.get('EXIT', '0')))"
+)
+
+
+def test_cli_process_runs_a_subprocess_in_the_project(
+    cli_process: CliProcess, project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_process, "argv", lambda *args: [sys.executable, "-c", _ECHO, *args])
+
+    result = cli_process("up", "--json", input="y\n", env={"EXTRA": "x", "EXIT": "7"})
+
+    assert result.exit_code == 7
+    assert result.json == {
+        "argv": ["up", "--json"],
+        "cwd": str(project.path),
+        "stdin": "y\n",
+        "uri": project.uri,
+        "db": project.db_name,
+        "extra": "x",
+    }
+
+
+def test_cli_process_start_returns_a_running_process(
+    cli_process: CliProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        cli_process, "argv", lambda *args: [sys.executable, "-c", "import time; time.sleep(60)"]
+    )
+
+    process = cli_process.start("background", "work")
+
+    assert process.poll() is None
+    process.kill()
+    assert cli_process.wait(process, timeout=10).exit_code == -9
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("migronaut.cli") is None, reason="migronaut.cli is not written yet"
+)
+def test_cli_and_cli_process_agree_on_version(cli: CliRunner, cli_process: CliProcess) -> None:
+    in_process = cli("--version")
+    subprocess_run = cli_process("--version")
+
+    assert in_process.exit_code == subprocess_run.exit_code == 0
+    assert in_process.stdout == subprocess_run.stdout != ""
