@@ -123,6 +123,25 @@ def test_path_in_a_missing_directory_is_refused(tmp_path: Path) -> None:
 
 
 @needs_devserver
+@pytest.mark.parametrize("kind", ["text file", "directory"])
+def test_path_that_is_not_a_sqlite_file_is_a_config_error(tmp_path: Path, kind: str) -> None:
+    target = tmp_path / "dev.db"
+    if kind == "directory":
+        target.mkdir()
+    else:
+        target.write_text("not a database\n")
+
+    process = launch("--path", str(target))
+    stdout, stderr = process.communicate(timeout=30)
+
+    assert process.returncode == 6
+    assert stdout == ""
+    assert stderr.startswith(f"error: dev server data file {str(target)!r} cannot be opened")
+    assert len(stderr.strip().splitlines()) == 1
+    assert "Traceback" not in stderr
+
+
+@needs_devserver
 def test_auth_admits_the_user_and_refuses_a_wrong_password() -> None:
     with start_subprocess(auth=("admin", "s3cr:et@1")) as server:
         assert "admin:s3cr%3Aet%401@" in server.uri

@@ -168,9 +168,7 @@ def test_wait_options_are_validated_before_connecting(project: Any, kwargs: dict
         )
 
 
-def test_a_stop_event_set_during_the_run_stops_it_between_migrations(
-    project: Any, db: Any
-) -> None:
+def test_a_stop_event_set_during_the_run_stops_it_between_migrations(project: Any, db: Any) -> None:
     """Reference §8.4: the signal stops a wait between polls *and a run between migrations*."""
     project.write_migration(
         "0001_a",

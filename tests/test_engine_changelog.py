@@ -236,12 +236,6 @@ def test_a_failed_forced_rerun_never_demotes_an_applied_record(
         assert [(r.file, r.status) for r in migrator.status()] == [("0001_a.py", "applied")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: a record first written by mark_failed (changelog.py mark_failed upsert) "
-    "never gets firstAppliedAt, because applied_update only sets it with $setOnInsert "
-    "(src/migronaut/core/changelog.py applied_update); fixing it needs a pipeline update",
-)
 def test_first_applied_at_is_set_when_a_failed_migration_is_applied_later(
     project: Any, db: Any
 ) -> None:

@@ -183,12 +183,6 @@ def test_on_error_raising_never_masks_the_original(project: Any, db: Any) -> Non
     assert rec.names[-1] == "after_all"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine deviation from reference §7.5: on_error gets the run context without the "
-    "transaction's session (api.py _execute_one calls on_error with the base ctx after "
-    "runner.execute has ended the session); fixing it means calling on_error inside the runner",
-)
 def test_on_error_gets_the_session_of_a_transactional_migration(project: Any, db: Any) -> None:
     project.write_migration("0001_txn_fail", "use_transaction = True\n" + FAILING)
     sessions: list[Any] = []

@@ -779,10 +779,11 @@ class Migrator:
             return int((time.monotonic() - started) * 1000)
 
         body = migration.up if direction == "up" else migration.down
+        sessions: list[ClientSession] = []
         try:
             outcome = execute(body, ctx, name=name, direction=direction,
                               use_transaction=use_transaction, timeout_ms=timeout_ms,
-                              record=record, batch=batch)
+                              record=record, batch=batch, sessions=sessions)
         except MigronautError as error:
             duration = outcome_ms()
             if self._progress:
@@ -795,7 +796,8 @@ class Migrator:
             run.results.append(RunResult(name, "error", duration=duration, batch=batch,
                                          error=error.message))
             try:
-                call_hook(hooks, "on_error", name, error, ctx)
+                failed_ctx = ctx.with_session(sessions[0]) if sessions else ctx
+                call_hook(hooks, "on_error", name, error, failed_ctx)
             except MigronautError as hook_error:
                 self.logger.warning("⚠ on_error hook failed for %s: %s", name, hook_error.message)
             if direction == "up" and error.context.get("phase") != "changelog-write":

@@ -111,6 +111,8 @@ def serve(
         found = ".".join(str(part) for part in sys.version_info[:2])
         raise ConfigInvalidError(f"{_INSTALL_HINT} (this is Python {found})")
     try:
+        import sqlite3
+
         from mongoeco.engines import SQLiteEngine
         from mongoeco.wire import AsyncMongoEcoProxyServer, WireAuthUser
     except ImportError as error:
@@ -145,6 +147,11 @@ def serve(
         try:
             try:
                 address = await server.start()
+            except sqlite3.Error as error:
+                raise ConfigInvalidError(
+                    f"dev server data file {path!r} cannot be opened as SQLite: {error}",
+                    {"flag": "--path", "path": path},
+                ) from error
             except OSError as error:
                 raise ConfigInvalidError(
                     f"dev server cannot listen on {host}:{port}: {error.strerror or error}",

@@ -167,24 +167,24 @@ class Changelog:
 _ACTOR_FIELDS = ("requestedBy", "reason")
 
 
-def applied_update(record: Mapping[str, Any]) -> dict[str, Any]:
-    """The update document of ``mark_applied`` (reference core §4.3)."""
-    fields = {
-        k: v
+def applied_update(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The update pipeline of ``mark_applied`` (reference core §4.3).
+
+    A pipeline, so ``firstAppliedAt`` is kept when present and set when missing — also on a
+    record that a failed attempt created — and ``appliedAt`` is server time (``$$NOW``) unless
+    the record carries a historical one (import). Every value is ``$literal``: a string starting
+    with ``$`` is data, never a field path.
+    """
+    fields: dict[str, Any] = {
+        k: {"$literal": v}
         for k, v in record.items()
         if k not in ("name", "appliedAt") and v is not None
     }
-    fields["status"] = APPLIED
-    unset = {"revertedAt": "", "failedAt": "", "error": ""}
-    for key in _ACTOR_FIELDS:
-        if record.get(key) is None:
-            unset[key] = ""
-    update: dict[str, Any] = {"$set": fields, "$unset": unset}
+    fields["status"] = {"$literal": APPLIED}
     applied_at = record.get("appliedAt")
-    if applied_at is None:
-        update["$currentDate"] = {"appliedAt": True}
-        update["$setOnInsert"] = {"firstAppliedAt": dt.datetime.now(dt.UTC)}
-    else:
-        fields["appliedAt"] = applied_at
-        update["$setOnInsert"] = {"firstAppliedAt": applied_at}
-    return update
+    fields["appliedAt"] = "$$NOW" if applied_at is None else {"$literal": applied_at}
+    first = dt.datetime.now(dt.UTC) if applied_at is None else applied_at
+    fields["firstAppliedAt"] = {"$ifNull": ["$firstAppliedAt", {"$literal": first}]}
+    unset = ["revertedAt", "failedAt", "error"]
+    unset += [key for key in _ACTOR_FIELDS if record.get(key) is None]
+    return [{"$set": fields}, {"$unset": unset}]

@@ -50,8 +50,13 @@ def execute(
     timeout_ms: int | None,
     record: Callable[[ClientSession | None], None],
     batch: int | None = None,
+    sessions: list[ClientSession] | None = None,
 ) -> Execution:
-    """Run ``body(ctx)`` and ``record(session)``; raise the typed error on any failure."""
+    """Run ``body(ctx)`` and ``record(session)``; raise the typed error on any failure.
+
+    ``sessions`` receives the transaction's session, so a failure handler can give the
+    ``on_error`` hook the same context the body had.
+    """
     outcome = Execution()
     timeout_s = timeout_ms / 1000 if timeout_ms else None
 
@@ -63,6 +68,8 @@ def execute(
 
     def run_transaction() -> None:
         with ctx.client.start_session() as session:
+            if sessions is not None:
+                sessions.append(session)
 
             def callback(s: ClientSession) -> None:
                 outcome.attempts += 1
