@@ -98,12 +98,14 @@ def serve(
     port: int = 0,
     path: str | None = None,
     auth: tuple[str, str] | None = None,
+    standalone: bool = False,
     on_ready: Callable[[str], None],
 ) -> None:
     """Serve a MongoDB-compatible endpoint until SIGINT or SIGTERM, then close it and return.
 
     ``port=0`` picks a free port; ``path`` persists the data to that SQLite file (memory
-    otherwise); ``auth`` requires SCRAM-SHA-256 with that user and password. ``on_ready`` is
+    otherwise); ``auth`` requires SCRAM-SHA-256 with that user and password; ``standalone``
+    refuses transactions exactly as a standalone ``mongod`` does (error 20). ``on_ready`` is
     called once with the connection URI (it carries the password: redact it before printing).
     Must run in the main thread, which receives the signals.
     """
@@ -141,6 +143,8 @@ def serve(
             pymongo_profile="auto-installed",  # the strict profile refuses newer pymongo
             auth_users=users,
         )
+        if standalone:
+            _refuse_transactions(server)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         installed = _install_signal_handlers(loop, stop)
@@ -166,6 +170,36 @@ def serve(
             _remove_signal_handlers(loop, installed)
 
     asyncio.run(run())
+
+
+_STANDALONE_TXN_MESSAGE: Final = (
+    "Transaction numbers are only allowed on a replica set member or mongos"
+)
+
+
+def _refuse_transactions(server: Any) -> None:
+    """Make ``server`` answer ``startTransaction`` like a standalone mongod (IllegalOperation, 20).
+
+    mongoeco runs transactions on any topology; a real standalone refuses the first command of a
+    transaction. This wraps mongoeco's command executor (an internal attribute, checked here so a
+    newer mongoeco fails loudly instead of silently accepting transactions).
+    """
+    from mongoeco.errors import OperationFailure
+
+    executor = getattr(server, "_executor", None)
+    original = getattr(executor, "execute_prepared", None)
+    if original is None:
+        raise ConfigInvalidError(
+            "--standalone is not supported by this mongoeco version", {"flag": "--standalone"}
+        )
+
+    async def execute_prepared(context: Any) -> Any:
+        body = getattr(context, "raw_body", None) or {}
+        if body.get("startTransaction"):
+            raise OperationFailure(_STANDALONE_TXN_MESSAGE, code=20)
+        return await original(context)
+
+    executor.execute_prepared = execute_prepared
 
 
 def _install_signal_handlers(
@@ -272,6 +306,7 @@ def start_subprocess(
     port: int = 0,
     path: str | None = None,
     auth: tuple[str, str] | None = None,
+    standalone: bool = False,
     timeout: float = 30.0,
 ) -> DevServerProcess:
     """Start ``python -m migronaut.devserver`` and wait (up to ``timeout`` s) for its URI line.
@@ -285,6 +320,8 @@ def start_subprocess(
     argv = [interpreter, "-m", "migronaut.devserver", "--port", str(port)]
     if path is not None:
         argv += ["--path", str(path)]
+    if standalone:
+        argv.append("--standalone")
     shown = list(argv)  # for error messages: the password masked
     if auth is not None:
         argv += ["--auth", f"{auth[0]}:{auth[1]}"]
@@ -380,6 +417,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0, help="port to bind (0: a free one)")
     parser.add_argument("--path", default=None, help="persist data to this SQLite file")
     parser.add_argument("--auth", default=None, metavar="USER:PASSWORD", help="require login")
+    parser.add_argument(
+        "--standalone", action="store_true", help="refuse transactions like a standalone mongod"
+    )
     args = parser.parse_args(argv)
 
     def announce(uri: str) -> None:
@@ -387,7 +427,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         auth = None if args.auth is None else parse_auth(args.auth)
-        serve(host=args.host, port=args.port, path=args.path, auth=auth, on_ready=announce)
+        serve(
+            host=args.host,
+            port=args.port,
+            path=args.path,
+            auth=auth,
+            standalone=args.standalone,
+            on_ready=announce,
+        )
     except MigronautError as error:
         print(f"error: {error.message}", file=sys.stderr, flush=True)
         return error.exit_code

@@ -22,7 +22,11 @@ from migronaut.errors import ConfigInvalidError
 @click.option("--port", metavar="N", help="Port to listen on (default: a free one).")
 @click.option("--path", "data_path", metavar="FILE", help="Persist the data to this SQLite file.")
 @click.option("--auth", metavar="USER:PASS", help="Require this user and password.")
-def dev_server(session: Session, port: str | None, data_path: str | None, auth: str | None) -> int:
+@click.option("--standalone", is_flag=True,
+              help="Refuse transactions like a standalone mongod (for testing).")
+def dev_server(
+    session: Session, port: str | None, data_path: str | None, auth: str | None, standalone: bool
+) -> int:
     from migronaut import devserver
 
     number = parse_int(port, "--port")
@@ -42,6 +46,11 @@ def dev_server(session: Session, port: str | None, data_path: str | None, auth: 
         out.note(f"Dev server ready ({where}) — press Ctrl-C to stop")
 
     devserver.serve(
-        host="127.0.0.1", port=number or 0, path=data_path, auth=credentials, on_ready=ready
+        host="127.0.0.1",
+        port=number or 0,
+        path=data_path,
+        auth=credentials,
+        standalone=standalone,
+        on_ready=ready,
     )
     return 0
