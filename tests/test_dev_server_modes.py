@@ -77,9 +77,13 @@ def test_a_transactional_migration_on_a_standalone_is_refused(
 def test_the_standalone_refuses_transactions_like_mongod(standalone: DevServerProcess) -> None:
     from pymongo.errors import OperationFailure
 
-    with MongoClient(standalone.uri) as client, client.start_session() as session:
-        with pytest.raises(OperationFailure) as info, session.start_transaction():
-            client.t.items.insert_one({"_id": 1}, session=session)
+    with (
+        MongoClient(standalone.uri) as client,
+        client.start_session() as session,
+        pytest.raises(OperationFailure) as info,
+        session.start_transaction(),
+    ):
+        client.t.items.insert_one({"_id": 1}, session=session)
     assert info.value.code == 20
 
 

@@ -186,9 +186,9 @@ def _refuse_transactions(server: Any) -> None:
     """
     from mongoeco.errors import OperationFailure
 
-    executor = getattr(server, "_executor", None)
+    executor: Any = getattr(server, "_executor", None)
     original = getattr(executor, "execute_prepared", None)
-    if original is None:
+    if executor is None or original is None:
         raise ConfigInvalidError(
             "--standalone is not supported by this mongoeco version", {"flag": "--standalone"}
         )
