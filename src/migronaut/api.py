@@ -39,6 +39,7 @@ from migronaut.core.runner import execute
 from migronaut.errors import (
     ChecksumMismatchError,
     ConfigInvalidError,
+    BackgroundPendingError,
     ConnectionFailedError,
     LockAlreadyHeldError,
     LockLostError,
@@ -50,6 +51,9 @@ from migronaut.observability.events import EventBus, Listener
 
 if TYPE_CHECKING:
     from pymongo import MongoClient
+
+    from migronaut.background.engine import BackgroundEngine
+    from migronaut.core.files import MigrationModule
     from pymongo.client_session import ClientSession
     from pymongo.database import Database
 
@@ -143,6 +147,7 @@ class Migrator:
         self._busy = 0
         self._latched_stop: str | None = None
         self._logger: logging.Logger | None = None
+        self._background: BackgroundEngine | None = None
         #: Problems that did not stop a command (e.g. a config file skipped by ``create``).
         self.warnings: list[str] = []
 
@@ -739,9 +744,11 @@ class Migrator:
         config = self.config
         ctx = base_ctx.for_migration(migration=name, batch=batch)
         info = {"direction": direction, "index": index, "total": total}
-        call_hook(hooks, "before_each", name, ctx, info)
         path = resolve_file(self.directory, name)
         migration = load_migration(path, reload=config.reload_migrations)
+        if direction == "up" and migration.background is None and migration.requires:
+            self._require_background_done(run, migration.name, migration.requires)
+        call_hook(hooks, "before_each", name, ctx, info)
         use_transaction = (
             migration.use_transaction if migration.use_transaction is not None
             else config.use_transaction
@@ -762,6 +769,7 @@ class Migrator:
                         "executedBy": executed_by(), "duration": outcome_ms(),
                         "runId": run.id, "description": migration.description,
                         "requestedBy": run.requested_by, "reason": run.reason,
+                        "kind": "background" if migration.background is not None else None,
                     },
                     session,
                 )
@@ -778,7 +786,10 @@ class Migrator:
         def outcome_ms() -> int:
             return int((time.monotonic() - started) * 1000)
 
-        body = migration.up if direction == "up" else migration.down
+        body = self._background_body(migration, direction, checksum) \
+            if migration.background is not None else \
+            migration.up if direction == "up" else migration.down
+        assert body is not None
         sessions: list[ClientSession] = []
         try:
             outcome = execute(body, ctx, name=name, direction=direction,
@@ -813,14 +824,83 @@ class Migrator:
             self._progress.on_stop("success")
         self._emit("migration:success", migration=name, direction=direction, batch=batch,
                    durationMs=outcome.duration_ms, attempts=outcome.attempts)
-        verb = "✔ Applied " if direction == "up" else "↩ Reverted"
+        if migration.background is not None:
+            verb = "⧗ Registered" if direction == "up" else "⧗ Reverting"
+        else:
+            verb = "✔ Applied " if direction == "up" else "↩ Reverted"
         self.logger.info("%s %s   [%dms]", verb, name, outcome.duration_ms, extra={
             "runId": run.id, "migration": name, "direction": direction, "batch": batch,
             "durationMs": outcome.duration_ms})
         run.results.append(RunResult(
             name, "applied" if direction == "up" else "reverted",
             duration=outcome.duration_ms, batch=batch))
+        if migration.background is not None and direction == "up" and \
+                self.config.background_inline:
+            self._drive_inline(run, name)
         call_hook(hooks, "after_each", name, outcome.duration_ms, ctx, info)
+
+    # -- background migrations ----------------------------------------------------------------
+    @property
+    def background(self) -> BackgroundEngine:
+        """The background engine of this database (state, coordinator, controls, views)."""
+        if self._background is None:
+            from migronaut.background.engine import BackgroundEngine
+            from migronaut.background.store import BackgroundStore
+
+            config = self.config
+            store = BackgroundStore(self.db, collection=config.background_collection,
+                                    ensure_indexes=config.ensure_indexes)
+            reserved = (config.migrations_collection, config.lock_collection,
+                        config.converge_log_collection, *store.own_collections)
+            self._background = BackgroundEngine(
+                db=self.db, store=store, directory=self.directory,
+                lock_collection=self._lock_collection(),
+                lock_ttl_ms=config.lock_ttl_seconds * 1000, logger=self.logger,
+                emit=lambda event, payload: self._emit(event, **payload),
+                reserved_collections=reserved, reload_migrations=config.reload_migrations,
+                executed_by=executed_by(),
+            )
+        return self._background
+
+    def _background_body(
+        self, migration: MigrationModule, direction: Direction, checksum: str
+    ) -> Callable[[MigrationContext], None]:
+        """The "body" of a background file under up/down: (re-)register it, touch no document."""
+        from migronaut.background.registration import Registrar
+
+        registrar = Registrar(self.background, files=self.files())
+        if direction == "up":
+            registrar.validate(migration)  # fail before any write
+        self.background.store.ready()  # indexes outside any transaction
+
+        def body(ctx: MigrationContext) -> None:
+            if direction == "up":
+                registrar.register(migration, checksum=checksum, session=ctx.session)
+            else:
+                registrar.revert(migration, checksum=checksum, session=ctx.session)
+
+        return body
+
+    def _require_background_done(self, run: _Run, name: str, requires: Sequence[str]) -> None:
+        """A contract migration refuses to run until its background requirements are done."""
+        waiting = self.background.unmet(requires, self.changelog)
+        if waiting:
+            names = ", ".join(f"{w['migration']} ({w['status']})" for w in waiting)
+            raise BackgroundPendingError(
+                f"{name} is blocked: {len(waiting)} background migration(s) not done: {names}",
+                {"migration": name, "waitsFor": waiting,
+                 "results": [r.to_dict() for r in run.results]},
+            )
+
+    def _drive_inline(self, run: _Run, name: str) -> None:
+        """``background_inline``: run the registered migration to completion under the lock."""
+        state = self.background.store.require(name)
+        for required in state.get("requires") or []:
+            if self.background.requirement_status(required, self.changelog) != "completed":
+                self._drive_inline(run, required)
+        spec = state.get("spec") or {}
+        self.background.drive(name, concurrency=int(spec.get("maxParallel", 1)),
+                              cancellation=run.cancellation, driver="inline", inline=True)
 
 
 def _replace_row(row: StatusRow, **changes: Any) -> StatusRow:

@@ -178,12 +178,14 @@ class MigrationModule:
 
     name: str
     path: Path
-    up: Callable[..., Any]
-    down: Callable[..., Any]
+    up: Callable[..., Any] | None
+    down: Callable[..., Any] | None
     description: str | None = None
     use_transaction: bool | None = None
     timeout_ms: int | None = None
     requires: tuple[str, ...] = ()
+    #: The ``background = {...}`` declaration of a background migration (instead of up/down).
+    background: Any = None
 
 
 def _describe_load_error(error: BaseException) -> str:
@@ -208,7 +210,12 @@ def load_migration(path: Path, *, reload: bool = False) -> MigrationModule:
     problems: list[str] = []
     up = getattr(module, "up", None)
     down = getattr(module, "down", None)
-    if not callable(up) or not callable(down):
+    background = getattr(module, "background", None)
+    if background is not None:
+        if up is not None or down is not None:
+            problems.append("a background migration defines `background` instead of up() and "
+                            "down(), not both (put expand steps in ordinary migrations)")
+    elif not callable(up) or not callable(down):
         missing = [n for n, f in (("up", up), ("down", down)) if not callable(f)]
         problems.append("must define up(ctx) and down(ctx) functions (missing: "
                         + ", ".join(missing) + ")")
@@ -236,12 +243,12 @@ def load_migration(path: Path, *, reload: bool = False) -> MigrationModule:
             f"Invalid migration {name}: " + "; ".join(problems),
             {"filepath": str(path), "problems": problems},
         )
-    assert callable(up) and callable(down)
     return MigrationModule(
         name=name,
         path=path,
-        up=up,
-        down=down,
+        up=up if callable(up) else None,
+        down=down if callable(down) else None,
+        background=background,
         description=description or None,
         use_transaction=use_transaction,
         timeout_ms=timeout_ms,

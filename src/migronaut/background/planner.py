@@ -1,0 +1,208 @@
+"""Cutting a background migration's documents into ``_id`` ranges (the ``'id'`` partitioner).
+
+Invariant: a range never spans two BSON type brackets (``$gt``/``$lt`` compare only within a
+bracket), and nothing depends on exactness — gaps are caught by the final count, overlaps are
+harmless because every write is guarded by the version filter. So the planner samples, rounds and
+may degrade freely. Sorting happens on the server, never in Python (mixed BSON types).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pymongo.collection import Collection
+
+__all__ = ["BRACKETS", "Plan", "bracket_of", "plan_id_ranges", "scope_filter", "target_count"]
+
+#: (name, $type aliases, splittable) in server sort order (reference background §3.2).
+BRACKETS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
+    ("minKey", ("minKey",), False),
+    ("null", ("null",), False),
+    ("number", ("int", "long", "double", "decimal"), True),
+    ("string", ("string", "symbol"), True),
+    ("object", ("object",), False),
+    ("binData", ("binData",), True),
+    ("objectId", ("objectId",), True),
+    ("bool", ("bool",), False),
+    ("date", ("date",), True),
+    ("timestamp", ("timestamp",), True),
+    ("exotic", ("regex", "dbPointer", "javascript", "javascriptWithScope"), False),
+    ("maxKey", ("maxKey",), False),
+)
+_BY_ALIAS = {alias: name for name, aliases, _ in BRACKETS for alias in aliases}
+_TYPES = {name: aliases for name, aliases, _ in BRACKETS}
+_SPLITTABLE = {name: split for name, _, split in BRACKETS}
+SAMPLE_TIMEOUT_MS = 30_000
+MAX_SAMPLE = 100_000
+
+
+@dataclass
+class Plan:
+    """A computed plan: partitions (largest first) and what the plan document records."""
+
+    partitions: list[dict[str, Any]] = field(default_factory=list)
+    method: str = "empty"
+    estimate: int = 0
+    at_least: bool = False
+    degraded: str | None = None
+
+    def meta(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"method": self.method, "estimate": self.estimate,
+                               "partitioner": "id", "epoch": None}
+        if self.at_least:
+            out["atLeast"] = True
+        if self.degraded:
+            out["degraded"] = self.degraded
+        return out
+
+
+def bracket_of(type_alias: str) -> str:
+    return _BY_ALIAS.get(type_alias, "exotic")
+
+
+def scope_filter(scope: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``_id`` condition of an ``id-range`` partition scope."""
+    condition: dict[str, Any] = {"$type": list(scope.get("types") or _TYPES[scope["bracket"]])}
+    if "gte" in scope:
+        condition["$gte"] = scope["gte"]
+    if "lt" in scope:
+        condition["$lt"] = scope["lt"]
+    return {"_id": condition}
+
+
+def target_count(spec: Mapping[str, Any]) -> int:
+    max_parallel = int(spec.get("maxParallel", 1))
+    if max_parallel == 1:
+        return 1
+    partitions = spec.get("partitions") or {}
+    over = int(partitions.get("overPartition", 4))
+    return max(1, min(over * max_parallel, int(partitions.get("maxPartitions", 256))))
+
+
+def _scope(bracket: str, gte: Any = None, lt: Any = None, *, has_gte: bool = False,
+           has_lt: bool = False) -> dict[str, Any]:
+    scope: dict[str, Any] = {"kind": "id-range", "bracket": bracket, "types": list(_TYPES[bracket])}
+    if has_gte:
+        scope["gte"] = gte
+    if has_lt:
+        scope["lt"] = lt
+    return scope
+
+
+def plan_id_ranges(
+    collection: Collection[dict[str, Any]],
+    match: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    *,
+    hint: Any = None,
+) -> Plan:
+    """Sample ``_id``s of the matching documents and cut them into ranges (reference §3.2)."""
+    from pymongo.errors import ExecutionTimeout, OperationFailure
+
+    partitions_cfg = spec.get("partitions") or {}
+    batch_size = int(spec.get("batchSize", 500))
+    min_docs = int(partitions_cfg.get("minPartitionDocs") or 4 * batch_size)
+    target = target_count(spec)
+    cap = target * min_docs
+    count_opts: dict[str, Any] = {"limit": cap}
+    if hint is not None:
+        count_opts["hint"] = hint
+    count = collection.count_documents(dict(match), **count_opts)
+    if count == 0:
+        return Plan(method="empty")
+    parts = max(1, min(target, math.ceil(count / min_docs)))
+
+    present = []
+    for name, aliases, _ in BRACKETS:
+        query = {"$and": [dict(match), {"_id": {"$type": list(aliases)}}]}
+        try:
+            found = collection.find_one(query, {"_id": 1})
+        except OperationFailure:
+            found = None  # an alias this server does not know: nothing of that type
+        if found is not None:
+            present.append(name)
+    if not present:
+        return Plan(method="empty")
+
+    large = count >= cap
+    if parts == 1:
+        share = count // len(present)
+        return Plan(
+            partitions=[
+                {"scope": _scope(b), "estimate": share + (1 if i < count % len(present) else 0)}
+                for i, b in enumerate(present)
+            ],
+            method="single" if len(present) == 1 else "brackets",
+            estimate=count,
+            at_least=large,
+        )
+
+    sample_size = int(partitions_cfg.get("sampleSize") or min(10_000, 100 * parts))
+    sample_n = min(sample_size, 100 * parts)
+    projection = {"$project": {"_id": 1, "t": {"$type": "$_id"}}}
+    if large:
+        total = max(count, collection.estimated_document_count())
+        ratio = count / total if total else 1.0
+        draw = min(MAX_SAMPLE, math.ceil(sample_n / max(ratio, 0.01)))
+        draw = max(1, min(draw, max(1, int(total * 0.049))))
+        pipeline: list[dict[str, Any]] = [
+            {"$sample": {"size": draw}}, {"$match": dict(match)}, projection, {"$sort": {"_id": 1}}
+        ]
+    else:
+        total = count
+        pipeline = [{"$match": dict(match)}, {"$sample": {"size": sample_n}}, projection,
+                    {"$sort": {"_id": 1}}]
+    try:
+        sampled = list(collection.aggregate(pipeline, maxTimeMS=SAMPLE_TIMEOUT_MS,
+                                            allowDiskUse=True))
+    except (ExecutionTimeout, OperationFailure) as error:
+        if isinstance(error, OperationFailure) and error.code not in (50, None):
+            raise
+        return Plan(
+            partitions=[{"scope": _scope(b), "estimate": 0} for b in present],
+            method="brackets",
+            estimate=count,
+            at_least=large,
+            degraded="sample-timeout",
+        )
+    estimate = count if not large else max(count, round(total * min(1.0, len(sampled) /
+                                                                         max(1, sample_n))))
+    by_bracket: dict[str, list[Any]] = {}
+    for row in sampled:
+        by_bracket.setdefault(bracket_of(row.get("t", "")), []).append(row["_id"])
+    n = max(1, len(sampled))
+    partitions: list[dict[str, Any]] = []
+    for bracket in present:
+        ids = by_bracket.get(bracket, [])
+        if not ids:
+            partitions.append({"scope": _scope(bracket), "estimate": 0})
+            continue
+        share = max(1, round(parts * len(ids) / n)) if _SPLITTABLE[bracket] else 1
+        bounds: list[Any] = []
+        cuts = [0]
+        for i in range(1, share):
+            position = (i * len(ids)) // share
+            candidate = ids[position]
+            if candidate == ids[0] or (bounds and candidate == bounds[-1]):
+                continue
+            while position > 0 and ids[position - 1] == candidate:
+                position -= 1  # equal ids are adjacent in server order: cut before the first
+            bounds.append(candidate)
+            cuts.append(position)
+        cuts.append(len(ids))
+        counts = [cuts[i + 1] - cuts[i] for i in range(len(cuts) - 1)]
+        edges = [None, *bounds, None]
+        for index in range(len(edges) - 1):
+            low, high = edges[index], edges[index + 1]
+            partitions.append({
+                "scope": _scope(bracket, low, high, has_gte=low is not None,
+                                has_lt=high is not None),
+                "estimate": round(estimate * counts[index] / n),
+            })
+    partitions.sort(key=lambda p: -p["estimate"])
+    return Plan(partitions=partitions, method="sampled", estimate=estimate, at_least=large)
+

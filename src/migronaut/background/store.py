@@ -1,0 +1,675 @@
+"""Background state and partitions in MongoDB: the only place background state lives.
+
+Invariants:
+
+* every state move is a compare-and-set on the status it comes from, appending its history
+  entry in the same pipeline update (the entry's ``from`` is the status before the update);
+* a lease *is* the slot: the unique partial indexes on ``{background, lease.slot}`` and
+  ``{background, lease.groupSlot}`` cap concurrency at ``maxParallel`` across every process, and
+  claims refuse to run when those indexes are missing;
+* every lease write (renew, checkpoint, release) is fenced by the lease token, and every
+  staleness decision is made in server time (``$$NOW``);
+* user values inside update pipelines are wrapped in ``$literal``.
+
+Field names are the Node original's (reference background §2).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from migronaut.errors import (
+    BackgroundConflictError,
+    ConfigInvalidError,
+    LockLostError,
+    NotAppliedError,
+)
+
+if TYPE_CHECKING:
+    from pymongo.client_session import ClientSession
+    from pymongo.collection import Collection
+    from pymongo.database import Database
+
+__all__ = [
+    "ACTIONS",
+    "COUNTERS",
+    "INDEXES",
+    "SCHEMA",
+    "BackgroundStore",
+    "Lease",
+    "transition",
+]
+
+SCHEMA = 2
+MAX_BAD_IDS = 1000
+DOC_ERRORS_KEPT = 20
+HISTORY_KEPT = 50
+
+OPEN_STATUSES = ("blocked", "pending", "running", "paused")
+TERMINAL = ("completed", "failed", "cancelled")
+COUNTERS = (
+    "scanned", "migrated", "skipped", "conflicts", "failed", "retried", "batches", "processed",
+    "txnRetries",
+)
+
+#: (collection suffix, name, keys, options) — the four indexes of reference background §2.2.
+INDEXES: tuple[tuple[str, str, list[tuple[str, int]], dict[str, Any]], ...] = (
+    ("", "status_registeredAt", [("status", 1), ("registeredAt", 1)], {}),
+    ("_partitions", "claim",
+     [("background", 1), ("generation", 1), ("plan", 1), ("status", 1), ("seq", 1)], {}),
+    ("_partitions", "lease_slot", [("background", 1), ("lease.slot", 1)],
+     {"unique": True, "partialFilterExpression": {"lease.slot": {"$exists": True}}}),
+    ("_partitions", "lease_group_slot", [("background", 1), ("lease.groupSlot", 1)],
+     {"unique": True, "partialFilterExpression": {"lease.groupSlot": {"$exists": True}}}),
+)
+
+# action -> (allowed from, goes to, already-done statuses) — reference background §2.5.
+_TABLE: dict[str, tuple[tuple[str, ...], str, tuple[str, ...]]] = {
+    "unblock": (("blocked",), "pending", ("pending", "running", "paused")),
+    "plan": (("pending",), "running", ("running",)),
+    "complete": (("running",), "completed", ("completed",)),
+    "fail": (("blocked", "pending", "running"), "failed", ("failed",)),
+    "pause": (("blocked", "pending", "running"), "paused", ("paused",)),
+    "resume": (("paused",), "pending", ("blocked", "pending", "running")),
+    "cancel": (("blocked", "pending", "running", "paused"), "cancelled", ("cancelled",)),
+    "retry": (("failed", "cancelled"), "pending", ("pending",)),
+    "reopen": (("completed",), "running", ("running",)),
+}
+ACTIONS = tuple(_TABLE)
+
+
+def transition(name: str, status: str, action: str) -> tuple[str, bool]:
+    """The status ``action`` leads to from ``status`` and whether it changes anything.
+
+    Already being where the action leads is not an error (``changed`` is ``False``); anything
+    else not in the table is ``BACKGROUND_CONFLICT``.
+    """
+    rule = _TABLE.get(action)
+    if rule is not None:
+        allowed, to, done = rule
+        if status in allowed:
+            return to, True
+        if status in done:
+            return status, False
+    raise BackgroundConflictError(
+        f"Cannot {action} background migration {name}: it is {status}",
+        {"migration": name, "action": action, "status": status},
+    )
+
+
+def literal(value: Any) -> dict[str, Any]:
+    return {"$literal": value}
+
+
+def history_entry(action: str, to: str | None, by: str | None, reason: str | None) -> Any:
+    entry: dict[str, Any] = {"at": "$$NOW", "action": literal(action), "from": "$status"}
+    entry["to"] = literal(to) if to is not None else "$status"
+    if by is not None:
+        entry["by"] = literal(by)
+    if reason is not None:
+        entry["reason"] = literal(reason)
+    return {
+        "$concatArrays": [
+            {"$slice": [{"$ifNull": ["$history", []]}, -(HISTORY_KEPT - 1)]},
+            [entry],
+        ]
+    }
+
+
+@dataclass
+class Lease:
+    """A held partition lease; every write through it is fenced by ``token``."""
+
+    partition_id: Any
+    slot: int
+    token: str
+    owner: str
+    ttl_ms: int
+    group_slot: str | None = None
+
+
+class BackgroundStore:
+    """State and partition collections of one database."""
+
+    def __init__(
+        self,
+        db: Database[dict[str, Any]],
+        *,
+        collection: str = "_migronaut_background",
+        ensure_indexes: bool = True,
+    ) -> None:
+        self.db = db
+        self.name = collection
+        self.states: Collection[dict[str, Any]] = db[collection]
+        self.partitions: Collection[dict[str, Any]] = db[collection + "_partitions"]
+        self.watch: Collection[dict[str, Any]] = db[collection + "_watch"]
+        self._ensure_indexes = ensure_indexes
+        self._indexes_ready = False
+
+    @property
+    def own_collections(self) -> tuple[str, ...]:
+        return (self.name, self.name + "_partitions", self.name + "_watch")
+
+    # -- indexes --------------------------------------------------------------------------
+    def ready(self) -> None:
+        """Create the four indexes (idempotent), or verify them when index creation is off."""
+        if self._indexes_ready:
+            return
+        if self._ensure_indexes:
+            from pymongo import IndexModel
+
+            by_collection: dict[str, list[IndexModel]] = {}
+            for suffix, name, keys, opts in INDEXES:
+                by_collection.setdefault(suffix, []).append(IndexModel(keys, name=name, **opts))
+            for suffix, models in by_collection.items():
+                self.db[self.name + suffix].create_indexes(models)
+        else:
+            missing = self.missing_indexes()
+            if missing:
+                raise ConfigInvalidError(
+                    "Background indexes are missing and ensure_indexes is off — refusing to run "
+                    "without the slot cap: " + "; ".join(missing),
+                    {"missing": missing},
+                )
+        self._indexes_ready = True
+
+    def missing_indexes(self) -> list[str]:
+        from pymongo.errors import OperationFailure
+
+        missing = []
+        present: dict[str, set[str]] = {}
+        for suffix, name, keys, _ in INDEXES:
+            coll = self.name + suffix
+            if coll not in present:
+                try:
+                    present[coll] = set(self.db[coll].index_information())
+                except OperationFailure:
+                    present[coll] = set()
+            if name not in present[coll]:
+                key = ", ".join(f"{k}: {v}" for k, v in keys)
+                missing.append(f"{coll}: {{{key}}} ({name})")
+        return missing
+
+    # -- state reads ----------------------------------------------------------------------
+    def get(self, name: str, projection: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+        return self.states.find_one({"_id": name}, projection)
+
+    def require(self, name: str) -> dict[str, Any]:
+        state = self.get(name)
+        if state is None:
+            raise NotAppliedError(
+                f"Background migration {name} is not registered", {"migration": name}
+            )
+        return state
+
+    def all(self, statuses: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        query: dict[str, Any] = {"status": {"$in": list(statuses)}} if statuses else {}
+        return list(self.states.find(query).sort([("registeredAt", 1), ("_id", 1)]))
+
+    # -- registration ---------------------------------------------------------------------
+    def register(
+        self,
+        name: str,
+        *,
+        status: str,
+        direction: str,
+        mode: str,
+        collection: str | None,
+        spec: Mapping[str, Any],
+        checksum: str,
+        requires: Sequence[str] = (),
+        waits_for: Sequence[str] = (),
+        description: str | None = None,
+        session: ClientSession | None = None,
+    ) -> dict[str, Any]:
+        """(Re-)register: old partitions go first, then the state is replaced, history kept.
+
+        Deleting partitions before replacing the state means a crash never leaves partitions
+        that the new registration's generation numbers could mistake for its own.
+        """
+        self.partitions.delete_many({"background": name}, session=session)
+        registration = uuid.uuid4().hex
+        fields: dict[str, Any] = {
+            "schema": SCHEMA,
+            "registration": registration,
+            "status": status,
+            "phase": "partition",
+            "direction": direction,
+            "mode": mode,
+            "collection": collection,
+            "spec": dict(spec),
+            "checksum": checksum,
+            "requires": list(requires),
+            "waitsFor": list(waits_for),
+            "description": description,
+            "pass": 0,
+            "generation": 0,
+            "rolledGeneration": 0,
+            "totals": {},
+            "badIds": [],
+            "docErrors": [],
+            "failedPartitions": 0,
+            "failures": 0,
+            "reopened": 0,
+        }
+        stage: dict[str, Any] = {k: literal(v) for k, v in fields.items()}
+        stage.update(
+            {
+                "registeredAt": "$$NOW",
+                "updatedAt": "$$NOW",
+                "history": {
+                    "$concatArrays": [
+                        {"$slice": [{"$ifNull": ["$history", []]}, -(HISTORY_KEPT - 1)]},
+                        [{"at": "$$NOW", "action": "register", "to": literal(status),
+                          "direction": literal(direction)}],
+                    ]
+                },
+                "previous": {
+                    "$cond": [
+                        {"$ifNull": ["$registration", False]},
+                        {
+                            "registration": "$registration",
+                            "status": "$status",
+                            "direction": "$direction",
+                            "pass": "$pass",
+                            "totals": "$totals",
+                            "registeredAt": "$registeredAt",
+                            "completedAt": "$completedAt",
+                        },
+                        "$$REMOVE",
+                    ]
+                },
+            }
+        )
+        unset = [
+            "plan", "startedAt", "completedAt", "failedAt", "lastProgressAt", "lastError",
+            "control", "coordinator", "round",
+        ]
+        from pymongo import ReturnDocument
+
+        state = self.states.find_one_and_update(
+            {"_id": name},
+            [{"$set": stage}, {"$unset": unset}],
+            upsert=True,
+            return_document=ReturnDocument.AFTER,
+            session=session,
+        )
+        assert state is not None
+        return state
+
+    def withdraw(self, name: str, *, registration: str) -> bool:
+        """Remove a registration that never rewrote anything (``down`` without a way back)."""
+        result = self.states.delete_one({"_id": name, "registration": registration})
+        self.partitions.delete_many({"background": name})
+        return result.deleted_count == 1
+
+    # -- status moves ---------------------------------------------------------------------
+    def move(
+        self,
+        name: str,
+        action: str,
+        *,
+        expect: Mapping[str, Any] | None = None,
+        set_fields: Mapping[str, Any] | None = None,
+        server_times: Sequence[str] = (),
+        unset: Sequence[str] = (),
+        by: str | None = None,
+        reason: str | None = None,
+        control: bool = False,
+    ) -> dict[str, Any] | None:
+        """Compare-and-set ``action``'s transition; ``None`` when the state moved meanwhile.
+
+        ``expect`` narrows the filter (e.g. a generation); ``server_times`` are fields stamped
+        with ``$$NOW``; the history entry is appended in the same update.
+        """
+        allowed, to, _ = _TABLE[action]
+        query: dict[str, Any] = {"_id": name, "status": {"$in": list(allowed)}}
+        query.update(expect or {})
+        stage: dict[str, Any] = {k: literal(v) for k, v in (set_fields or {}).items()}
+        stage.update({k: "$$NOW" for k in server_times})
+        stage["status"] = literal(to)
+        stage["updatedAt"] = "$$NOW"
+        stage["history"] = history_entry(action, to, by, reason)
+        if control:
+            stage["control"] = {
+                "action": literal(action), "at": "$$NOW",
+                **({"requestedBy": literal(by)} if by else {}),
+                **({"reason": literal(reason)} if reason else {}),
+            }
+        pipeline: list[dict[str, Any]] = [{"$set": stage}]
+        if unset:
+            pipeline.append({"$unset": list(unset)})
+        from pymongo import ReturnDocument
+
+        return self.states.find_one_and_update(
+            query, pipeline, return_document=ReturnDocument.AFTER
+        )
+
+    def update_state(
+        self,
+        name: str,
+        expect: Mapping[str, Any],
+        set_fields: Mapping[str, Any],
+        *,
+        server_times: Sequence[str] = (),
+        inc: Mapping[str, int] | None = None,
+        unset: Sequence[str] = (),
+    ) -> bool:
+        """A compare-and-set on the state that does not move its status."""
+        stage: dict[str, Any] = {k: literal(v) for k, v in set_fields.items()}
+        stage.update({k: "$$NOW" for k in server_times})
+        for key, amount in (inc or {}).items():
+            stage[key] = {"$add": [{"$ifNull": ["$" + key, 0]}, amount]}
+        stage["updatedAt"] = "$$NOW"
+        pipeline: list[dict[str, Any]] = [{"$set": stage}]
+        if unset:
+            pipeline.append({"$unset": list(unset)})
+        result = self.states.update_one({"_id": name, **expect}, pipeline)
+        return result.matched_count == 1
+
+    def control_read(self, name: str) -> dict[str, Any] | None:
+        """The per-batch control read: status, generation and plan token only."""
+        return self.states.find_one(
+            {"_id": name}, {"status": 1, "generation": 1, "plan.token": 1}
+        )
+
+    # -- partitions -----------------------------------------------------------------------
+    def insert_plan(
+        self, name: str, generation: int, token: str, partitions: Sequence[Mapping[str, Any]]
+    ) -> None:
+        docs = []
+        for seq, partition in enumerate(partitions):
+            doc = {
+                "background": name,
+                "generation": generation,
+                "plan": token,
+                "seq": seq,
+                "status": "pending",
+                "cursor": {},
+                "counters": {},
+                "badIds": [],
+                "lastDocErrors": [],
+                "claims": 0,
+                "reclaims": 0,
+                "failures": 0,
+            }
+            doc.update(partition)
+            docs.append(doc)
+        if docs:
+            self.partitions.insert_many(docs, ordered=False)
+
+    def drop_plan(self, name: str, token: str) -> None:
+        self.partitions.delete_many({"background": name, "plan": token})
+
+    def drop_foreign_plans(self, name: str, token: str) -> None:
+        """Open or superseded partitions of any plan other than the current one."""
+        self.partitions.delete_many(
+            {
+                "background": name,
+                "plan": {"$ne": token},
+                "status": {"$in": ["pending", "running", "superseded"]},
+            }
+        )
+
+    def drop_generations_below(self, name: str, generation: int) -> None:
+        self.partitions.delete_many({"background": name, "generation": {"$lt": generation}})
+
+    def count_by_status(self, name: str, generation: int, token: str) -> dict[str, int]:
+        counts = {s: 0 for s in ("pending", "running", "done", "failed", "cancelled",
+                                 "superseded")}
+        pipeline: list[dict[str, Any]] = [
+            {"$match": {"background": name, "generation": generation, "plan": token}},
+            {"$group": {"_id": "$status", "n": {"$sum": 1},
+                        "leased": {"$sum": {"$cond": [{"$ifNull": ["$lease", False]}, 1, 0]}}}},
+        ]
+        leased = 0
+        for row in self.partitions.aggregate(pipeline):
+            counts[row["_id"]] = row["n"]
+            leased += row["leased"]
+        counts["leased"] = leased
+        return counts
+
+    def list_partitions(self, name: str) -> list[dict[str, Any]]:
+        cursor = self.partitions.find({"background": name})
+        return list(cursor.sort([("generation", -1), ("seq", 1)]))
+
+    def set_open_partitions(
+        self, name: str, generation: int, status: str, *, statuses: Sequence[str] = (
+            "pending", "running")
+    ) -> int:
+        result = self.partitions.update_many(
+            {"background": name, "generation": generation, "status": {"$in": list(statuses)}},
+            {"$set": {"status": status}, "$currentDate": {"updatedAt": True}},
+        )
+        return result.modified_count
+
+    def live_leases(self, name: str, ttl_ms: int) -> int:
+        """Leases renewed within the TTL, judged in server time."""
+        return self.partitions.count_documents(
+            {
+                "background": name,
+                "lease": {"$exists": True},
+                "$expr": {"$gte": ["$lease.renewedAt", {"$subtract": ["$$NOW", ttl_ms]}]},
+            }
+        )
+
+    def reap_expired_leases(self, name: str, ttl_ms: int) -> int:
+        """Remove leases not renewed within the TTL (server time); counts a reclaim each."""
+        result = self.partitions.update_many(
+            {
+                "background": name,
+                "lease": {"$exists": True},
+                "$expr": {"$lt": ["$lease.renewedAt", {"$subtract": ["$$NOW", ttl_ms]}]},
+            },
+            [
+                {"$unset": "lease"},
+                {"$set": {"reclaims": {"$add": [{"$ifNull": ["$reclaims", 0]}, 1]},
+                          "updatedAt": "$$NOW"}},
+            ],
+        )
+        return result.modified_count
+
+    def release_all_leases(self, name: str) -> int:
+        result = self.partitions.update_many(
+            {"background": name, "lease": {"$exists": True}}, {"$unset": {"lease": ""}}
+        )
+        return result.modified_count
+
+    def occupied_slots(self, name: str) -> set[int]:
+        cursor = self.partitions.find(
+            {"background": name, "lease.slot": {"$exists": True}}, {"lease.slot": 1, "_id": 0}
+        )
+        return {doc["lease"]["slot"] for doc in cursor}
+
+    def claim(
+        self,
+        name: str,
+        *,
+        generation: int,
+        plan: str,
+        max_parallel: int,
+        ttl_ms: int,
+        owner: str,
+        rng: Any = None,
+    ) -> Lease | str:
+        """Claim a partition and a free slot in one atomic write.
+
+        Returns the :class:`Lease`, ``"exhausted"`` (no claimable partition) or ``"busy"`` (no
+        free slot, or every free slot lost to a racing claimer). Expired leases are reaped first.
+        """
+        import random
+
+        from pymongo import ReturnDocument
+        from pymongo.errors import DuplicateKeyError
+
+        self.ready()
+        self.reap_expired_leases(name, ttl_ms)
+        free = [s for s in range(max_parallel) if s not in self.occupied_slots(name)]
+        if not free:
+            return "busy"
+        start = (rng or random).randrange(len(free))
+        host, pid = socket.gethostname(), os.getpid()
+        for slot in free[start:] + free[:start]:
+            token = uuid.uuid4().hex
+            lease = {
+                "slot": literal(slot), "token": literal(token), "owner": literal(owner),
+                "host": literal(host), "pid": literal(pid), "ttlMs": literal(ttl_ms),
+                "renewedAt": "$$NOW", "claimedAt": "$$NOW",
+            }
+            try:
+                doc = self.partitions.find_one_and_update(
+                    {
+                        "background": name,
+                        "generation": generation,
+                        "plan": plan,
+                        "status": {"$in": ["pending", "running"]},
+                        "lease": {"$exists": False},
+                    },
+                    [{"$set": {
+                        "lease": lease,
+                        "status": "running",
+                        "claims": {"$add": [{"$ifNull": ["$claims", 0]}, 1]},
+                        "startedAt": {"$ifNull": ["$startedAt", "$$NOW"]},
+                        "updatedAt": "$$NOW",
+                    }}],
+                    sort=[("status", -1), ("seq", 1)],
+                    projection={"_id": 1},
+                    return_document=ReturnDocument.AFTER,
+                )
+            except DuplicateKeyError:
+                continue  # another claimer took this slot: try the next one
+            if doc is None:
+                return "exhausted"
+            return Lease(doc["_id"], slot, token, owner, ttl_ms)
+        return "busy"
+
+    def load_partition(self, lease: Lease) -> dict[str, Any] | None:
+        return self.partitions.find_one({"_id": lease.partition_id, "lease.token": lease.token})
+
+    def renew(self, lease: Lease) -> bool:
+        result = self.partitions.update_one(
+            {"_id": lease.partition_id, "lease.token": lease.token},
+            [{"$set": {"lease.renewedAt": "$$NOW"}}],
+        )
+        return result.matched_count == 1
+
+    def release(self, lease: Lease) -> None:
+        self.partitions.update_one(
+            {"_id": lease.partition_id, "lease.token": lease.token},
+            {"$unset": {"lease": ""}, "$currentDate": {"updatedAt": True}},
+        )
+
+    def checkpoint(
+        self,
+        lease: Lease,
+        *,
+        cursor: Any,
+        counters: Mapping[str, int],
+        bad_ids: Iterable[Any] = (),
+        doc_errors: Sequence[Mapping[str, Any]] = (),
+        throttle: Mapping[str, Any] | None = None,
+        done: bool = False,
+        session: ClientSession | None = None,
+    ) -> None:
+        """Record a batch: fenced by the lease token and ``status: running``.
+
+        A lane whose lease was reaped or taken gets ``LOCK_LOST`` and its progress is not
+        recorded. Progress resets the consecutive-failure count.
+        """
+        stage: dict[str, Any] = {
+            "lease.renewedAt": "$$NOW",
+            "updatedAt": "$$NOW",
+            "failures": 0,
+            "cursor": literal(cursor),
+        }
+        for key, amount in counters.items():
+            if amount:
+                stage["counters." + key] = {
+                    "$add": [{"$ifNull": ["$counters." + key, 0]}, amount]
+                }
+        bad = list(bad_ids)
+        if bad:
+            stage["badIds"] = {
+                "$slice": [{"$setUnion": [{"$ifNull": ["$badIds", []]}, literal(bad)]},
+                           MAX_BAD_IDS + 1]
+            }
+        if doc_errors:
+            stage["lastDocErrors"] = {
+                "$slice": [
+                    {"$concatArrays": [{"$ifNull": ["$lastDocErrors", []]}, literal(list(doc_errors))]},
+                    -DOC_ERRORS_KEPT,
+                ]
+            }
+        if throttle is not None:
+            stage["throttle"] = literal(dict(throttle))
+        pipeline: list[dict[str, Any]] = [{"$set": stage}]
+        if done:
+            pipeline.append({"$set": {"status": "done", "doneAt": "$$NOW"}})
+            pipeline.append({"$unset": "lease"})
+        result = self.partitions.update_one(
+            {"_id": lease.partition_id, "lease.token": lease.token, "status": "running"},
+            pipeline,
+            session=session,
+        )
+        if result.matched_count != 1:
+            raise LockLostError(
+                "Lost the partition lease: another lane holds it now",
+                {"lease": True, "partition": str(lease.partition_id)},
+            )
+
+    def fail_slice(
+        self, lease: Lease, error: str, *, max_failures: int
+    ) -> bool:
+        """Count a failed slice on the partition; ``True`` when the partition failed for good.
+
+        A lane whose lease was taken by another lane is ignored (its failure is not the
+        partition's).
+        """
+        from pymongo import ReturnDocument
+
+        doc = self.partitions.find_one_and_update(
+            {"_id": lease.partition_id, "lease.token": lease.token},
+            [
+                {"$set": {
+                    "failures": {"$add": [{"$ifNull": ["$failures", 0]}, 1]},
+                    "lastError": literal(error),
+                    "updatedAt": "$$NOW",
+                }},
+                {"$set": {"status": {"$cond": [
+                    {"$gte": ["$failures", max_failures]}, "failed", "$status"]}}},
+                {"$unset": "lease"},
+            ],
+            return_document=ReturnDocument.AFTER,
+        )
+        return bool(doc and doc.get("status") == "failed")
+
+    def fail_partition(self, lease: Lease, error: str) -> None:
+        self.partitions.update_one(
+            {"_id": lease.partition_id, "lease.token": lease.token},
+            [{"$set": {"status": "failed", "lastError": literal(error), "updatedAt": "$$NOW"}},
+             {"$unset": "lease"}],
+        )
+
+    def count_bad_ids(self, name: str, generation: int, state_bad_ids: Sequence[Any]) -> int:
+        """Distinct failed ``_id``s: the state's (earlier generations) plus this generation's."""
+        pipeline: list[dict[str, Any]] = [
+            {"$match": {"background": name, "generation": generation}},
+            {"$unwind": "$badIds"},
+            {"$group": {"_id": None, "ids": {"$addToSet": "$badIds"}}},
+        ]
+        ids: list[Any] = []
+        for row in self.partitions.aggregate(pipeline):
+            ids = row["ids"]
+        seen = {_canonical(i) for i in state_bad_ids}
+        seen.update(_canonical(i) for i in ids)
+        return len(seen)
+
+
+def _canonical(value: Any) -> str:
+    """A type-tagged key, so a string never stands in for an ObjectId with the same hex."""
+    return f"{type(value).__name__}:{value!r}"
