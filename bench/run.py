@@ -303,7 +303,8 @@ def cell_error(result: dict[str, Any] | None, cannot: str | None = None) -> str 
     if result is None:
         return "not run"
     if "error" in result:
-        return f"failed: {result['error']}"
+        error = str(result["error"])
+        return error if error.startswith("skipped") else f"failed: {error}"
     return None
 
 

@@ -1,7 +1,5 @@
 """``python -m migronaut`` — the same CLI as the ``migronaut`` console script."""
 
-import sys
+from migronaut.cli import entry
 
-from migronaut.cli import main
-
-sys.exit(main())
+entry()

@@ -37,9 +37,9 @@ from migronaut.core.plan import (
 from migronaut.core.results import LockInfo, MigrationSummary, RunResult, StatusRow
 from migronaut.core.runner import execute
 from migronaut.errors import (
+    BackgroundPendingError,
     ChecksumMismatchError,
     ConfigInvalidError,
-    BackgroundPendingError,
     ConnectionFailedError,
     LockAlreadyHeldError,
     LockLostError,
@@ -51,11 +51,11 @@ from migronaut.observability.events import EventBus, Listener
 
 if TYPE_CHECKING:
     from pymongo import MongoClient
+    from pymongo.client_session import ClientSession
+    from pymongo.database import Database
 
     from migronaut.background.engine import BackgroundEngine
     from migronaut.core.files import MigrationModule
-    from pymongo.client_session import ClientSession
-    from pymongo.database import Database
 
 __all__ = [
     "Migrator",
@@ -148,6 +148,7 @@ class Migrator:
         self._latched_stop: str | None = None
         self._logger: logging.Logger | None = None
         self._background: BackgroundEngine | None = None
+        self._directory: Path | None = None
         #: Problems that did not stop a command (e.g. a config file skipped by ``create``).
         self.warnings: list[str] = []
 
@@ -258,7 +259,9 @@ class Migrator:
 
     @property
     def directory(self) -> Path:
-        return self.config.migrations_path
+        if self._directory is None:
+            self._directory = self.config.migrations_path  # resolved once: hot in status/up
+        return self._directory
 
     def files(self) -> list[str]:
         return discover(self.directory, self.config.file_extensions)
@@ -384,21 +387,45 @@ class Migrator:
         return value
 
     # -- file commands (no connection) --------------------------------------------------------
-    def create(self, name: str, *, template: str | os.PathLike[str] | None = None) -> Path:
-        """Write a new migration file from the built-in or a custom template."""
+    def create(
+        self,
+        name: str,
+        *,
+        template: str | os.PathLike[str] | None = None,
+        background: bool = False,
+    ) -> Path:
+        """Write a new migration file from the built-in or a custom template.
+
+        ``background=True`` writes the background-migration skeleton instead (its placeholder
+        collection makes ``up`` refuse it until it is filled in); it cannot be combined with
+        ``template`` (``CONFIG_INVALID``). A configured ``template_path`` does not apply to it.
+        """
         from migronaut.core.templates import write_migration
 
+        if background and template is not None:
+            raise ConfigInvalidError(
+                "--background cannot be combined with --template: the background skeleton is "
+                "its own template",
+                {"options": ["--background", "--template"]},
+            )
         config = self._config or load_config(
             self._flags, config_path=self._config_path, cwd=self._cwd, require_db=False,
             lenient=True, warnings=self.warnings,
         )
+        skeleton: str | None = None
+        if background:
+            from migronaut.background.spec import SKELETON
+
+            skeleton = SKELETON
         template_path = template if template is not None else config.template_path
         return write_migration(
             config.migrations_path,
             name,
             extensions=config.file_extensions,
             sequential=config.sequential,
-            template_path=Path(config.cwd, template_path) if template_path else None,
+            template_path=Path(config.cwd, template_path) if template_path and not background
+            else None,
+            template=skeleton,
         )
 
     # -- mutating commands --------------------------------------------------------------------

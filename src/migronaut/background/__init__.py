@@ -1,1 +1,2 @@
-"""Background migrations: long data rewrites in _id ranges worked by lanes under leases kept in MongoDB."""
+"""Background migrations: long data rewrites in ``_id`` ranges, worked by lanes under leases
+kept in MongoDB."""

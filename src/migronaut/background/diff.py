@@ -1,7 +1,11 @@
 """The stamped diff: turn (stored document → transform result) into a minimal, guarded update.
 
-Reference background §1.5–§1.6. This runs once per document in the lanes' hot path, so it makes no
-copies, no ``deepcopy`` and dispatches on ``type()`` before anything slower.
+Reference background §1.5–§1.6. This runs once per document in the lanes' hot path: it makes no
+copies, checks identity first (an untouched value is the very object that was read when the
+transform got its input from :func:`copy_document`), dispatches on ``type()`` before anything
+slower, and validates a key name only when it is about to be written (then caches it).
+Hand transforms a :func:`copy_document` copy, not a ``copy.deepcopy`` one: it shares immutable
+leaves, which is both far cheaper to make and what lets the diff skip untouched fields by identity.
 
 Rules (and the decisions taken where the reference is silent):
 
@@ -24,9 +28,11 @@ Rules (and the decisions taken where the reference is silent):
   is already null: an untouched null is left alone rather than removed.
 * The version and revision fields in the result are ignored; the version is ``$set`` to the
   target (``$unset`` when the target is 0) and the revision ``$inc``-ed by 1 when revisions are on.
-* Shape problems (result not a document; ``_id`` missing or changed; a top-level key that is not a
-  string, empty, starts with ``$``, contains ``.`` or NUL) are returned as a
-  :class:`DocumentProblem` with reason ``'shape'``. A missing ``_id`` counts as a shape problem:
+* Shape problems (result not a document; ``_id`` missing or changed; a top-level key *to be
+  written* that is not a string, empty, starts with ``$``, contains ``.`` or NUL) are returned as
+  a :class:`DocumentProblem` with reason ``'shape'``. A legacy stored key with a dot that the
+  result keeps unchanged is not written, so it is not a problem; dropping it is (``$unset`` of
+  ``a.b`` would address a nested path). A missing ``_id`` counts as a shape problem:
   it is what returning a sub-document by mistake looks like, and applying it would unset every
   other field. Messages never quote document values, ids, or the offending key (keys can be data,
   e.g. e-mail addresses used as map keys).
@@ -34,18 +40,26 @@ Rules (and the decisions taken where the reference is silent):
 
 from __future__ import annotations
 
+import copy
+import datetime as dt
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
+from bson.binary import Binary
+from bson.decimal128 import Decimal128
 from bson.int64 import Int64
+from bson.objectid import ObjectId
+from bson.regex import Regex
+from bson.timestamp import Timestamp
 
 __all__ = [
     "DocumentProblem",
     "Update",
     "apply_update_locally",
     "bson_equal",
+    "copy_document",
     "guard_filter",
     "stamped_diff",
 ]
@@ -56,6 +70,10 @@ Update: TypeAlias = dict[str, Any]
 _MISSING: Final = object()
 _INT32_MIN: Final = -(2**31)
 _INT32_MAX: Final = 2**31 - 1
+#: Types whose ``==`` already is BSON equality (same type on both sides).
+_SCALARS: Final = frozenset(
+    (str, int, bool, Int64, Decimal128, ObjectId, dt.datetime, bytes, Binary, Regex, Timestamp)
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,26 +98,42 @@ def bson_equal(a: Any, b: Any) -> bool:
     ta = type(a)
     if ta is not type(b):
         return _cross_type_equal(a, b)
-    if ta is str or ta is int:
-        return bool(a == b)
+    # containers inline: a call per level costs more than the loop on small documents
     if ta is dict:
-        return _documents_equal(a, b)
-    if ta is list or ta is tuple:
-        return _arrays_equal(a, b)
+        if len(a) != len(b) or list(a) != list(b):  # same keys in the same order
+            return False
+        for va, vb in zip(a.values(), b.values(), strict=False):
+            if va is not vb and not bson_equal(va, vb):
+                return False
+        return True
+    if ta is list:
+        if len(a) != len(b):
+            return False
+        for va, vb in zip(a, b, strict=False):
+            if va is not vb and not bson_equal(va, vb):
+                return False
+        return True
     if ta is float:
         if a == b:
-            return bool(a != 0.0 or math.copysign(1.0, a) == math.copysign(1.0, b))
-        return bool(a != a and b != b)  # NaN
+            return a != 0.0 or math.copysign(1.0, a) == math.copysign(1.0, b)
+        nan: bool = a != a and b != b
+        return nan
+    if ta in _SCALARS:
+        same: bool = a == b
+        return same
+    if ta is tuple:
+        return _arrays_equal(a, b)
     if isinstance(a, Mapping):
         return _documents_equal(a, b)
-    return bool(a == b)
+    same = a == b
+    return same
 
 
 def _documents_equal(a: Mapping[Any, Any], b: Mapping[Any, Any]) -> bool:
-    if len(a) != len(b):
+    if len(a) != len(b) or list(a) != list(b):
         return False
-    for (ka, va), (kb, vb) in zip(a.items(), b.items(), strict=False):
-        if ka != kb or (va is not vb and not bson_equal(va, vb)):
+    for va, vb in zip(a.values(), b.values(), strict=False):
+        if va is not vb and not bson_equal(va, vb):
             return False
     return True
 
@@ -117,7 +151,8 @@ def _cross_type_equal(a: Any, b: Any) -> bool:
     ta, tb = type(a), type(b)
     if (ta is int and tb is Int64) or (ta is Int64 and tb is int):
         # a Python int outside int32 encodes as int64, exactly like Int64
-        return bool(a == b) and not (_INT32_MIN <= a <= _INT32_MAX)
+        same: bool = a == b
+        return same and not (_INT32_MIN <= a <= _INT32_MAX)
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         return _documents_equal(a, b)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
@@ -125,7 +160,94 @@ def _cross_type_equal(a: Any, b: Any) -> bool:
     return False
 
 
+# ------------------------------------------------------------------------------------ copy
+
+#: Leaf types that cannot be changed in place: a copy may share them with the original.
+_IMMUTABLE: Final = frozenset(
+    (
+        str,
+        int,
+        float,
+        bool,
+        type(None),
+        Int64,
+        Decimal128,
+        ObjectId,
+        dt.datetime,
+        bytes,
+        Binary,
+        Timestamp,
+    )
+)
+
+
+def copy_document(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``doc`` safe to hand to a transform, much cheaper than ``copy.deepcopy``.
+
+    Documents and arrays are copied (as ``dict``/``list``); immutable leaves (str, numbers,
+    ObjectId, datetime, bytes, ...) are shared, which also lets :func:`stamped_diff` recognise
+    untouched values by identity. Any other leaf (``Regex``, ``DBRef``, ...) is deep-copied.
+    """
+    immutable = _IMMUTABLE
+    return {
+        key: value if type(value) in immutable else _copy_value(value) for key, value in doc.items()
+    }
+
+
+def _copy_value(value: Any) -> Any:
+    immutable = _IMMUTABLE
+    kind = type(value)
+    if kind is dict or isinstance(value, Mapping):
+        return {
+            key: item if type(item) in immutable else _copy_value(item)
+            for key, item in value.items()
+        }
+    if kind is list or kind is tuple:
+        return [item if type(item) in immutable else _copy_value(item) for item in value]
+    return copy.deepcopy(value)
+
+
 # ------------------------------------------------------------------------------------ diff
+
+
+# Key classification, cached per (version field, revision field): top-level key names are schema,
+# so a handful of names repeat for every document; the cache turns five checks into one lookup.
+_FIELD: Final = "field"
+_ID: Final = "id"
+_STAMPED: Final = "stamped"
+_KEY_CACHE_LIMIT: Final = 4096
+_key_cache: dict[tuple[str, str | None], dict[Any, str]] = {}
+
+
+def _key_kinds(version_field: str, revision_field: str | None) -> dict[Any, str]:
+    kinds = _key_cache.get((version_field, revision_field))
+    if kinds is None:
+        kinds = {"_id": _ID, version_field: _STAMPED}
+        if revision_field is not None:
+            kinds[revision_field] = _STAMPED
+        _key_cache[(version_field, revision_field)] = kinds
+    return kinds
+
+
+def _classify(key: Any, kinds: dict[Any, str]) -> str | DocumentProblem:
+    """The kind of a key not seen before, or why it cannot be written (not cached).
+
+    Only keys that are written go through this: an untouched stored field is never checked, so a
+    legacy document holding, say, a dotted key can still be migrated as long as it keeps it.
+    """
+    if type(key) is not str:
+        return _shape(f"a top-level key is a {type(key).__name__}, not a string")
+    if not key:
+        return _shape("a top-level key is empty")
+    if key[0] == "$":
+        return _shape("a top-level key starts with '$'")
+    if "." in key:
+        return _shape("a top-level key contains '.' (nest documents instead)")
+    if "\x00" in key:
+        return _shape("a top-level key contains NUL")
+    if len(kinds) < _KEY_CACHE_LIMIT:
+        kinds[key] = _FIELD
+    return _FIELD
 
 
 def stamped_diff(
@@ -146,51 +268,44 @@ def stamped_diff(
     sets: dict[str, Any] = {}
     unsets: dict[str, Any] = {}
     get = stored.get
-    present = 0  # result keys (other than _id/version/revision) that also exist in stored
-    saw_id = False
+    kinds = _key_kinds(version_field, revision_field)
+    present = 0  # result keys that also exist in stored
     for key, value in result.items():
-        if key == "_id":
-            saw_id = True
-            old_id = get("_id", _MISSING)
-            if old_id is not _MISSING and not bson_equal(old_id, value):
+        old = get(key, _MISSING)
+        if old is value:  # untouched (shared immutable leaf or the same object): not written
+            present += 1
+            continue
+        kind = kinds.get(key)
+        if kind is None:
+            classified = _classify(key, kinds)
+            if isinstance(classified, DocumentProblem):
+                return classified
+            kind = classified
+        if old is not _MISSING:
+            present += 1
+        if kind is not _FIELD:
+            if kind is _ID and old is not _MISSING and not bson_equal(old, value):
                 return _shape("the transform changed _id (a document keeps its _id)")
             continue
-        if key == version_field or key == revision_field:  # noqa: SIM109 - no tuple per key
-            continue
-        if type(key) is not str:
-            return _shape(f"a top-level key is a {type(key).__name__}, not a string")
-        if not key:
-            return _shape("a top-level key is empty")
-        if key[0] == "$":
-            return _shape("a top-level key starts with '$'")
-        if "." in key:
-            return _shape("a top-level key contains '.' (nest documents instead)")
-        if "\x00" in key:
-            return _shape("a top-level key contains NUL")
-        old = get(key, _MISSING)
-        if old is _MISSING:
-            if value is not None:
-                sets[key] = value
-            continue
-        present += 1
         if value is None:
-            if old is not None:
+            if old is not _MISSING and old is not None:
                 unsets[key] = ""
-        elif old is not value and not bson_equal(old, value):
+        elif old is _MISSING or not bson_equal(old, value):
             sets[key] = value
-    if not saw_id and "_id" in stored:
-        return _shape("the transform's result has no _id — return the whole document")
-
-    # keys the result dropped; skipped when every stored key was seen in the result
-    specials = ("_id" in stored) + (version_field in stored) + (
-        revision_field is not None and revision_field in stored
-    )
-    if present != len(stored) - specials:
+    if present != len(stored):
+        # keys the result dropped (skipped when every stored key is still in the result)
+        if "_id" in stored and "_id" not in result:
+            return _shape("the transform's result has no _id — return the whole document")
         for key in stored:
-            if key not in result and key != "_id" and key != version_field and (
-                key != revision_field
-            ):
-                unsets[key] = ""
+            if key not in result:
+                kind = kinds.get(key)
+                if kind is None:
+                    classified = _classify(key, kinds)
+                    if isinstance(classified, DocumentProblem):
+                        return classified
+                    kind = classified
+                if kind is _FIELD:
+                    unsets[key] = ""
 
     if target_version == 0:
         unsets[version_field] = ""

@@ -48,6 +48,8 @@ if TYPE_CHECKING:
     from pymongo.collection import Collection
     from pymongo.database import Database
 
+    from migronaut.background.watch import Watcher
+
 __all__ = ["Answer", "BackgroundEngine", "ControlResult"]
 
 Emit = Callable[[str, dict[str, Any]], None]
@@ -558,7 +560,8 @@ class BackgroundEngine:
 
     def repin(self, name: str, *, requested_by: str | None = None,
               reason: str | None = None, changelog: Any = None) -> ControlResult:
-        """Adopt the file as it is now: store its checksum and spec; replan when matching changes."""
+        """Adopt the file as it is now: store its checksum and spec; replan when matching
+        changes."""
         state = self.store.require(name)
         job = load_job(self.directory, name, reserved_collections=self.reserved,
                        reload=True, strict_checksum=False)
@@ -696,6 +699,31 @@ class BackgroundEngine:
             })
         return out
 
+    # -- dry runs -------------------------------------------------------------------------
+    def dry_run(
+        self,
+        name: str,
+        *,
+        sample: int | None = None,
+        first: int | None = None,
+        validate: bool = False,
+        direction: str = "forward",
+        steps: int | None = None,
+        max_documents: int = 20,
+        from_start: bool = False,
+        deadline_ms: int = 50_000,
+    ) -> dict[str, Any]:
+        """Preview ``name`` (registered or not) without writing anything (reference §6.7).
+
+        See :func:`migronaut.background.dryrun.dry_run` for the report and the errors, and
+        :func:`migronaut.background.dryrun.exit_code` for the CLI exit code of a report.
+        """
+        from migronaut.background.dryrun import dry_run
+
+        return dry_run(self, name, sample=sample, first=first, validate=validate,
+                       direction=direction, steps=steps, max_documents=max_documents,
+                       from_start=from_start, deadline_ms=deadline_ms)
+
     # -- driving --------------------------------------------------------------------------
     def drive(
         self,
@@ -707,8 +735,13 @@ class BackgroundEngine:
         driver: str = "local",
         slice_ms: int | None = None,
         inline: bool = False,
+        raise_if_busy: bool = False,
     ) -> dict[str, Any]:
-        """Coordinate and run lanes until the migration settles (reference §6.1 runBackground)."""
+        """Coordinate and run lanes until the migration settles (reference §6.1 runBackground).
+
+        ``raise_if_busy`` (``run --once``): another process holding the coordinator lock is
+        ``LOCK_ALREADY_HELD`` instead of a wait.
+        """
         from migronaut.background.lanes import run_slice
 
         cancel = cancellation or Cancellation()
@@ -730,6 +763,12 @@ class BackgroundEngine:
                 if not until_done:
                     break
                 continue
+            if raise_if_busy and answer.next == "busy":
+                raise LockAlreadyHeldError(
+                    f"Another process is coordinating background migration {name} — try again "
+                    "later",
+                    {"migration": name, "retryAfterMs": answer.retry_after_ms},
+                )
             if inline and answer.reason == "checksum":
                 raise ChecksumMismatchError(answer.error or f"{name} changed on disk",
                                             {"name": name})
@@ -785,6 +824,36 @@ class BackgroundEngine:
             thread.join()
         if fatal:
             raise fatal[0]
+
+    # -- drift ----------------------------------------------------------------------------
+    def verify(
+        self,
+        *,
+        on_drift: str | None = None,
+        collections: Sequence[str] | None = None,
+        drift_mode: str | None = None,
+    ) -> dict[str, Any]:
+        """Poll for old-shape documents after completion (reference §3.7): ``{checked, skipped,
+        drift: [{migration, collection, action}]}``. ``on_drift`` defaults to ``'reopen'`` and
+        ``drift_mode`` (the config's ``background_drift``) to ``'poll'`` — pass the config's.
+        See :func:`migronaut.background.drift.verify`."""
+        from migronaut.background.drift import verify
+
+        return verify(self, on_drift=on_drift, collections=collections, drift_mode=drift_mode)
+
+    def watch(self, **options: Any) -> Watcher:
+        """Start the live drift watcher (reference §6.8) and return its handle; a standalone
+        server is refused with ``CONFIG_INVALID`` first. See
+        :class:`migronaut.background.watch.Watcher` for the options."""
+        from migronaut.background.watch import Watcher
+
+        return Watcher(self, **options).start()
+
+    def watch_status(self, collection: str | None = None) -> list[dict[str, Any]]:
+        """The stored watch rows (never the resume token)."""
+        from migronaut.background.watch import watch_status
+
+        return watch_status(self, collection)
 
 
 _FATAL = frozenset({

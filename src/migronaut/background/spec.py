@@ -230,9 +230,7 @@ class _Issues:
     def add(self, path: str, message: str) -> None:
         self.items.append({"path": path, "message": message})
 
-    def integer(
-        self, path: str, value: Any, low: int, high: int | None, default: int
-    ) -> int:
+    def integer(self, path: str, value: Any, low: int, high: int | None, default: int) -> int:
         """``value`` when it is an integer in ``low..high`` (inclusive), else an issue + default."""
         if _is_int(value) and low <= value <= (MAX_SAFE_INTEGER if high is None else high):
             return int(value)
@@ -266,15 +264,19 @@ def _suggest(key: Any, known: Collection[str]) -> str:
 
 
 def _filter_problem(value: Any, loc: str, depth: int) -> str | None:
-    """Why ``value`` cannot travel in a query (or run safely there), or ``None``; also copies."""
+    """Why ``value`` cannot travel in a query (or run safely there), or ``None``.
+
+    ``loc`` names where, for the message (``$or[0].a``); filter values are the author's query,
+    not document data, so they may be named.
+    """
     if depth > _MAX_FILTER_DEPTH:
         return f"is nested too deeply (more than {_MAX_FILTER_DEPTH} levels, at {loc})"
     if isinstance(value, Mapping):
         for key, item in value.items():
             if not isinstance(key, str):
-                return f"has a key that is not a string ({_show(key)} at {loc})"
+                return f"has a key that is not a string ({_show(key)} at {loc or 'the top'})"
             if "\x00" in key:
-                return f"has a key containing NUL (at {loc})"
+                return f"has a key containing NUL (at {loc or 'the top'})"
             here = f"{loc}.{key}" if loc else key
             if key in _SERVER_JS_OPERATORS:
                 return f"must not run server-side JavaScript ({key} at {here})"
@@ -564,9 +566,7 @@ def _resolve_declarative(
             "must be 'version-only': the collection's versioning declares no revision field",
         )
     if revision_field is not None and revision_field == field:
-        issues.add(
-            "background.revision_field", f"must differ from the version field '{field}'"
-        )
+        issues.add("background.revision_field", f"must differ from the version field '{field}'")
 
     if versioning is not None and end is not None:
         current = versioning.get("current")
@@ -798,9 +798,7 @@ def _resolve_partitions(
     }
 
 
-def _resolve_adaptive(
-    declared: Mapping[str, Any], batch_size: int, issues: _Issues
-) -> Any:
+def _resolve_adaptive(declared: Mapping[str, Any], batch_size: int, issues: _Issues) -> Any:
     value: Any = declared.get("adaptive", True)
     if value is False:
         return False
@@ -895,8 +893,13 @@ def match_hash(spec: Mapping[str, Any], direction: str) -> str:
 # literals keep their order. Numbers are compared by value (5, Int64(5) and 5.0 match the same
 # documents); regexes by pattern and options (re.compile and a stored bson Regex agree).
 
-_REGEX_FLAGS: Final = ((re.IGNORECASE, "i"), (re.LOCALE, "l"), (re.MULTILINE, "m"),
-                       (re.DOTALL, "s"), (re.VERBOSE, "x"))
+_REGEX_FLAGS: Final = (
+    (re.IGNORECASE, "i"),
+    (re.LOCALE, "l"),
+    (re.MULTILINE, "m"),
+    (re.DOTALL, "s"),
+    (re.VERBOSE, "x"),
+)
 
 
 def _canon_query(query: Any) -> Any:

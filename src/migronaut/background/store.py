@@ -601,7 +601,9 @@ class BackgroundStore:
         if doc_errors:
             stage["lastDocErrors"] = {
                 "$slice": [
-                    {"$concatArrays": [{"$ifNull": ["$lastDocErrors", []]}, literal(list(doc_errors))]},
+                    {"$concatArrays": [
+                        {"$ifNull": ["$lastDocErrors", []]}, literal(list(doc_errors))
+                    ]},
                     -DOC_ERRORS_KEPT,
                 ]
             }

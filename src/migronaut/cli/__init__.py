@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-__all__ = ["main"]
+__all__ = ["entry", "main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -29,3 +29,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     from migronaut.cli.app import run
 
     return run(args)
+
+
+def entry() -> None:
+    """The console script and ``python -m migronaut``: :func:`main`, then a prompt exit.
+
+    Every client is closed by then; pymongo's exit hook would still wait up to half a second for
+    its monitor threads to notice, on every command that connected. Those are daemon threads of
+    closed clients, so the process skips that wait (nothing else registered at exit is skipped).
+    """
+    code = main()
+    monitor = sys.modules.get("pymongo.synchronous.monitor")
+    shutdown = getattr(monitor, "_shutdown_resources", None)
+    if shutdown is not None:
+        import atexit
+
+        atexit.unregister(shutdown)
+    sys.exit(code)

@@ -26,7 +26,7 @@ from migronaut.cli.output import DEBUG, Output
 from migronaut.cli.session import GLOBAL_KEYS, GlobalOptions, Session
 from migronaut.errors import MigronautError
 
-__all__ = ["build_cli", "command", "report_error", "run"]
+__all__ = ["build_cli", "command", "group", "report_error", "run"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -37,6 +37,7 @@ COMMAND_MODULES = (
     "migronaut.cli.commands.migrate",
     "migronaut.cli.commands.inspect",
     "migronaut.cli.commands.lock",
+    "migronaut.cli.commands.background",
     "migronaut.cli.commands.dev_server",
 )
 
@@ -83,11 +84,14 @@ def global_options(*, hidden: bool) -> Callable[[F], F]:
     return decorate
 
 
-def command(name: str, *, help: str, short_help: str | None = None) -> Callable[[F], click.Command]:
+def command(
+    name: str, *, help: str, short_help: str | None = None, parent: click.Group | None = None
+) -> Callable[[F], click.Command]:
     """Register a CLI command whose body is ``body(session, **own_options) -> exit code``.
 
     The wrapper merges the global options given before and after the command name, sets up the
     output and the log bridge, and turns any error into the error envelope and its exit code.
+    With ``parent`` (a :func:`group`), the command is one of that group's subcommands.
     """
 
     def decorate(body: F) -> click.Command:
@@ -105,10 +109,31 @@ def command(name: str, *, help: str, short_help: str | None = None) -> Callable[
             help=help + "\n\nThe global options (see `migronaut --help`) are accepted here too.",
             short_help=short_help,
         )(decorated)
-        _REGISTRY.append(cmd)
+        if parent is not None:
+            parent.add_command(cmd)
+        else:
+            _REGISTRY.append(cmd)
         return cmd
 
     return decorate
+
+
+def group(name: str, *, help: str, short_help: str | None = None) -> click.Group:
+    """Register a command group (``migronaut <name> <subcommand>``); add subcommands with
+    ``@command(..., parent=the_group)``. The global options are accepted on the group too."""
+
+    @click.pass_context
+    def callback(ctx: click.Context, /, **kwargs: Any) -> None:
+        before = ctx.obj if isinstance(ctx.obj, GlobalOptions) else GlobalOptions()
+        ctx.obj = before.merge(GlobalOptions(**kwargs))
+
+    grp = click.group(
+        name,
+        help=help + "\n\nThe global options (see `migronaut --help`) are accepted here too.",
+        short_help=short_help,
+    )(global_options(hidden=True)(callback))
+    _REGISTRY.append(grp)
+    return grp
 
 
 def execute(options: GlobalOptions, body: Callable[[Session], int]) -> int:

@@ -185,13 +185,16 @@ class Output:
         if self.enabled(INFO):
             self.write(self.stream_for(INFO), redact(text.rstrip("\n")))
 
-    def json(self, document: Any) -> None:
-        """The one JSON document of ``--json`` mode: redacted, 2-space indent, newline."""
+    def json(self, document: Any, *, compact: bool = False) -> None:
+        """The one JSON document of ``--json`` mode: redacted, 2-space indent, newline.
+
+        ``compact`` writes it on one line instead (a stream of documents, one per line).
+        """
         import json
 
         encoding = (getattr(self.stdout, "encoding", None) or "utf-8").lower()
-        text = json.dumps(redact_value(document), indent=2, default=_json_default,
-                          ensure_ascii=not encoding.startswith("utf"))
+        text = json.dumps(redact_value(document), indent=None if compact else 2,
+                          default=_json_default, ensure_ascii=not encoding.startswith("utf"))
         self.write(self.stdout, text)
 
     def write(self, stream: IO[str], text: str) -> None:

@@ -1,4 +1,4 @@
-"""Human renderings of command results: the status table and the lock lines.
+"""Human renderings of command results: tables (the status table, …) and the lock lines.
 
 Every value that came from the database or the disk (names, hosts, users) is passed through
 :func:`~migronaut._redact.sanitize_terminal` before it reaches the terminal. rich is imported
@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from migronaut._redact import sanitize_terminal
 from migronaut.cli.output import CYAN, DIM, GREEN, INFO, RED, YELLOW, Output
 
 if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
     from migronaut.core.results import LockInfo, StatusRow
 
-__all__ = ["applied_at", "describe_holder", "status_table"]
+__all__ = ["applied_at", "console", "describe_holder", "rich_table", "status_table", "table"]
 
 STATUS_COLUMNS = ("Migration", "Status", "Batch", "Applied At", "Duration", "Checksum")
 _STATUS_STYLE = {"applied": GREEN, "pending": YELLOW, "failed": RED}
@@ -53,29 +56,63 @@ def status_table(rows: Sequence[StatusRow], output: Output) -> None:
     if not rows:
         output.info("No migrations found")
         return
-    if not output.enabled(INFO):  # --quiet hides tables
+    table(STATUS_COLUMNS, [_cells(row) for row in rows], output, wrap=("Migration",))
+
+
+#: One table cell: sanitised text and an SGR style (``None``: plain).
+Cell = tuple[str, str | None]
+
+
+def table(
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Cell]],
+    output: Output,
+    *,
+    wrap: Sequence[str] = (),
+) -> None:
+    """Draw a boxed table of ``(text, SGR style)`` cells at info level (``--quiet`` hides it).
+
+    Cell texts must already be sanitised; only the ``wrap`` columns may fold.
+    """
+    if not output.enabled(INFO):
         return
     import io
-    import shutil
 
+    stream = output.stream_for(INFO)
+    buffer = io.StringIO()
+    console(output, buffer, stream).print(rich_table(columns, rows, wrap=wrap))
+    output.block("\n".join(line.rstrip() for line in buffer.getvalue().splitlines()))
+
+
+def rich_table(
+    columns: Sequence[str], rows: Sequence[Sequence[Cell]], *, wrap: Sequence[str] = (),
+    title: str | None = None,
+) -> Table:
+    """The rich ``Table`` of :func:`table` (for live views that redraw it)."""
     from rich import box
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    stream = output.stream_for(INFO)
-    colour = output.colour(stream)
-    table = Table(box=box.SQUARE, header_style="cyan", show_edge=True, pad_edge=True)
-    for column in STATUS_COLUMNS:
-        table.add_column(column, no_wrap=column != "Migration", overflow="fold")
+    drawn = Table(box=box.SQUARE, header_style="cyan", show_edge=True, pad_edge=True,
+                  title=title, title_justify="left")
+    for column in columns:
+        drawn.add_column(column, no_wrap=column not in wrap, overflow="fold")
     for row in rows:
-        table.add_row(*(Text(text, style=_SGR_NAMES.get(style or "", "")) for text, style in
-                        _cells(row)))
-    width = shutil.get_terminal_size().columns if _isatty(stream) else 10_000
-    buffer = io.StringIO()
-    console = Console(
-        file=buffer,
-        width=width,
+        drawn.add_row(*(Text(text, style=_SGR_NAMES.get(style or "", "")) for text, style in
+                        row))
+    return drawn
+
+
+def console(output: Output, file: IO[str], stream: IO[str]) -> Console:
+    """A rich console writing to ``file`` with the colour decision and width of ``stream``."""
+    import shutil
+
+    from rich.console import Console
+
+    colour = output.colour(stream)
+    return Console(
+        file=file,
+        width=shutil.get_terminal_size().columns if _isatty(stream) else 10_000,
         color_system="standard" if colour else None,
         force_terminal=colour,
         no_color=not colour,
@@ -84,8 +121,6 @@ def status_table(rows: Sequence[StatusRow], output: Output) -> None:
         emoji=False,
         _environ={},
     )
-    console.print(table)
-    output.block("\n".join(line.rstrip() for line in buffer.getvalue().splitlines()))
 
 
 def _isatty(stream: object) -> bool:

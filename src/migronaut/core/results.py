@@ -49,14 +49,27 @@ def _camel(name: str) -> str:
     return head + "".join(part.title() for part in rest)
 
 
+_LAYOUTS: dict[type, tuple[tuple[str, str, bool], ...]] = {}
+
+
+def _layout(cls: type) -> tuple[tuple[str, str, bool], ...]:
+    """(attribute, JSON key, only-when-true) per field, computed once per class."""
+    layout = _LAYOUTS.get(cls)
+    if layout is None:
+        layout = _LAYOUTS[cls] = tuple(
+            (f.name, f.metadata.get("json", _camel(f.name)), bool(f.metadata.get("only_true")))
+            for f in fields(cls)
+        )
+    return layout
+
+
 def _render(obj: Any, always: tuple[str, ...]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for f in fields(obj):
-        value = getattr(obj, f.name)
-        key = f.metadata.get("json", _camel(f.name))
-        if value is None and f.name not in always:
+    for name, key, only_true in _layout(type(obj)):
+        value = getattr(obj, name)
+        if value is None and name not in always:
             continue
-        if value is False and f.metadata.get("only_true"):
+        if value is False and only_true:
             continue
         out[key] = to_json_value(value)
     return out

@@ -77,7 +77,10 @@ def write_migration(
     extensions: tuple[str, ...] = (".py",),
     sequential: bool = False,
     template_path: Path | None = None,
+    template: str | None = None,
 ) -> Path:
+    """Write ``<prefix>_<slug>.py``: ``template_path``'s content, else ``template`` (a
+    ``str.format`` template taking ``title``), else the built-in migration template."""
     slug = slugify(name)
     if template_path is not None:
         if template_path.suffix != ".py":
@@ -96,7 +99,9 @@ def write_migration(
             )
         content = template_path.read_text(encoding="utf-8")
     else:
-        content = MIGRATION_TEMPLATE.format(title=name.strip().replace('"""', "'''"))
+        content = (template or MIGRATION_TEMPLATE).format(
+            title=name.strip().replace('"""', "'''")
+        )
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{_prefix(directory, extensions, sequential)}_{slug}.py"
     try:

@@ -27,9 +27,11 @@ def _render(path: Path, out: Output) -> None:
 @click.argument("name")
 @click.option("--template", metavar="PATH", help="Copy this .py file instead of the built-in "
               "template (overrides template_path).")
-def create(session: Session, name: str, template: str | None) -> int:
+@click.option("--background", is_flag=True, help="Write a background migration skeleton "
+              "(`background = {...}`; not with --template).")
+def create(session: Session, name: str, template: str | None, background: bool) -> int:
     return session.run(
-        lambda migrator: migrator.create(name, template=template),
+        lambda migrator: migrator.create(name, template=template, background=background),
         render=_render,
         to_json=lambda path: {"path": str(path)},
         connects=False,

@@ -1,0 +1,1515 @@
+"""Lanes: one slice of work on a background migration — claim, lease, batches, checkpoints.
+
+:func:`run_slice` is one lane turn (reference background §4): it claims a partition and a slot,
+keeps the lease alive from a heartbeat thread, works the partition in batches (declarative plain
+or transactional batches, or ``step`` calls), records every batch with a checkpoint fenced by the
+lease token, enforces the error budgets and returns an outcome.
+
+Invariants:
+
+* **A lane that lost its lease records nothing.** Every checkpoint is filtered by the lease token
+  and ``status: running``; in a transaction the checkpoint is the transaction's last write, so a
+  fenced-out lane commits nothing. Counters are added to the slice's only after their checkpoint
+  succeeded, so a lost batch is never counted (the next holder replays it; the version filter
+  makes the replay a no-op).
+* **An application write is never lost.** Each document is written with a guarded ``UpdateOne``
+  (``{_id, version, revision}`` as read) carrying only the fields the transform changed; an
+  unmatched write is re-read, classified and re-transformed up to ``maxConflictRetries`` rounds.
+* **A stop is not a failure.** An error while the caller's cancellation is set ends the slice as
+  ``stopped``; only other errors count against ``maxSliceFailures``.
+* **Document data never leaves the batch.** Error texts stored on partitions or emitted in events
+  never carry ids or values (write errors are described by code; a user exception's text is
+  masked for the document's ``_id``).
+
+Hot path (steady state, plain batches): exactly three round trips per batch on the lane's thread —
+the read (``find`` sorted by ``_id`` with ``limit`` = batch size and a matching cursor batch size,
+so no ``getMore``), one unordered ``bulk_write`` and the checkpoint. Two decisions keep it there:
+
+* **Control reads live on the heartbeat thread.** The reference reads the state (status,
+  generation, plan token) before every batch, a fourth round trip. Here the lease keeper — the
+  thread that already renews the lease every ``ttl/2`` — also reads the control fields every
+  :data:`CONTROL_INTERVAL_S` (1 s) and the lane checks the latest answer at each batch boundary
+  (and pacing waits end early on it). A pause, cancel, failure elsewhere or new plan is therefore
+  noticed within about a second plus the batch in flight, at a cost of one small read per second
+  per lane that never delays a batch.
+* **Cheap copies.** Documents are read as :class:`~bson.raw_bson.RawBSONDocument` and decoded
+  twice in C (``bson.decode``): one dict is the stored image the diff compares against, the other
+  the transform's private copy. Two C decodes cost far less than ``copy.deepcopy`` of one decoded
+  document, and the copy is fully independent (nested values included) however the transform
+  mutates it. Memory stays flat: one batch of documents at a time, never the collection.
+
+The adaptive controller judges a batch by its *work latency*: read + transforms + guarded writes
+(not the pacing nor the checkpoint). That is both the server-load signal and the window in which
+an application write can conflict with the batch, so keeping it near ``targetLatencyMs`` bounds
+conflicts too; it also means a slow transform shrinks batches.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import bson
+from bson.raw_bson import RawBSONDocument
+
+from migronaut.background.diff import DocumentProblem, guard_filter, stamped_diff
+from migronaut.background.planner import scope_filter
+from migronaut.background.store import SCHEMA, BackgroundStore, Lease
+from migronaut.background.throttle import AdaptiveController, Throttle, controller_for
+from migronaut.core._calls import call_user
+from migronaut.core.context import Cancellation
+from migronaut.errors import (
+    BackgroundFailedError,
+    ChecksumMismatchError,
+    ConfigInvalidError,
+    ConnectionFailedError,
+    LockLostError,
+    MigrationExecutionFailedError,
+    MigronautError,
+    RunAbortedError,
+    TransactionsUnsupportedError,
+    describe_exception,
+)
+
+if TYPE_CHECKING:
+    from bson.codec_options import CodecOptions
+    from pymongo import MongoClient
+    from pymongo.client_session import ClientSession
+    from pymongo.collection import Collection
+    from pymongo.database import Database
+
+    from migronaut.background.job import BackgroundJob
+
+__all__ = [
+    "CONTROL_INTERVAL_S",
+    "OUTCOMES",
+    "BackgroundInfo",
+    "SliceResult",
+    "StepContext",
+    "TransformContext",
+    "run_slice",
+]
+
+Emit = Callable[[str, dict[str, Any]], None]
+
+OUTCOMES = (
+    "yielded", "exhausted", "busy", "stale", "paused", "cancelled", "failed", "stopped", "lost",
+)
+#: How often the lease keeper reads the state's control fields (seconds).
+CONTROL_INTERVAL_S = 1.0
+#: Consecutive heartbeat errors that count as a lost lease.
+HEARTBEAT_ERRORS = 3
+#: A step's checkpoint, encoded as ``{checkpoint: ...}``, may not exceed this (bytes).
+STEP_CHECKPOINT_MAX = 64 * 1024
+#: A transactional batch keeps the leading documents whose BSON fits in this (bytes).
+TXN_BATCH_BYTES = 8 * 1024 * 1024
+#: Clean transactional batches in a row before the transaction size grows by ×1.5.
+TXN_GROW_AFTER = 5
+#: Write errors that fail only their document (reference Appendix A).
+DOCUMENT_WRITE_CODES = frozenset({11000, 121, 72, 66, 17280})
+#: Transaction time/size limits, transient codes, overload codes.
+TXN_LIMIT_CODES = frozenset({50, 262, 290, 334, 10334, 17419})
+TXN_TRANSIENT_CODES = frozenset({112, 251, 24})
+OVERLOAD_CODES = frozenset({50, 262})
+_WRITE_CONFLICT = 112
+_NO_TXN_CODES = frozenset({20})
+_NO_TXN_TEXT = ("Transaction numbers are only allowed", "transactions are not supported")
+#: A version index found missing is looked for again after this long (seconds).
+_INDEX_RECHECK_S = 30.0
+_POLL_S = 0.05
+_MESSAGE_MAX = 500
+
+_WRITE_ERROR_TEXT = {
+    11000: "duplicate key (E11000)",
+    121: "document failed validation (121)",
+    72: "invalid options (72) — a shard-key change through mongos?",
+    66: "an immutable field was changed (66)",
+    17280: "an index key is too large (17280)",
+}
+_INDEX_NAME = re.compile(r"index: (\S+)")
+
+
+# ------------------------------------------------------------------------------ public shapes
+
+
+@dataclass(frozen=True)
+class SliceResult:
+    """What one slice did: an outcome of :data:`OUTCOMES`, the counters it checkpointed, when to
+    come back (``busy``) and the error behind a ``failed`` or ``lost`` outcome."""
+
+    outcome: str
+    counters: dict[str, int] = field(default_factory=dict)
+    retry_after_ms: int | None = None
+    error: MigronautError | None = None
+
+
+@dataclass(frozen=True)
+class BackgroundInfo:
+    """``ctx.background``: which migration, plan generation and partition a call works for.
+
+    ``attempt`` counts the transactions a transactional batch went through (1 otherwise).
+    """
+
+    name: str
+    generation: int
+    partition: str
+    attempt: int = 1
+    run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class TransformContext:
+    """The ``ctx`` of ``migrate(doc, ctx)`` / ``migrate_batch(docs, ctx)`` (and the reverts).
+
+    ``cancellation`` is set when the slice stops (the lane finishes the batch regardless);
+    ``session``/``db``/``client`` are set only in transactional mode — pass ``session`` to side
+    writes that must commit with the batch.
+    """
+
+    cancellation: Cancellation
+    logger: logging.LoggerAdapter[logging.Logger]
+    direction: str
+    background: BackgroundInfo
+    session: ClientSession | None = None
+    db: Database[dict[str, Any]] | None = None
+    client: MongoClient[dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """The ``ctx`` of ``step(ctx)`` / ``revert_step(ctx)`` (reference §1.7).
+
+    ``checkpoint`` is ``None`` on the first call, then what the previous call returned;
+    ``deadline`` is the slice's end in epoch milliseconds; ``session`` only in transactional mode.
+    """
+
+    db: Database[dict[str, Any]]
+    client: MongoClient[dict[str, Any]]
+    checkpoint: Any
+    deadline: int
+    cancellation: Cancellation
+    logger: logging.LoggerAdapter[logging.Logger]
+    direction: str
+    background: BackgroundInfo
+    session: ClientSession | None = None
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def run_slice(
+    *,
+    store: BackgroundStore,
+    job: BackgroundJob,
+    db: Database[dict[str, Any]],
+    owner: str,
+    ttl_ms: int,
+    cancellation: Cancellation,
+    slice_ms: int | None = None,
+    emit: Emit,
+    logger: logging.Logger,
+    run_id: str | None = None,
+) -> SliceResult:
+    """One lane turn on ``job`` (reference background §4.1).
+
+    Returns the outcome; raises ``CHECKSUM_MISMATCH`` when the file is not the pinned version,
+    ``TRANSACTIONS_UNSUPPORTED`` when a transactional spec meets a standalone server, and a
+    :class:`MigronautError` (``context.partitionFailed`` says whether the partition failed for
+    good) when the slice failed — after counting the failure on the partition.
+    """
+    if slice_ms is not None and (
+        isinstance(slice_ms, bool) or not isinstance(slice_ms, int)
+        or not 1 <= slice_ms <= 3_600_000
+    ):
+        raise ConfigInvalidError(
+            f"sliceMs must be an integer from 1 to 3600000, got {slice_ms!r}",
+            {"sliceMs": repr(slice_ms)},
+        )
+    from pymongo.errors import PyMongoError
+
+    name = job.name
+    try:
+        state = store.get(name)
+    except PyMongoError as error:
+        raise _wrap(name, error) from error
+    if state is None:
+        return SliceResult("cancelled")
+    status = state.get("status")
+    if status in ("paused", "cancelled", "failed"):
+        return SliceResult(str(status))
+    if int(state.get("schema") or 0) > SCHEMA:
+        return SliceResult("stale")
+    plan = state.get("plan") or {}
+    if status != "running" or state.get("phase") != "process" or not plan.get("token"):
+        return SliceResult("exhausted" if status == "completed" else "stale")
+    if state.get("checksum") and state["checksum"] != job.checksum:
+        raise ChecksumMismatchError(
+            f"Background migration {name} changed on disk since it was registered "
+            "(a deploy in progress? repin it to adopt the change)",
+            {"name": name, "expected": state.get("checksum"), "actual": job.checksum},
+        )
+    if state.get("direction", "forward") != job.direction:
+        return SliceResult("stale")
+    try:
+        lane = _Lane(
+            store=store, job=job, db=db, state=state, owner=owner, ttl_ms=ttl_ms,
+            caller=cancellation, slice_ms=slice_ms, emit=emit, logger=logger, run_id=run_id,
+        )
+        return lane.run()
+    except PyMongoError as error:  # claims, state moves: no lease held, nothing to count
+        if cancellation.cancelled:
+            return SliceResult("stopped")
+        raise _wrap(name, error) from error
+
+
+# ------------------------------------------------------------------------------- internals
+
+
+class _Signal(Cancellation):
+    """Set by itself (lease lost), by its parent (the caller) or when ``stop()`` says so."""
+
+    def __init__(self, parent: Cancellation, stop: Callable[[], bool] | None = None) -> None:
+        super().__init__()
+        self._parent = parent
+        self._stop = stop
+
+    @property
+    def cancelled(self) -> bool:
+        return (
+            super().cancelled
+            or self._parent.cancelled
+            or (self._stop is not None and self._stop())
+        )
+
+    @property
+    def reason(self) -> MigronautError | None:
+        return super().reason or self._parent.reason
+
+    def raise_if_cancelled(self) -> None:
+        if self.cancelled:
+            raise self.reason or RunAbortedError("Slice stopped")
+
+    def wait(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.cancelled:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            super().wait(_POLL_S if remaining is None else min(_POLL_S, remaining))
+        return True
+
+
+class _SliceFailure(Exception):
+    """User code or a server answer that fails the slice (not a single document)."""
+
+
+class _DocumentFailure(Exception):
+    """Transactional strict mode: documents failed; exclude them and retry the batch."""
+
+    def __init__(self, errors: list[_DocError]) -> None:
+        super().__init__(errors[0].message)
+        self.errors = errors
+
+
+class _Conflict(Exception):
+    """Transactional strict mode: a guarded write matched nothing."""
+
+
+@dataclass
+class _DocError:
+    id: Any
+    reason: str
+    message: str
+
+
+@dataclass
+class _Part:
+    """The partition a lane holds, as the lane tracks it between checkpoints."""
+
+    id: Any
+    key: str
+    generation: int
+    scope: Mapping[str, Any]
+    cursor: dict[str, Any]
+
+
+@dataclass
+class _Batch:
+    counters: dict[str, int]
+    latency_ms: float
+    batch_size: int
+    done: bool
+    errors: list[_DocError] = field(default_factory=list)
+    #: distinct failed documents of the migration when this batch took it over the budget
+    over_budget: int | None = None
+
+
+@dataclass
+class _Outcome:
+    outcome: str
+    counters: dict[str, int]
+    error: MigronautError | None = None
+
+
+class _LeaseKeeper:
+    """The heartbeat thread of one held lease: renewals every ``ttl/2`` and control reads.
+
+    Renewal is skipped when a checkpoint touched the lease within ``ttl/4``. A renewal that
+    matches nothing, or three failing in a row, marks the lane lost and sets its signal with
+    ``LOCK_LOST``. The control read (every :data:`CONTROL_INTERVAL_S`) stores the first stop
+    outcome it sees (``paused``, ``cancelled``, ``failed``, ``stale``) for the lane to act on.
+    """
+
+    def __init__(self, lane: _Lane, lease: Lease, generation: int, plan: str) -> None:
+        self._lane = lane
+        self._lease = lease
+        self._generation = generation
+        self._plan = plan
+        self._ttl_s = lease.ttl_ms / 1000.0
+        self._stop = threading.Event()
+        self._touched = time.monotonic()
+        self._errors = 0
+        self._thread = threading.Thread(
+            target=self._run, name=f"migronaut-lease-{lane.name}", daemon=True
+        )
+
+    def __enter__(self) -> _LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def touch(self) -> None:
+        self._touched = time.monotonic()
+
+    def _run(self) -> None:
+        renew_every = max(0.01, self._ttl_s / 2)
+        now = time.monotonic()
+        next_renew = now + renew_every
+        next_control = now + CONTROL_INTERVAL_S
+        while not self._stop.wait(max(0.0, min(next_renew, next_control) - time.monotonic())):
+            now = time.monotonic()
+            if now >= next_control:
+                next_control = now + CONTROL_INTERVAL_S
+                if self._lane.control is None:
+                    self._read_control()
+            if now >= next_renew:
+                next_renew = now + renew_every
+                if now - self._touched >= self._ttl_s / 4 and not self._renew():
+                    return
+
+    def _renew(self) -> bool:
+        try:
+            held = self._lane.store.renew(self._lease)
+        except Exception as error:
+            self._errors += 1
+            self._lane.logger.debug("lease renewal failed: %s", type(error).__name__)
+            if self._errors < HEARTBEAT_ERRORS:
+                return True
+            held = False
+        else:
+            self._errors = 0
+        if held:
+            self.touch()
+            return True
+        self._lane.lose(self._lease)
+        return False
+
+    def _read_control(self) -> None:
+        try:
+            doc = self._lane.store.control_read(self._lane.name)
+        except Exception as error:  # the checkpoint is fenced anyway; try again next second
+            self._lane.logger.debug("control read failed: %s", type(error).__name__)
+            return
+        self._lane.control = _control_outcome(doc, self._generation, self._plan)
+
+
+def _control_outcome(doc: Mapping[str, Any] | None, generation: int, plan: str) -> str | None:
+    if doc is None:
+        return "cancelled"
+    status = doc.get("status")
+    if status in ("paused", "cancelled", "failed"):
+        return str(status)
+    if status != "running":
+        return "stale"
+    if doc.get("generation") != generation or (doc.get("plan") or {}).get("token") != plan:
+        return "stale"
+    return None
+
+
+_version_indexes: dict[tuple[Any, ...], tuple[str | None, float]] = {}
+_warned_indexes: set[tuple[Any, ...]] = set()
+_index_lock = threading.Lock()
+
+
+class _Lane:
+    """One slice's working state; owned by the thread that called :func:`run_slice`."""
+
+    def __init__(
+        self,
+        *,
+        store: BackgroundStore,
+        job: BackgroundJob,
+        db: Database[dict[str, Any]],
+        state: Mapping[str, Any],
+        owner: str,
+        ttl_ms: int,
+        caller: Cancellation,
+        slice_ms: int | None,
+        emit: Emit,
+        logger: logging.Logger,
+        run_id: str | None,
+    ) -> None:
+        self.store = store
+        self.job = job
+        self.db = db
+        self.name = job.name
+        self.spec: Mapping[str, Any] = job.spec
+        self.owner = owner
+        self.ttl_ms = ttl_ms
+        self.caller = caller
+        self._emit = emit
+        self.logger = logger
+        self.run_id = run_id
+        self.generation = int(state["generation"])
+        self.plan = str(state["plan"]["token"])
+        self.registration = state.get("registration")
+        self.state_bad_ids: list[Any] = list(state.get("badIds") or [])
+        self.direction = job.direction
+        self.control: str | None = None
+        self.lost = False
+        self.signal = _Signal(caller)
+        self.pacing = _Signal(self.signal, stop=lambda: self.control is not None)
+        budget_ms = slice_ms if slice_ms is not None else int(self.spec.get("sliceMs", 30_000))
+        self.deadline = time.monotonic() + budget_ms / 1000.0
+        self.deadline_epoch_ms = int(time.time() * 1000) + budget_ms
+        self.first_batch = True
+        self.user_logger = logging.LoggerAdapter(
+            logger, {"migration": self.name, "runId": run_id, "userland": True}
+        )
+        self.throttle = Throttle(
+            name=self.name, spec=self.spec, hook=job.functions.throttle, db=db,
+            cancellation=self.pacing, logger=logger,
+        )
+        self.mode = str(self.spec.get("mode", "declarative"))
+        transaction = self.spec.get("transaction") or False
+        self.transaction: Mapping[str, Any] | None = (
+            transaction if isinstance(transaction, Mapping) else None
+        )
+        self.txn_size: int | None = None
+        self.txn_clean = 0
+        if self.mode == "declarative":
+            self._init_declarative()
+
+    # -- setup ----------------------------------------------------------------------------
+    def _init_declarative(self) -> None:
+        from pymongo import WriteConcern
+
+        spec = self.spec
+        self.field: str = spec["field"]
+        self.revision_field: str | None = spec.get("revisionField")
+        self.occ: str = spec.get("occ", "revision")
+        forward = self.direction == "forward"
+        self.source = int(spec["from"] if forward else spec["to"])
+        self.target = int(spec["to"] if forward else spec["from"])
+        self.match: dict[str, Any] = self.job.match(self.state_bad_ids or None)
+        transform, batched = self.job.functions.transform(self.direction)
+        if transform is None:
+            raise MigrationExecutionFailedError(
+                f"Background migration {self.name} has no transform for direction "
+                f"{self.direction}",
+                {"migration": self.name, "direction": self.direction},
+            )
+        self.transform: Callable[..., Any] = transform
+        self.batched = batched
+        base = self.db[spec["collection"]]
+        options = self.db.codec_options
+        self.decode_options: CodecOptions[dict[str, Any]] = options.with_options(
+            document_class=dict)
+        raw_options: CodecOptions[RawBSONDocument] = options.with_options(
+            document_class=RawBSONDocument)
+        self.coll: Collection[dict[str, Any]] = base
+        self.raw_coll: Collection[RawBSONDocument] = base.with_options(
+            codec_options=raw_options
+        )
+        self.write_coll: Collection[dict[str, Any]] = base.with_options(
+            write_concern=WriteConcern(**dict(spec.get("writeConcern") or {"w": "majority"}))
+        )
+        self.hint = self._version_index()
+
+    def _version_index(self) -> str | None:
+        """The version index's name when the collection has one (looked up once per process)."""
+        key = (id(self.db.client), self.db.name, self.coll.name, self.field)
+        now = time.monotonic()
+        with _index_lock:
+            cached = _version_indexes.get(key)
+        if cached is not None and (cached[0] is not None or now - cached[1] < _INDEX_RECHECK_S):
+            return cached[0]
+        found: str | None = None
+        try:
+            for index_name, info in self.coll.index_information().items():
+                keys = [(k, int(v)) if isinstance(v, (int, float)) else (k, v)
+                        for k, v in info.get("key", [])]
+                if keys == [(self.field, 1), ("_id", 1)]:
+                    found = index_name
+                    break
+        except Exception as error:  # namespace not found, or no listIndexes: scan unhinted
+            self.logger.debug("cannot list indexes: %s", type(error).__name__)
+        with _index_lock:
+            _version_indexes[key] = (found, now)
+            warn = found is None and key not in _warned_indexes
+            if warn:
+                _warned_indexes.add(key)
+        if warn:
+            self.logger.warning(
+                "Background migration %s: collection %s has no version index {%s: 1, _id: 1} "
+                "— batches are read without it (create it, e.g. by declaring the collection's "
+                "versioning)", self.name, self.coll.name, self.field,
+                extra={"migration": self.name, "collection": self.coll.name},
+            )
+        return found
+
+    # -- events ---------------------------------------------------------------------------
+    def emit(self, event: str, payload: dict[str, Any]) -> None:
+        body = {"migration": self.name, **payload}
+        if self.run_id is not None:
+            body["runId"] = self.run_id
+        try:
+            self._emit(event, body)
+        except Exception as error:  # listeners never break work
+            self.logger.debug("listener for %s failed: %s", event, error)
+
+    def lose(self, lease: Lease) -> None:
+        """Called by the keeper: the lease is gone; stop the lane."""
+        self.lost = True
+        self.signal.cancel(
+            LockLostError(
+                "Lost the partition lease: another lane holds it now",
+                {"lease": True, "partition": str(lease.partition_id)},
+            )
+        )
+
+    # -- the slice loop -------------------------------------------------------------------
+    def run(self) -> SliceResult:
+        counters: dict[str, int] = {}
+        worked = False
+        max_parallel = int(self.spec.get("maxParallel", 1) or 1)
+        while True:
+            if self.caller.cancelled:
+                return SliceResult("stopped", counters)
+            if worked and time.monotonic() >= self.deadline:
+                return SliceResult("yielded", counters)
+            claimed = self.store.claim(
+                self.name, generation=self.generation, plan=self.plan,
+                max_parallel=max_parallel, ttl_ms=self.ttl_ms, owner=self.owner,
+            )
+            if claimed == "exhausted":
+                return SliceResult("exhausted", counters)
+            if claimed == "busy" or not isinstance(claimed, Lease):
+                if worked:
+                    return SliceResult("yielded", counters)
+                return SliceResult("busy", counters, retry_after_ms=max(1, self.ttl_ms // 2))
+            outcome = self._hold(claimed)
+            worked = True
+            _add(counters, outcome.counters)
+            if outcome.outcome != "exhausted":
+                return SliceResult(outcome.outcome, counters, error=outcome.error)
+
+    def _hold(self, lease: Lease) -> _Outcome:
+        """Work one claimed partition under its lease; settle the lease whatever happens."""
+        partition = self.store.load_partition(lease)
+        if partition is None:
+            self.emit("background:lease:lost", {"partition": str(lease.partition_id)})
+            return _Outcome("lost", {}, LockLostError(
+                "Lost the partition lease right after claiming it", {"lease": True}))
+        part = _Part(
+            id=partition["_id"], key=str(partition["_id"]),
+            generation=int(partition.get("generation", self.generation)),
+            scope=partition.get("scope") or {}, cursor=dict(partition.get("cursor") or {}),
+        )
+        controller = self._controller(partition)
+        self.emit("background:slice:start", {
+            "generation": part.generation, "partition": part.key, "slot": lease.slot,
+        })
+        counters: dict[str, int] = {}
+        try:
+            with _LeaseKeeper(self, lease, part.generation, str(partition.get("plan"))) as keeper:
+                outcome = self._work(lease, part, keeper, controller, counters)
+        except BaseException as error:
+            return self._settle_error(lease, part, error, counters)
+        return self._settle(lease, part, outcome)
+
+    def _controller(self, partition: Mapping[str, Any]) -> AdaptiveController | None:
+        adaptive = self.spec.get("adaptive")
+        if self.mode != "declarative" or not isinstance(adaptive, Mapping):
+            return None
+        key = (self.db.name, self.name, self.registration, partition.get("group"))
+        return controller_for(key, adaptive, seed=partition.get("throttle"))
+
+    def _settle(self, lease: Lease, part: _Part, outcome: _Outcome) -> _Outcome:
+        if outcome.counters.get("batches"):
+            try:
+                self.store.update_state(self.name, {}, {}, server_times=["lastProgressAt"])
+            except Exception as error:
+                self.logger.debug("lastProgressAt not updated: %s", type(error).__name__)
+        self.emit("background:slice:end", {
+            "partition": part.key, "outcome": outcome.outcome, "counters": outcome.counters,
+        })
+        if outcome.outcome == "failed" and outcome.error is not None:
+            message = outcome.error.message
+            self.store.fail_partition(lease, message)
+            self.store.move(
+                self.name, "fail", set_fields={"lastError": message},
+                server_times=["failedAt"], reason="document errors over budget",
+            )
+            self.logger.error("✖ %s", message, extra={"migration": self.name})
+            self.emit("background:failed", {"error": message})
+        elif outcome.outcome != "exhausted":
+            self._release(lease)
+        return outcome
+
+    def _settle_error(
+        self, lease: Lease, part: _Part, error: BaseException, counters: dict[str, int]
+    ) -> _Outcome:
+        fenced = isinstance(error, LockLostError) and bool(error.context.get("lease"))
+        if self.lost or fenced:
+            lost = error if fenced and isinstance(error, LockLostError) else LockLostError(
+                "Lost the partition lease", {"lease": True, "partition": part.key})
+            self.emit("background:lease:lost", {"partition": part.key})
+            self.emit("background:slice:end", {
+                "partition": part.key, "outcome": "lost", "counters": counters,
+            })
+            return _Outcome("lost", counters, lost)
+        if self.caller.cancelled and isinstance(error, Exception):
+            # a shutdown or deploy, never a failure — whatever the stop made user code raise
+            self._release(lease)
+            self.emit("background:slice:end", {
+                "partition": part.key, "outcome": "stopped", "counters": counters,
+            })
+            return _Outcome("stopped", counters)
+        if not isinstance(error, Exception):  # KeyboardInterrupt, SystemExit: leave quickly
+            self._release(lease)
+            raise error
+        failure = self._slice_error(error, part)
+        partition_failed = False
+        if failure.code != TransactionsUnsupportedError.code:
+            try:
+                partition_failed = self.store.fail_slice(
+                    lease, failure.message,
+                    max_failures=int(self.spec.get("maxSliceFailures", 3) or 3),
+                )
+            except Exception as store_error:
+                self.logger.debug("slice failure not recorded: %s", type(store_error).__name__)
+        else:
+            self._release(lease)
+        failure.context.update({"background": self.name, "partition": part.key,
+                                "partitionFailed": partition_failed})
+        self.emit("background:slice:end", {
+            "partition": part.key, "outcome": "error", "error": failure.message,
+            "counters": counters,
+        })
+        raise failure from error
+
+    def _slice_error(self, error: Exception, part: _Part) -> MigronautError:
+        return _wrap(self.name, error, part.key)
+
+    def _release(self, lease: Lease) -> None:
+        try:
+            self.store.release(lease)
+        except Exception as error:  # the lease expires by itself
+            self.logger.debug("lease not released: %s", type(error).__name__)
+
+    # -- one partition (§4.3) -------------------------------------------------------------
+    def _work(
+        self,
+        lease: Lease,
+        part: _Part,
+        keeper: _LeaseKeeper,
+        controller: AdaptiveController | None,
+        counters: dict[str, int],
+    ) -> _Outcome:
+        batches = 0
+        max_errors = int(self.spec.get("maxDocumentErrors", 0) or 0)
+        while True:
+            if self.signal.cancelled:
+                if self.caller.cancelled:
+                    return _Outcome("stopped", counters)
+                self.signal.raise_if_cancelled()
+            if batches and time.monotonic() >= self.deadline:
+                return _Outcome("yielded", counters)
+            if self.control is not None:
+                return _Outcome(self.control, counters)
+            size = controller.batch_size if controller else int(self.spec.get("batchSize", 500))
+            if not self.throttle.before_batch(
+                generation=part.generation, partition=part.key, batch_size=size,
+                extra_pause_ms=controller.pause_ms if controller else 0,
+                first=self.first_batch,
+            ):
+                continue
+            self.first_batch = False
+            batch = self._batch(lease, part, keeper, controller, size)
+            batches += 1
+            _add(counters, batch.counters)
+            self.emit("background:batch", {
+                "partition": part.key, "counters": batch.counters,
+                "latencyMs": round(batch.latency_ms, 3), "batchSize": batch.batch_size,
+            })
+            if batch.over_budget is not None:
+                total = batch.over_budget
+                return _Outcome("failed", counters, BackgroundFailedError(
+                    f"Background migration {self.name} failed: {total} document(s) could "
+                    f"not be migrated, more than maxDocumentErrors ({max_errors}) — last: "
+                    f"{batch.errors[-1].message}",
+                    {"migration": self.name, "documentErrors": total},
+                ))
+            if batch.done:
+                return _Outcome("exhausted", counters)
+
+    def _batch(
+        self,
+        lease: Lease,
+        part: _Part,
+        keeper: _LeaseKeeper,
+        controller: AdaptiveController | None,
+        size: int,
+    ) -> _Batch:
+        if self.mode == "step":
+            return self._step_batch(lease, part, keeper)
+        try:
+            if self.transaction is not None:
+                batch = self._txn_batch(lease, part, keeper, controller, size)
+            else:
+                batch = self._plain_batch(lease, part, keeper, controller, size)
+        except LockLostError:
+            raise
+        except Exception as error:
+            if controller is not None and _overloaded(error):
+                self._report(controller.record(0.0, overloaded=True))
+            raise
+        return batch
+
+    def _over_budget(self, errors: Sequence[_DocError]) -> int | None:
+        """Distinct failed documents including ``errors`` when more than the budget allows.
+
+        Counted before the checkpoint, so a batch that exhausts the budget never marks its
+        partition done: the lane fails it instead (§4.7).
+        """
+        if not errors:
+            return None
+        total = self.store.count_bad_ids(
+            self.name, self.generation, [*self.state_bad_ids, *(e.id for e in errors)])
+        return total if total > int(self.spec.get("maxDocumentErrors", 0) or 0) else None
+
+    def _report(self, report: Any) -> None:
+        if report is not None:
+            self.emit("background:throttle", {
+                "reason": report.reason, "batchSize": report.batch_size,
+                "pauseMs": report.pause_ms,
+            })
+
+    # -- reading --------------------------------------------------------------------------
+    def _batch_query(self, part: _Part) -> dict[str, Any]:
+        condition: dict[str, Any] = (
+            dict(scope_filter(part.scope)["_id"]) if part.scope.get("kind") == "id-range" else {}
+        )
+        if "lastId" in part.cursor:
+            condition.pop("$gte", None)
+            condition["$gt"] = part.cursor["lastId"]
+        if not condition:
+            return self.match
+        if "_id" in self.match:
+            return {"$and": [self.match, {"_id": condition}]}
+        return {**self.match, "_id": condition}
+
+    def _read(
+        self, query: Mapping[str, Any], limit: int, session: ClientSession | None = None,
+        max_time_ms: int | None = None,
+    ) -> list[RawBSONDocument]:
+        from pymongo.errors import OperationFailure
+
+        cursor = self.raw_coll.find(query, session=session).sort("_id", 1).limit(limit)
+        cursor = cursor.batch_size(limit)
+        if max_time_ms is not None:
+            cursor = cursor.max_time_ms(max_time_ms)
+        if self.hint is None:
+            return list(cursor)
+        try:
+            return list(cursor.hint(self.hint))
+        except OperationFailure as error:
+            if error.code != 2 or "hint" not in str(error).lower():
+                raise
+            # the index went away: forget it and read without a hint
+            with _index_lock:
+                _version_indexes.pop(
+                    (id(self.db.client), self.db.name, self.coll.name, self.field), None)
+            self.hint = None
+            return list(self.raw_coll.find(query, session=session).sort("_id", 1)
+                        .limit(limit).batch_size(limit))
+
+    # -- transforms -----------------------------------------------------------------------
+    def _context(self, part: _Part, attempt: int = 1,
+                 session: ClientSession | None = None) -> TransformContext:
+        info = BackgroundInfo(self.name, part.generation, part.key, attempt, self.run_id)
+        if session is None:
+            return TransformContext(self.signal, self.user_logger, self.direction, info)
+        return TransformContext(self.signal, self.user_logger, self.direction, info,
+                                session=session, db=self.db, client=self.db.client)
+
+    def _prepare(
+        self, raws: Sequence[RawBSONDocument], ctx: TransformContext
+    ) -> tuple[list[dict[str, Any]], list[Any], list[_DocError]]:
+        """Transform copies; return (stored docs written, update ops, document errors)."""
+        from pymongo import UpdateOne
+
+        decode = bson.decode
+        options = self.decode_options
+        stored = [decode(raw.raw, options) for raw in raws]
+        copies = [decode(raw.raw, options) for raw in raws]
+        results = self._transform(copies, ctx)
+        if self.signal.cancelled:  # stopped mid-batch: write nothing, the next holder replays
+            self.signal.raise_if_cancelled()
+        written: list[dict[str, Any]] = []
+        ops: list[Any] = []
+        errors: list[_DocError] = []
+        field_, revision, target, occ = self.field, self.revision_field, self.target, self.occ
+        for doc, result in zip(stored, results, strict=True):
+            if isinstance(result, BaseException):
+                errors.append(_DocError(doc.get("_id"), "transform",
+                                        _user_message(result, doc.get("_id"))))
+                continue
+            update = stamped_diff(doc, result, version_field=field_, revision_field=revision,
+                                  target_version=target)
+            if isinstance(update, DocumentProblem):
+                errors.append(_DocError(doc.get("_id"), update.reason, update.message))
+                continue
+            written.append(doc)
+            ops.append(UpdateOne(guard_filter(doc, field_, revision, occ), update))
+        return written, ops, errors
+
+    def _transform(self, copies: list[dict[str, Any]], ctx: TransformContext) -> list[Any]:
+        fn = self.transform
+        if self.batched:
+            try:
+                results = call_user(fn, copies, ctx)
+            except Exception as error:
+                if self.signal.cancelled:
+                    self.signal.raise_if_cancelled()
+                raise _SliceFailure(
+                    f"migrate_batch raised {_clip(describe_exception(error))}") from error
+            if not isinstance(results, (list, tuple)) or len(results) != len(copies):
+                got = len(results) if isinstance(results, (list, tuple)) else (
+                    f"a {type(results).__name__}")
+                raise _SliceFailure(
+                    f"migrate_batch returned {got} results for {len(copies)} documents — it "
+                    "must return one per document, in order")
+            return list(results)
+        out: list[Any] = []
+        append = out.append
+        for copy in copies:
+            try:
+                result = fn(copy, ctx)
+                if type(result) is not dict and inspect.isawaitable(result):
+                    result = call_user(_awaited, result)
+            except Exception as error:
+                result = error
+            append(result)
+        return out
+
+    # -- plain batch (§4.4) ---------------------------------------------------------------
+    def _plain_batch(
+        self,
+        lease: Lease,
+        part: _Part,
+        keeper: _LeaseKeeper,
+        controller: AdaptiveController | None,
+        limit: int,
+    ) -> _Batch:
+        started = time.monotonic()
+        raws = self._read(self._batch_query(part), limit)
+        counters = {"scanned": len(raws), "migrated": 0, "skipped": 0, "conflicts": 0,
+                    "retried": 0, "failed": 0, "batches": 1}
+        errors: list[_DocError] = []
+        ctx = self._context(part)
+        candidates: Sequence[RawBSONDocument] = raws
+        max_rounds = int(self.spec.get("maxConflictRetries", 3))
+        rounds = 0
+        while candidates:
+            written, ops, doc_errors = self._prepare(candidates, ctx)
+            errors.extend(doc_errors)
+            retry = self._write(written, ops, errors, counters)
+            if not retry:
+                break
+            if rounds >= max_rounds:
+                counters["conflicts"] += len(retry)
+                break
+            rounds += 1
+            counters["retried"] += len(retry)
+            candidates = self._read(
+                {"$and": [self.match, {"_id": {"$in": retry}}]}, len(retry))
+            counters["skipped"] += len(retry) - len(candidates)
+        latency_ms = (time.monotonic() - started) * 1000.0
+        if controller is not None:
+            self._report(controller.record(latency_ms, overloaded=self.throttle.take_lagged()))
+        counters["failed"] = len(errors)
+        over = self._over_budget(errors)
+        done = len(raws) < limit and over is None
+        if raws:
+            part.cursor = {"lastId": _raw_id(raws[-1])}
+        self._checkpoint(lease, part, counters, errors, controller, done)
+        keeper.touch()
+        return _Batch(_nonzero(counters), latency_ms, limit, done, errors, over)
+
+    def _write(
+        self,
+        written: list[dict[str, Any]],
+        ops: list[Any],
+        errors: list[_DocError],
+        counters: dict[str, int],
+    ) -> list[Any]:
+        """One unordered guarded bulk write; returns the ids to re-transform."""
+        from pymongo.errors import BulkWriteError
+
+        if not ops:
+            return []
+        failed_at: set[int] = set()
+        try:
+            result = self.write_coll.bulk_write(ops, ordered=False)
+            matched = result.matched_count
+        except BulkWriteError as error:
+            details = error.details
+            if details.get("writeConcernErrors"):
+                raise
+            for item in details.get("writeErrors", ()):
+                code = item.get("code")
+                if code not in DOCUMENT_WRITE_CODES:
+                    raise
+                index = int(item["index"])
+                failed_at.add(index)
+                errors.append(_DocError(written[index].get("_id"), "write",
+                                        _write_error_message(item)))
+            matched = int(details.get("nMatched", 0))
+        pending = [doc for i, doc in enumerate(written) if i not in failed_at]
+        if matched >= len(pending):
+            counters["migrated"] += len(pending)
+            return []
+        return self._classify(pending, counters)
+
+    def _classify(self, pending: list[dict[str, Any]], counters: dict[str, int]) -> list[Any]:
+        """Re-read unmatched candidates: which writes landed, which to retry (§4.4)."""
+        projection = {self.field: 1}
+        if self.revision_field is not None:
+            projection[self.revision_field] = 1
+        ids = [doc["_id"] for doc in pending]
+        now = {_id_key(doc["_id"]): doc for doc in self.coll.find({"_id": {"$in": ids}},
+                                                                  projection)}
+        retry: list[Any] = []
+        for doc in pending:
+            current = now.get(_id_key(doc["_id"]))
+            if current is None:
+                counters["skipped"] += 1
+                continue
+            version = current.get(self.field)
+            if _at(version, self.target):
+                if self.revision_field is None or self.occ != "revision":
+                    counters["migrated"] += 1
+                else:
+                    before = doc.get(self.revision_field) or 0
+                    after = current.get(self.revision_field) or 0
+                    counters["migrated" if after == before + 1 else "skipped"] += 1
+            elif _at(version, self.source):
+                retry.append(doc["_id"])
+            else:
+                counters["skipped"] += 1
+        return retry
+
+    def _checkpoint(
+        self,
+        lease: Lease,
+        part: _Part,
+        counters: Mapping[str, int],
+        errors: Sequence[_DocError],
+        controller: AdaptiveController | None,
+        done: bool,
+        session: ClientSession | None = None,
+    ) -> None:
+        at = datetime.now(UTC)
+        self.store.checkpoint(
+            lease,
+            cursor=part.cursor,
+            counters=_nonzero(counters),
+            bad_ids=[e.id for e in errors],
+            doc_errors=[{"error": e.message, "reason": e.reason, "at": at} for e in errors],
+            throttle=controller.state() if controller is not None else None,
+            done=done,
+            session=session,
+        )
+
+    # -- transactional batch (§4.5) -------------------------------------------------------
+    def _txn_batch(
+        self,
+        lease: Lease,
+        part: _Part,
+        keeper: _LeaseKeeper,
+        controller: AdaptiveController | None,
+        limit: int,
+    ) -> _Batch:
+        from pymongo.errors import PyMongoError
+
+        assert self.transaction is not None
+        max_retries = int(self.transaction.get("maxRetries", 5))
+        size = min(self.txn_size or limit, limit)
+        excluded: dict[str, _DocError] = {}
+        attempts = 0
+        attempt_no = 0
+        txn_retries = 0
+        last_read: list[Any] = []
+        while True:
+            self.signal.raise_if_cancelled()
+            attempt_no += 1
+            started = time.monotonic()
+            try:
+                batch = self._txn_attempt(lease, part, controller, size, excluded,
+                                          attempt_no, txn_retries, last_read)
+            except LockLostError:
+                raise
+            except _DocumentFailure as failure:
+                for doc_error in failure.errors:
+                    excluded[_id_key(doc_error.id)] = doc_error
+                continue
+            except (_Conflict, PyMongoError) as error:
+                kind = _txn_error_kind(error)
+                if kind is None:
+                    raise
+                txn_retries += 1
+                if controller is not None and kind != "conflict":
+                    self._report(controller.record(
+                        (time.monotonic() - started) * 1000.0, overloaded=True))
+                if len(last_read) == 1:
+                    doc_id = last_read[0]
+                    if kind == "limit":
+                        excluded[_id_key(doc_id)] = _DocError(
+                            doc_id, "transaction",
+                            "the document's transaction hit a time or size limit")
+                        continue
+                    if kind == "conflict":
+                        return self._step_past(lease, part, keeper, controller, doc_id,
+                                               txn_retries, limit)
+                if kind == "limit" and size > 1:
+                    size = max(1, size // 2)
+                    self.txn_size, self.txn_clean = size, 0
+                    continue
+                attempts += 1
+                if attempts > max_retries:
+                    raise _SliceFailure(
+                        f"a transactional batch failed {attempts} times in a row "
+                        f"({_describe_server(error)}) — more than maxRetries ({max_retries})"
+                    ) from error
+                if attempts > max_retries / 2 and size > 1:
+                    size = max(1, size // 2)
+                    self.txn_size, self.txn_clean = size, 0
+                if self.signal.wait(random.random() * min(2000, 50 * 2**attempts) / 1000.0):
+                    self.signal.raise_if_cancelled()
+                continue
+            keeper.touch()
+            if attempt_no == 1 and not excluded:
+                self.txn_clean += 1
+                if self.txn_clean >= TXN_GROW_AFTER:
+                    self.txn_clean = 0
+                    size = min(limit, math.ceil(size * 1.5))
+            else:
+                self.txn_clean = 0
+            self.txn_size = size
+            return batch
+
+    def _txn_attempt(
+        self,
+        lease: Lease,
+        part: _Part,
+        controller: AdaptiveController | None,
+        size: int,
+        excluded: Mapping[str, _DocError],
+        attempt: int,
+        txn_retries: int,
+        last_read: list[Any],
+    ) -> _Batch:
+        from pymongo import ReadPreference, WriteConcern
+        from pymongo.errors import BulkWriteError
+        from pymongo.read_concern import ReadConcern
+
+        assert self.transaction is not None
+        timeout_ms = int(self.transaction.get("timeoutMs", 10_000))
+        started = time.monotonic()
+        with self.db.client.start_session() as session:
+            session.start_transaction(
+                read_concern=ReadConcern("snapshot"),
+                write_concern=WriteConcern(**dict(self.spec.get("writeConcern") or {})),
+                read_preference=ReadPreference.PRIMARY,
+                max_commit_time_ms=timeout_ms,
+            )
+            try:
+                raws = self._read(self._batch_query(part), size, session, timeout_ms)
+                kept: list[RawBSONDocument] = []
+                total = 0
+                for raw in raws:
+                    total += len(raw.raw)
+                    if kept and total > TXN_BATCH_BYTES:
+                        break
+                    kept.append(raw)
+                cut = len(kept) < len(raws)
+                last_read[:] = [_raw_id(raw) for raw in kept]
+                todo = [raw for raw in kept if _id_key(_raw_id(raw)) not in excluded]
+                failed = [excluded[_id_key(i)] for i in last_read if _id_key(i) in excluded]
+                ctx = self._context(part, attempt, session)
+                written, ops, errors = self._prepare(todo, ctx)
+                if errors:
+                    raise _DocumentFailure(errors)
+                if ops:
+                    try:
+                        result = self.coll.bulk_write(ops, ordered=False, session=session)
+                    except BulkWriteError as error:
+                        refused = [
+                            _DocError(written[int(item["index"])].get("_id"), "write",
+                                      _write_error_message(item))
+                            for item in error.details.get("writeErrors", ())
+                            if item.get("code") in DOCUMENT_WRITE_CODES
+                        ]
+                        if refused:
+                            raise _DocumentFailure(refused) from error
+                        raise
+                    if result.matched_count < len(ops):
+                        raise _Conflict("a guarded write matched nothing")
+                latency_ms = (time.monotonic() - started) * 1000.0
+                counters = {"scanned": len(kept), "migrated": len(ops), "failed": len(failed),
+                            "batches": 1, "txnRetries": txn_retries}
+                over = self._over_budget(failed)
+                done = not cut and len(raws) < size and over is None
+                cursor_before = part.cursor
+                if kept:
+                    part.cursor = {"lastId": _raw_id(kept[-1])}
+                try:
+                    self._checkpoint(lease, part, counters, failed, controller, done, session)
+                    _commit(session)
+                except BaseException:
+                    part.cursor = cursor_before
+                    raise
+            except BaseException:
+                if session.in_transaction:
+                    try:
+                        session.abort_transaction()
+                    except Exception as abort_error:
+                        self.logger.debug("abort failed: %s", type(abort_error).__name__)
+                raise
+        if controller is not None:
+            self._report(controller.record(latency_ms, overloaded=self.throttle.take_lagged()))
+        return _Batch(_nonzero(counters), latency_ms, size, done, failed, over)
+
+    def _step_past(
+        self,
+        lease: Lease,
+        part: _Part,
+        keeper: _LeaseKeeper,
+        controller: AdaptiveController | None,
+        doc_id: Any,
+        txn_retries: int,
+        limit: int,
+    ) -> _Batch:
+        """A one-document batch that keeps conflicting: leave it to the next pass."""
+        counters = {"scanned": 1, "conflicts": 1, "batches": 1, "txnRetries": txn_retries}
+        part.cursor = {"lastId": doc_id}
+        self._checkpoint(lease, part, counters, (), controller, False)
+        keeper.touch()
+        return _Batch(counters, 0.0, limit, False)
+
+    # -- step (§4.6) ----------------------------------------------------------------------
+    def _step_batch(self, lease: Lease, part: _Part, keeper: _LeaseKeeper) -> _Batch:
+        fn = self.job.functions.step_for(self.direction)
+        if fn is None:
+            raise _SliceFailure(f"there is no step function for direction {self.direction}")
+        if self.transaction is not None:
+            return self._step_txn(lease, part, keeper, fn)
+        started = time.monotonic()
+        ctx = self._step_context(part, 1, None)
+        result = self._call_step(fn, ctx)
+        checkpoint, done, counters = _validate_step(result)
+        latency_ms = (time.monotonic() - started) * 1000.0
+        part.cursor = {"checkpoint": checkpoint}
+        self.store.checkpoint(lease, cursor=part.cursor, counters=counters, done=done)
+        keeper.touch()
+        return _Batch(counters, latency_ms, 1, done)
+
+    def _step_context(self, part: _Part, attempt: int,
+                      session: ClientSession | None) -> StepContext:
+        return StepContext(
+            db=self.db, client=self.db.client, checkpoint=part.cursor.get("checkpoint"),
+            deadline=self.deadline_epoch_ms, cancellation=self.signal, logger=self.user_logger,
+            direction=self.direction,
+            background=BackgroundInfo(self.name, part.generation, part.key, attempt,
+                                      self.run_id),
+            session=session,
+        )
+
+    def _call_step(self, fn: Callable[..., Any], ctx: StepContext) -> Any:
+        try:
+            return call_user(fn, ctx)
+        except (MigronautError, _SliceFailure):
+            raise
+        except Exception as error:
+            from pymongo.errors import PyMongoError
+
+            if isinstance(error, PyMongoError) and _txn_error_kind(error) is not None and (
+                ctx.session is not None
+            ):
+                raise  # transient inside a transaction: retried by the caller
+            if self.signal.cancelled:
+                self.signal.raise_if_cancelled()
+            raise _SliceFailure(f"step raised {_clip(describe_exception(error))}") from error
+
+    def _step_txn(
+        self, lease: Lease, part: _Part, keeper: _LeaseKeeper, fn: Callable[..., Any]
+    ) -> _Batch:
+        from pymongo import ReadPreference, WriteConcern
+        from pymongo.errors import PyMongoError
+        from pymongo.read_concern import ReadConcern
+
+        assert self.transaction is not None
+        timeout_ms = int(self.transaction.get("timeoutMs", 10_000))
+        max_retries = int(self.transaction.get("maxRetries", 5))
+        attempts = 0
+        txn_retries = 0
+        attempt_no = 0
+        while True:
+            self.signal.raise_if_cancelled()
+            started = time.monotonic()
+            attempt_no += 1
+            try:
+                with self.db.client.start_session() as session:
+                    session.start_transaction(
+                        read_concern=ReadConcern("snapshot"),
+                        write_concern=WriteConcern(**dict(self.spec.get("writeConcern") or {})),
+                        read_preference=ReadPreference.PRIMARY,
+                        max_commit_time_ms=timeout_ms,
+                    )
+                    try:
+                        result = self._call_step(
+                            fn, self._step_context(part, attempt_no, session))
+                        checkpoint, done, counters = _validate_step(result)
+                        if txn_retries:
+                            counters["txnRetries"] = txn_retries
+                        cursor = {"checkpoint": checkpoint}
+                        self.store.checkpoint(lease, cursor=cursor, counters=counters,
+                                              done=done, session=session)
+                        _commit(session)
+                    except BaseException:
+                        if session.in_transaction:
+                            try:
+                                session.abort_transaction()
+                            except Exception as abort_error:
+                                self.logger.debug("abort failed: %s",
+                                                  type(abort_error).__name__)
+                        raise
+            except LockLostError:
+                raise
+            except PyMongoError as error:
+                if _txn_error_kind(error) is None:
+                    raise
+                txn_retries += 1
+                attempts += 1
+                if attempts > max_retries:
+                    raise _SliceFailure(
+                        f"a transactional step failed {attempts} times in a row "
+                        f"({_describe_server(error)}) — more than maxRetries ({max_retries})"
+                    ) from error
+                if self.signal.wait(random.random() * min(2000, 50 * 2**attempts) / 1000.0):
+                    self.signal.raise_if_cancelled()
+                continue
+            part.cursor = cursor
+            keeper.touch()
+            return _Batch(counters, (time.monotonic() - started) * 1000.0, 1, done)
+
+
+# --------------------------------------------------------------------------------- helpers
+
+
+def _wrap(name: str, error: BaseException, partition: str | None = None) -> MigronautError:
+    """A slice's foreign error as the typed error drivers handle (no document data in it)."""
+    from pymongo.errors import ConnectionFailure, PyMongoError
+
+    if isinstance(error, MigronautError):
+        return error
+    context: dict[str, Any] = {"migration": name}
+    if partition is not None:
+        context["partition"] = partition
+    if isinstance(error, _SliceFailure):
+        return MigrationExecutionFailedError(f"Background migration {name}: {error}", context)
+    if isinstance(error, ConnectionFailure):
+        return ConnectionFailedError(
+            f"Background migration {name}: lost the connection ({type(error).__name__})",
+            context, cause=error)
+    if isinstance(error, PyMongoError):
+        return MigrationExecutionFailedError(
+            f"Background migration {name}: a slice failed: {_describe_server(error)}", context)
+    return MigrationExecutionFailedError(
+        f"Background migration {name}: a slice failed: {_clip(describe_exception(error))}",
+        context)
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _commit(session: ClientSession) -> None:
+    """Commit; an unknown commit result is retried up to two more times."""
+    from pymongo.errors import PyMongoError
+
+    for attempt in range(3):
+        try:
+            session.commit_transaction()
+            return
+        except PyMongoError as error:
+            if attempt < 2 and error.has_error_label("UnknownTransactionCommitResult"):
+                continue
+            raise
+
+
+def _txn_error_kind(error: BaseException) -> str | None:
+    """``conflict``, ``limit`` or ``transient`` for retryable transaction errors, else ``None``.
+
+    A server that cannot run transactions at all raises ``TRANSACTIONS_UNSUPPORTED``.
+    """
+    from pymongo.errors import PyMongoError
+
+    if isinstance(error, _Conflict):
+        return "conflict"
+    if not isinstance(error, PyMongoError):
+        return None
+    code = getattr(error, "code", None)
+    if code in _NO_TXN_CODES or any(t in str(error) for t in _NO_TXN_TEXT):
+        raise TransactionsUnsupportedError(
+            "This server cannot run transactions (a standalone mongod?) — the background "
+            "migration's transaction setting needs a replica set or mongos",
+            {"code": code},
+        ) from error
+    if code == _WRITE_CONFLICT or (code is None and "write conflict" in str(error).lower()):
+        return "conflict"  # (the dev server reports a conflict at commit by text only)
+    if code in TXN_LIMIT_CODES:
+        return "limit"
+    if error.has_error_label("TransientTransactionError") or code in TXN_TRANSIENT_CODES:
+        return "transient"
+    return None
+
+
+def _overloaded(error: BaseException) -> bool:
+    from pymongo.errors import BulkWriteError, PyMongoError, WriteConcernError
+
+    if isinstance(error, WriteConcernError):
+        return True
+    if isinstance(error, BulkWriteError) and error.details.get("writeConcernErrors"):
+        return True
+    if isinstance(error, PyMongoError):
+        if error.has_error_label("TransientTransactionError") or error.has_error_label(
+            "RetryableWriteError"
+        ):
+            return True
+        return getattr(error, "code", None) in OVERLOAD_CODES
+    return False
+
+
+def _validate_step(result: Any) -> tuple[Any, bool, dict[str, int]]:
+    if not isinstance(result, Mapping) or not isinstance(result.get("done"), bool):
+        raise _SliceFailure(
+            "step must return { checkpoint, done } — done a boolean "
+            f"(got {type(result).__name__})")
+    checkpoint = result.get("checkpoint")
+    try:
+        size = len(bson.encode({"checkpoint": checkpoint}))
+    except Exception as error:
+        raise _SliceFailure(
+            f"step returned a checkpoint that cannot be stored as BSON ({type(error).__name__})"
+        ) from error
+    if size > STEP_CHECKPOINT_MAX:
+        raise _SliceFailure(
+            f"step returned a checkpoint of {size} bytes, more than {STEP_CHECKPOINT_MAX} — "
+            "keep a cursor in it, not data")
+    counters = {"batches": 1}
+    for key in ("processed", "migrated"):
+        value = result.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            counters[key] = value
+    return checkpoint, result["done"], counters
+
+
+def _at(value: Any, version: int) -> bool:
+    """Whether a stored version equals ``version`` (0 = missing, null or 0)."""
+    if type(value) is bool:
+        return False
+    if version == 0:
+        return value is None or value == 0
+    return bool(value == version)
+
+
+def _raw_id(raw: RawBSONDocument) -> Any:
+    return raw["_id"]
+
+
+def _id_key(value: Any) -> str:
+    return f"{type(value).__name__}:{value!r}"
+
+
+def _add(total: dict[str, int], counters: Mapping[str, int]) -> None:
+    for key, value in counters.items():
+        if value:
+            total[key] = total.get(key, 0) + value
+
+
+def _nonzero(counters: Mapping[str, int]) -> dict[str, int]:
+    return {k: v for k, v in counters.items() if v}
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _MESSAGE_MAX else text[: _MESSAGE_MAX - 1] + "…"
+
+
+def _user_message(error: BaseException, doc_id: Any) -> str:
+    """A transform error's text without the document's ``_id`` in it."""
+    text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    text = text.splitlines()[0] if text.strip() else type(error).__name__
+    for shown in {repr(doc_id), str(doc_id)}:
+        if len(shown) >= 4:
+            text = text.replace(shown, "‹_id›")
+    return _clip(text)
+
+
+def _write_error_message(item: Mapping[str, Any]) -> str:
+    """A per-document write error by its code (server texts quote values: never used)."""
+    code = item.get("code")
+    text = _WRITE_ERROR_TEXT.get(code, f"write error {code}") if isinstance(code, int) else (
+        "write error")
+    if code == 11000:
+        found = _INDEX_NAME.search(str(item.get("errmsg", "")))
+        if found:
+            text += f" on index {found.group(1)}"
+    return text
+
+
+def _describe_server(error: BaseException) -> str:
+    """A server error by class, code and code name — never its text (it may quote values)."""
+    code = getattr(error, "code", None)
+    details = getattr(error, "details", None)
+    name = details.get("codeName") if isinstance(details, Mapping) else None
+    parts = [type(error).__name__]
+    if code is not None:
+        parts.append(f"code {code}" + (f" {name}" if name else ""))
+    elif str(error):
+        parts.append(_clip(str(error).splitlines()[0]))
+    return " ".join(parts)

@@ -1,0 +1,1072 @@
+"""``migronaut background <action>``: status, run, controls, dry runs, drift, progress and workers.
+
+Reference background §6.5. Every action goes through :meth:`Session.run` (connect, call the
+engine, close, render or print JSON, exit code); flags are checked before connecting, and so is
+the ``--json``-needs-``--yes`` rule of the confirming actions (``cancel``, ``retry
+--from-start``, ``repin``, ``unlock``).
+
+``run``, ``work`` and ``watch`` are long-running: the first SIGINT/SIGTERM sets their
+cancellation through the shared :class:`~migronaut.cli.signals.GracefulStop` (lanes finish the
+batch in flight, checkpoint and release their leases), the second exits at once (130/143).
+
+No output here ever contains a document or an ``_id`` except ``dry-run``'s rows: partition
+scopes are shown by their type bracket only, never their bounds.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+import click
+
+from migronaut._redact import sanitize_terminal
+from migronaut.cli.app import command, group
+from migronaut.cli.output import CYAN, DIM, GREEN, RED, YELLOW, Output
+from migronaut.cli.session import Session, parse_int
+from migronaut.errors import EXIT_CODES, ConfigInvalidError, MigronautError, RunAbortedError
+
+if TYPE_CHECKING:
+    from migronaut.api import Migrator
+    from migronaut.background.engine import BackgroundEngine
+    from migronaut.cli.render import Cell
+    from migronaut.core.context import Cancellation
+
+STATUS_COLUMNS = ("Background migration", "Status", "Collection", "Versions", "Pass",
+                  "Partitions", "Lanes", "Migrated", "Note")
+PARTITION_COLUMNS = ("#", "Status", "Scope", "Migrated", "Lease", "Claims", "Error")
+PROGRESS_COLUMNS = ("Background migration", "Status", "Pass", "Done", "Rate", "ETA", "Lanes",
+                    "Failures")
+PROGRESS_PARTITION_COLUMNS = ("#", "Status", "Scope", "Done", "Lease", "Failures")
+STATUS_STYLE = {"completed": GREEN, "running": CYAN, "pending": YELLOW, "blocked": YELLOW,
+                "paused": YELLOW, "failed": RED, "cancelled": DIM,
+                "done": GREEN, "superseded": DIM}
+TERMINAL = ("completed", "failed", "cancelled")
+MAX_CONCURRENCY = 64
+#: Every status a ``run --all`` serves (oldest registration first).
+RUNNABLE = ("blocked", "pending", "running")
+
+background = group(
+    "background",
+    help="Background migrations: long data rewrites worked in batches by lanes under leases. "
+    "Actions: status, run, pause, resume, cancel, retry, repin, unlock, dry-run, verify, "
+    "watch, progress, work.",
+    short_help="Background migrations: status, run, controls, workers.",
+)
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+
+def _int_flag(value: str | None, flag: str, low: int, high: int) -> int | None:
+    """A numeric flag in ``low..high`` (``CONFIG_INVALID`` otherwise, before connecting)."""
+    number = parse_int(value, flag)
+    if number is not None and not low <= number <= high:
+        raise ConfigInvalidError(
+            f"{flag} must be an integer from {low} to {high} (got {value!r})", {"option": flag}
+        )
+    return number
+
+
+def _seconds_flag(value: str | None, flag: str, low: float, high: float, default: float) -> float:
+    if value is None:
+        return default
+    try:
+        number = float(value.strip())
+    except ValueError:
+        number = float("nan")
+    if not low <= number <= high:  # also refuses nan and inf
+        raise ConfigInvalidError(
+            f"{flag} must be a number of seconds from {low:g} to {high:g} (got {value!r})",
+            {"option": flag},
+        )
+    return number
+
+
+def _needs_yes(session: Session, yes: bool, action: str) -> None:
+    """A confirming action in ``--json`` mode needs ``--yes`` — checked before connecting."""
+    if session.options.json and not yes:
+        raise ConfigInvalidError(
+            f"background {action} needs confirmation — pass --yes in --json mode",
+            {"option": "yes"},
+        )
+
+
+def _registered(engine: BackgroundEngine, name: str) -> dict[str, Any]:
+    """The state of ``name``, or ``CONFIG_INVALID`` (``status``/``run``/``progress``)."""
+    state = engine.store.get(name)
+    if state is None:
+        raise ConfigInvalidError(
+            f"Background migration {name} is not registered — run up first",
+            {"migration": name},
+        )
+    return state
+
+
+def _requested_by() -> str:
+    from migronaut.api import executed_by
+
+    return executed_by()
+
+
+def _optional(engine: BackgroundEngine, method: str, action: str) -> Callable[..., Any]:
+    """An engine capability that may not exist yet (``dry_run``, ``verify``, ``watch``)."""
+    found = getattr(engine, method, None)
+    if not callable(found):
+        raise ConfigInvalidError(
+            f"background {action} is not available yet in this version of migronaut",
+            {"action": action},
+        )
+    return cast("Callable[..., Any]", found)
+
+
+def _check_available(method: str, action: str) -> None:
+    """The same check on the engine class, before connecting."""
+    from migronaut.background.engine import BackgroundEngine
+
+    if not callable(getattr(BackgroundEngine, method, None)):
+        raise ConfigInvalidError(
+            f"background {action} is not available yet in this version of migronaut",
+            {"action": action},
+        )
+
+
+class _Stopper:
+    """What the shared :class:`GracefulStop` stops for a background command: a cancellation.
+
+    Background commands run no migration run (no lock, no run id), so ``Migrator.stop`` has
+    nothing to stop; the guard is re-bound to this object, which it calls the same way.
+    """
+
+    def __init__(self, cancellation: Cancellation, out: Output, note: str | None) -> None:
+        self.cancellation = cancellation
+        self.out = out
+        self.note = note
+
+    def on(self, event: str, listener: Callable[[dict[str, Any]], Any]) -> None:
+        pass
+
+    def off(self, event: str, listener: Callable[[dict[str, Any]], Any]) -> None:
+        pass
+
+    def stop(self, reason: str) -> None:
+        if self.note and not self.cancellation.cancelled:
+            self.out.warn(self.note)
+        self.cancellation.cancel(RunAbortedError(reason, {"reason": reason}))
+
+
+def _on_signal(session: Session, cancellation: Cancellation, note: str | None) -> None:
+    """Route the first SIGINT/SIGTERM of this command to ``cancellation``."""
+    if session.guard is not None:
+        session.guard.bind(cast("Migrator", _Stopper(cancellation, session.out, note)))
+
+
+def _scope(scope: Mapping[str, Any] | None, group_name: str | None = None) -> dict[str, Any]:
+    """A partition scope without its bounds (they are ``_id`` values)."""
+    scope = scope or {}
+    out: dict[str, Any] = {"kind": scope.get("kind")}
+    if scope.get("bracket"):
+        out["bracket"] = scope["bracket"]
+    if group_name:
+        out["group"] = group_name
+    return out
+
+
+def _scope_text(scope: Mapping[str, Any] | None, group_name: str | None = None) -> str:
+    scope = scope or {}
+    kind = scope.get("kind")
+    text = "step" if kind == "step" else str(scope.get("bracket") or kind or "—")
+    if kind == "key-range" and not scope.get("bracket"):
+        text = "key range"
+    return sanitize_terminal(text + (f" @{group_name}" if group_name else ""))
+
+
+def _partition_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(row)
+    out["scope"] = _scope(row.get("scope"), row.get("group"))
+    return out
+
+
+def _lease_text(lease: Mapping[str, Any] | None) -> str:
+    if not lease:
+        return ""
+    return sanitize_terminal(f"slot {lease.get('slot')} · {lease.get('host')}:{lease.get('pid')}")
+
+
+def _number(value: Any) -> int:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+
+def _note(view: Mapping[str, Any]) -> tuple[str, str | None]:
+    if view.get("waitsFor"):
+        return sanitize_terminal("waits for " + ", ".join(map(str, view["waitsFor"]))), YELLOW
+    if view.get("lastError"):
+        return sanitize_terminal(str(view["lastError"])), RED
+    if view.get("failedDocuments"):
+        return f"{view['failedDocuments']} document(s) failed", YELLOW
+    return "", None
+
+
+def _status_cells(view: Mapping[str, Any]) -> list[Cell]:
+    status = str(view.get("status"))
+    versions = "step" if view.get("mode") == "step" else f"{view.get('from')} → {view.get('to')}"
+    counts = view.get("partitions")
+    partitions = f"{counts.get('done', 0)}/{counts.get('total', 0)}" if counts else "—"
+    return [
+        (sanitize_terminal(str(view.get("migration"))), None),
+        (status, STATUS_STYLE.get(status)),
+        (sanitize_terminal(str(view.get("collection") or "—")), None),
+        (versions, None),
+        (str(view.get("pass", 0)), None),
+        (partitions, None),
+        (f"{view.get('liveLeases', 0)}/{view.get('maxParallel', 1)}", None),
+        (str(_number((view.get("totals") or {}).get("migrated"))), None),
+        _note(view),
+    ]
+
+
+def render_status(views: Sequence[Mapping[str, Any]], out: Output) -> None:
+    """The ``Background migration | Status | … | Note`` table."""
+    from migronaut.cli.render import table
+
+    if not views:
+        out.info("No background migrations registered")
+        return
+    table(STATUS_COLUMNS, [_status_cells(v) for v in views], out,
+          wrap=("Background migration", "Note"))
+
+
+def _partition_cells(row: Mapping[str, Any]) -> list[Cell]:
+    status = str(row.get("status"))
+    return [
+        (str(row.get("seq", "")), None),
+        (status, STATUS_STYLE.get(status)),
+        (_scope_text(row.get("scope"), row.get("group")), None),
+        (str(_number((row.get("counters") or {}).get("migrated"))), None),
+        (_lease_text(row.get("lease")), None),
+        (str(row.get("claims", 0)), None),
+        (sanitize_terminal(str(row.get("lastError") or "")), RED),
+    ]
+
+
+def render_partitions(rows: Sequence[Mapping[str, Any]], out: Output) -> None:
+    """The ``# | Status | Scope | Migrated | Lease | Claims | Error`` table."""
+    from migronaut.cli.render import table
+
+    if not rows:
+        out.info("No partitions (nothing planned yet)")
+        return
+    table(PARTITION_COLUMNS, [_partition_cells(r) for r in rows], out, wrap=("Error",))
+
+
+# ------------------------------------------------------------------------------------- status
+
+
+@dataclass
+class _StatusResult:
+    views: list[dict[str, Any]]
+    partitions: list[dict[str, Any]] | None = None
+
+
+def _check_verdict(views: Sequence[Mapping[str, Any]], out: Output) -> int:
+    """``--check``: failed → 32, anything not completed → 31, else 0."""
+    statuses = [v.get("status") for v in views]
+    if "failed" in statuses:
+        out.error("✖ A background migration failed")
+        return EXIT_CODES["BACKGROUND_FAILED"]
+    if any(s != "completed" for s in statuses):
+        out.error("✖ Background migrations are not all completed")
+        return EXIT_CODES["BACKGROUND_PENDING"]
+    return 0
+
+
+@command(
+    "status",
+    parent=background,
+    help="Background migrations (or NAME) as a table: status, versions, pass, partitions, "
+    "lanes, documents migrated. --partitions shows NAME's partitions.",
+    short_help="Show background migrations.",
+)
+@click.argument("name", required=False)
+@click.option("--partitions", is_flag=True, help="NAME's partitions (needs NAME).")
+@click.option("--check", is_flag=True,
+              help="Exit 32 when one failed, 31 when not all are completed (for CI).")
+def status(session: Session, name: str | None, partitions: bool, check: bool) -> int:
+    if partitions and not name:
+        raise ConfigInvalidError("--partitions needs a background migration NAME",
+                                 {"option": "--partitions"})
+
+    def action(migrator: Migrator) -> _StatusResult:
+        engine = migrator.background
+        if partitions:
+            assert name is not None
+            rows = [_partition_json(r) for r in engine.partitions_view(name)]  # unknown → 9
+            return _StatusResult(engine.status(name) if check else [], rows)
+        if name is not None:
+            _registered(engine, name)
+        return _StatusResult(engine.status(name))
+
+    def render(result: _StatusResult, out: Output) -> None:
+        if result.partitions is not None:
+            render_partitions(result.partitions, out)
+        else:
+            render_status(result.views, out)
+
+    def to_json(result: _StatusResult) -> dict[str, Any]:
+        if result.partitions is not None:
+            return {"partitions": result.partitions}
+        return {"background": result.views}
+
+    return session.run(
+        action, render=render, to_json=to_json,
+        exit_code=(lambda result, out: _check_verdict(result.views, out)) if check else None,
+    )
+
+
+# ---------------------------------------------------------------------------------------- run
+
+
+class _Ticker:
+    """The spinner line of ``run``: ``Driving <name>… <n> migrated`` from the batch events."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.name = ""
+        self.migrated = 0
+
+    def start(self, name: str) -> None:
+        self.name, self.migrated = name, 0
+        self.session.out.spinner.show(f"Driving {name}…")
+
+    def __call__(self, payload: dict[str, Any]) -> None:
+        if payload.get("migration") != self.name:
+            return
+        self.migrated += _number((payload.get("counters") or {}).get("migrated"))
+        self.session.out.spinner.show(f"Driving {self.name}… {self.migrated} migrated")
+
+
+@command(
+    "run",
+    parent=background,
+    help="Drive NAME (or --all runnable ones, oldest first) until it completes, fails, is "
+    "paused or cancelled, with --concurrency lanes in this process. Ctrl-C stops the lanes at "
+    "their next batch (exit 11); the migration goes on later from its last checkpoint.",
+    short_help="Drive background migrations here.",
+)
+@click.argument("name", required=False)
+@click.option("--all", "all_", is_flag=True, help="Every blocked, pending or running one.")
+@click.option("--concurrency", metavar="N",
+              help="Lanes in this process (1–64, default 1; capped at maxParallel).")
+@click.option("--once", is_flag=True, help="One coordinator step and one round of slices.")
+def run(session: Session, name: str | None, all_: bool, concurrency: str | None,
+        once: bool) -> int:
+    if (name is None) == (not all_):
+        raise ConfigInvalidError("background run needs a NAME or --all (not both)",
+                                 {"options": ["name", "--all"]})
+    lanes = _int_flag(concurrency, "--concurrency", 1, MAX_CONCURRENCY) or 1
+    from migronaut.core.context import Cancellation
+
+    cancel = Cancellation()
+
+    def action(migrator: Migrator) -> list[dict[str, Any]]:
+        _on_signal(session, cancel, "⚠ Lanes stop after the batch in flight, checkpoint and "
+                                    "release their leases")
+        engine = migrator.background
+        if name is not None:
+            _registered(engine, name)
+            names = [name]
+        else:
+            names = [str(s["_id"]) for s in engine.store.all(list(RUNNABLE))]
+        ticker = _Ticker(session)
+        migrator.on("background:batch", ticker)
+        views: list[dict[str, Any]] = []
+        try:
+            for each in names:
+                state = engine.store.require(each)
+                max_parallel = _number((state.get("spec") or {}).get("maxParallel")) or 1
+                if lanes > max_parallel:
+                    session.out.warn(f"⚠ --concurrency {lanes} is more than {each}'s "
+                                     f"maxParallel ({max_parallel}) — using {max_parallel}")
+                ticker.start(each)
+                try:
+                    views.append(engine.drive(each, concurrency=min(lanes, max_parallel),
+                                              until_done=not once, cancellation=cancel,
+                                              driver="cli", raise_if_busy=once))
+                except MigronautError as error:
+                    current = engine.store.get(each)
+                    error.context["results"] = views + (
+                        [engine.view(current)] if current is not None else [])
+                    raise
+        finally:
+            migrator.off("background:batch", ticker)
+        return views
+
+    return session.run(action, render=render_status,
+                       to_json=lambda views: {"background": views}, mutating=True)
+
+
+# ----------------------------------------------------------------------------------- controls
+
+
+@dataclass
+class _Control:
+    """A control's outcome for rendering; ``declined`` when the prompt was answered no."""
+
+    action: str
+    name: str
+    result: dict[str, Any] = field(default_factory=dict)
+    declined: bool = False
+
+
+def _control_json(control: _Control) -> dict[str, Any]:
+    return control.result
+
+
+def _render_control(control: _Control, out: Output) -> None:
+    if control.declined:
+        out.info("Aborted")
+        return
+    result = control.result
+    status = result.get("status")
+    if control.action == "repin":
+        replanned = " — the current plan is replanned" if result.get("replan") else ""
+        out.info(f"✔ Repinned {sanitize_terminal(control.name)} "
+                 f"(checksum {str(result.get('checksum', ''))[:12]}…){replanned}")
+        return
+    done = "Done" if result.get("applied") == "changed" else "Nothing to do"
+    out.info(f"✔ {done} — {status}")
+    if result.get("stopped") is False:
+        out.warn("⚠ Lanes still hold leases after waiting — they stop at their next batch")
+
+
+def _state_line(engine: BackgroundEngine, name: str) -> str:
+    view = engine.status(name)[0]
+    migrated = _number((view.get("totals") or {}).get("migrated"))
+    return sanitize_terminal(
+        f"⚠ {name} is {view.get('status')} (pass {view.get('pass', 0)}, {migrated} migrated, "
+        f"{view.get('liveLeases', 0)} lane(s) working)"
+    )
+
+
+def _preflight(engine: BackgroundEngine, name: str, action: str) -> tuple[str, bool]:
+    """``(status, changes)`` of ``action`` on ``name``: unregistered → 9, conflict → 33."""
+    from migronaut.background.store import transition
+
+    status = str(engine.store.require(name)["status"])
+    effective = "reopen" if action == "retry" and status == "completed" else action
+    _, changes = transition(name, status, effective)
+    return status, changes
+
+
+def _control_command(
+    session: Session,
+    action: str,
+    name: str,
+    *,
+    reason: str | None,
+    wait: bool = False,
+    yes: bool = True,
+    question: str | None = None,
+    from_start: bool = False,
+    repin: bool = False,
+) -> int:
+    def run_control(migrator: Migrator) -> _Control:
+        engine = migrator.background
+        by = _requested_by()
+        if question is not None and not yes:
+            _, changes = _preflight(engine, name, action)
+            if changes or from_start:
+                session.out.warn(_state_line(engine, name))
+                if not session.confirm(question, action=f"background {action}"):
+                    return _Control(action, name, declined=True)
+        extra: dict[str, Any] = {}
+        if repin:
+            _preflight(engine, name, action)  # do not repin for a retry that cannot happen
+            pinned = engine.repin(name, requested_by=by, reason=reason,
+                                  changelog=migrator.changelog)
+            extra = {k: pinned.extra[k] for k in ("replan", "checksum") if k in pinned.extra}
+        result = engine.control(name, action, requested_by=by, reason=reason,
+                                from_start=from_start, wait=wait)
+        return _Control(action, name, {**result.to_dict(), **extra})
+
+    return session.run(run_control, render=_render_control, to_json=_control_json)
+
+
+_REASON_HELP = "Why; recorded in the migration's history."
+
+
+@command("pause", parent=background, short_help="Pause a background migration.",
+         help="Pause NAME: lanes stop at their next batch and release their leases.")
+@click.argument("name")
+@click.option("--wait", is_flag=True, help="Wait (≤ 120 s) until no lane holds a lease.")
+@click.option("--reason", metavar="TEXT", help=_REASON_HELP)
+def pause(session: Session, name: str, wait: bool, reason: str | None) -> int:
+    return _control_command(session, "pause", name, reason=reason, wait=wait)
+
+
+@command("resume", parent=background, short_help="Resume a paused background migration.",
+         help="Resume NAME (back to running, pending, or blocked while its requirements wait).")
+@click.argument("name")
+@click.option("--reason", metavar="TEXT", help=_REASON_HELP)
+def resume(session: Session, name: str, reason: str | None) -> int:
+    return _control_command(session, "resume", name, reason=reason)
+
+
+@command("cancel", parent=background, short_help="Cancel a background migration.",
+         help="Cancel NAME: its open partitions are cancelled and lanes stop at their next "
+         "batch. Asks for confirmation unless --yes (required with --json).")
+@click.argument("name")
+@click.option("--wait", is_flag=True, help="Wait (≤ 120 s) until no lane holds a lease.")
+@click.option("--reason", metavar="TEXT", help=_REASON_HELP)
+@click.option("-y", "--yes", is_flag=True, help="Cancel without a prompt.")
+def cancel(session: Session, name: str, wait: bool, reason: str | None, yes: bool) -> int:
+    _needs_yes(session, yes, "cancel")
+    return _control_command(session, "cancel", name, reason=reason, wait=wait, yes=yes,
+                            question=f"Cancel {sanitize_terminal(name)}? [y/N] ")
+
+
+@command("retry", parent=background, short_help="Retry a failed or cancelled migration.",
+         help="Retry NAME when failed or cancelled (a completed one is reopened). --from-start "
+         "forgets its passes and failed documents (asks unless --yes); --repin adopts the file "
+         "as it is now first.")
+@click.argument("name")
+@click.option("--from-start", is_flag=True, help="Start over (asks for confirmation).")
+@click.option("--repin", is_flag=True, help="Pin the file as it is now before retrying.")
+@click.option("--reason", metavar="TEXT", help=_REASON_HELP)
+@click.option("-y", "--yes", is_flag=True, help="Confirm --from-start without a prompt.")
+def retry(session: Session, name: str, from_start: bool, repin: bool, reason: str | None,
+          yes: bool) -> int:
+    if from_start:
+        _needs_yes(session, yes, "retry --from-start")
+    return _control_command(
+        session, "retry", name, reason=reason, yes=yes or not from_start, from_start=from_start,
+        repin=repin,
+        question=f"Retry from the start {sanitize_terminal(name)}? [y/N] " if from_start else None,
+    )
+
+
+@command("repin", parent=background, short_help="Adopt a changed background migration file.",
+         help="Pin NAME to its file as it is now (its checksum and settings); a change to what "
+         "it matches or to its parallelism replans the current pass. Asks unless --yes.")
+@click.argument("name")
+@click.option("--reason", metavar="TEXT", help=_REASON_HELP)
+@click.option("-y", "--yes", is_flag=True, help="Repin without a prompt.")
+def repin(session: Session, name: str, reason: str | None, yes: bool) -> int:
+    _needs_yes(session, yes, "repin")
+
+    def run_repin(migrator: Migrator) -> _Control:
+        engine = migrator.background
+        if not yes:
+            engine.store.require(name)
+            session.out.warn(_state_line(engine, name))
+            if not session.confirm(f"Repin {sanitize_terminal(name)} to the file as it is now? "
+                                   "[y/N] ", action="background repin"):
+                return _Control("repin", name, declined=True)
+        result = engine.repin(name, requested_by=_requested_by(), reason=reason,
+                              changelog=migrator.changelog)
+        return _Control("repin", name, result.to_dict())
+
+    return session.run(run_repin, render=_render_control, to_json=_control_json)
+
+
+@dataclass
+class _Unlocked:
+    name: str
+    result: dict[str, Any] = field(default_factory=dict)
+    declined: bool = False
+
+
+def _render_unlocked(outcome: _Unlocked, out: Output) -> None:
+    if outcome.declined:
+        out.info("Aborted")
+        return
+    held = "" if outcome.result.get("lock") else " (none held)"
+    out.info(f"✔ Released the coordinator lock{held} and {outcome.result.get('leases', 0)} "
+             "lease(s)")
+
+
+@command("unlock", parent=background, short_help="Force-release a migration's lock and leases.",
+         help="Force-release NAME's coordinator lock and every lease of its partitions (their "
+         "holders are fenced at their next write). Asks unless --yes.")
+@click.argument("name")
+@click.option("-y", "--yes", is_flag=True, help="Release without a prompt.")
+def unlock(session: Session, name: str, yes: bool) -> int:
+    _needs_yes(session, yes, "unlock")
+
+    def run_unlock(migrator: Migrator) -> _Unlocked:
+        engine = migrator.background
+        if not yes:
+            engine.store.require(name)
+            session.out.warn(_state_line(engine, name))
+            if not session.confirm(f"Release the coordinator lock and every lease of "
+                                   f"{sanitize_terminal(name)}? [y/N] ",
+                                   action="background unlock"):
+                return _Unlocked(name, declined=True)
+        session.check_stop()
+        return _Unlocked(name, engine.unlock(name))
+
+    return session.run(run_unlock, render=_render_unlocked, to_json=lambda o: o.result,
+                       mutating=True)
+
+
+# --------------------------------------------------------------------- dry-run, verify, watch
+
+
+def _json_text(value: Any) -> str:
+    import json
+
+    return sanitize_terminal(json.dumps(value, default=str, ensure_ascii=False))
+
+
+def render_dry_run(report: Mapping[str, Any], out: Output) -> None:
+    """The dry-run lines of reference background §6.5 (documents as relaxed EJSON)."""
+    if report.get("mode") == "step":
+        for step in report.get("steps") or []:
+            after = f"✖ {step['error']}" if step.get("error") else \
+                _json_text(step.get("checkpointOut"))
+            done = " (done)" if step.get("done") else ""
+            out.info(f"◎ Step {step.get('step')}: {_json_text(step.get('checkpointIn'))} → "
+                     f"{sanitize_terminal(after)}{done}")
+    else:
+        for row in report.get("documents") or []:
+            if row.get("error"):
+                out.info(f"✖ {_json_text(row.get('_id'))}: {sanitize_terminal(str(row['error']))}")
+            elif row.get("validation") == "skipped":
+                out.info(f"◌ {_json_text(row.get('_id'))}: not validated (stopped before it)")
+            else:
+                out.info(f"✔ {_json_text(row.get('_id'))}: {_json_text(row.get('change'))}")
+        failed = _number(report.get("failed"))
+        out.info(f"◎ {_number(report.get('migrated'))} of {_number(report.get('found'))} would be "
+                 f"migrated, {failed} would fail")
+    for refusal in report.get("refusals") or []:
+        out.info(f"✖ Refused {sanitize_terminal(str(refusal.get('method')))}: "
+                 f"{sanitize_terminal(str(refusal.get('reason')))}")
+    if report.get("aborted") or report.get("mode") == "step":
+        out.info(f"◎ {len(report.get('ops') or [])} operation(s), all rolled back")
+    if report.get("stoppedBy") == "deadline":
+        out.warn("⚠ Stopped at the deadline")
+
+
+def _dry_run_exit(report: Mapping[str, Any], out: Output) -> int:
+    from migronaut.background.dryrun import exit_code
+
+    return exit_code(report)
+
+
+@command("dry-run", parent=background, short_help="Preview a background migration.",
+         help="Preview NAME on a few documents (declarative) or steps (step mode) without "
+         "writing: --sample N random or --first N documents; --validate runs the real write "
+         "path in an aborted transaction (replica set).")
+@click.argument("name")
+@click.option("--sample", metavar="N", help="N random documents (1–1000, default 5).")
+@click.option("--first", metavar="N", help="The first N documents by _id (1–1000).")
+@click.option("--validate", is_flag=True, help="Write in a sandbox transaction, then abort.")
+@click.option("--revert", is_flag=True, help="Preview the revert direction.")
+@click.option("--steps", metavar="N", help="Step mode: run N steps (1–50, default 1).")
+@click.option("--from-start", is_flag=True, help="Step mode: start without a checkpoint.")
+@click.option("--max-docs", metavar="N", help="Changed documents shown (1–1000, default 20).")
+@click.option("--deadline-ms", metavar="N", help="Time limit (1–50000 ms, default 50000).")
+def dry_run(session: Session, name: str, sample: str | None, first: str | None, validate: bool,
+            revert: bool, steps: str | None, from_start: bool, max_docs: str | None,
+            deadline_ms: str | None) -> int:
+    options: dict[str, Any] = {
+        "sample": _int_flag(sample, "--sample", 1, 1000),
+        "first": _int_flag(first, "--first", 1, 1000),
+        "steps": _int_flag(steps, "--steps", 1, 50),
+        "max_documents": _int_flag(max_docs, "--max-docs", 1, 1000),
+        "deadline_ms": _int_flag(deadline_ms, "--deadline-ms", 1, 50_000),
+    }
+    if options["sample"] is not None and options["first"] is not None:
+        raise ConfigInvalidError("--sample and --first cannot be combined (not both)",
+                                 {"options": ["--sample", "--first"]})
+    options = {k: v for k, v in options.items() if v is not None}
+    if validate:
+        options["validate"] = True
+    if from_start:
+        options["from_start"] = True
+    options["direction"] = "revert" if revert else "forward"
+    _check_available("dry_run", "dry-run")
+    return session.run(
+        lambda migrator: _optional(migrator.background, "dry_run", "dry-run")(name, **options),
+        render=render_dry_run, to_json=lambda report: report, exit_code=_dry_run_exit,
+    )
+
+
+def render_verify(result: Mapping[str, Any], out: Output) -> None:
+    """``✔ No drift (…)``; each finding was already logged by the engine as
+    ``⚠ <collection>: old-shape documents after <migration> — <action>``."""
+    if not result.get("drift"):
+        out.info(f"✔ No drift ({_number(result.get('checked'))} checked, "
+                 f"{_number(result.get('skipped'))} skipped)")
+
+
+@command("verify", parent=background, short_help="Look for old-shape documents (drift).",
+         help="Probe every completed background migration's collection for documents in the "
+         "old shape; they are reopened (a new pass; background_on_drift), or only reported "
+         "with --report. Exit 31 on drift.")
+@click.option("--report", is_flag=True, help="Report drift only, never reopen.")
+def verify(session: Session, report: bool) -> int:
+    _check_available("verify", "verify")
+
+    def probe(migrator: Migrator) -> dict[str, Any]:
+        config = migrator.config
+        result: dict[str, Any] = _optional(migrator.background, "verify", "verify")(
+            on_drift="report" if report else config.background_on_drift,
+            drift_mode=config.background_drift,
+        )
+        return result
+
+    return session.run(
+        probe, render=render_verify, to_json=lambda result: result,
+        exit_code=lambda result, out: EXIT_CODES["BACKGROUND_PENDING"] if result.get("drift")
+        else 0,
+    )
+
+
+@command("watch", parent=background, short_help="Upgrade old-shape writes live (replica set).",
+         help="Follow change streams on the collections of completed background migrations "
+         "(or COLLECTION) and upgrade old-shape writes as they land (--report: only report). "
+         "Needs a replica set. Ctrl-C stops: streams closed, positions saved, locks released "
+         "(exit 0).")
+@click.argument("collection", required=False)
+@click.option("--report", is_flag=True, help="Report old-shape writes, never upgrade them.")
+def watch(session: Session, collection: str | None, report: bool) -> int:
+    _check_available("watch", "watch")
+    from migronaut.core.context import Cancellation
+
+    cancel = Cancellation()
+    out = session.out
+
+    def on_state(event: dict[str, Any]) -> None:
+        out.info(sanitize_terminal(f"… {event.get('collection')}: {event.get('state')}"))
+
+    def run_watch(migrator: Migrator) -> dict[str, Any]:
+        _on_signal(session, cancel, None)
+        engine = migrator.background
+        options: dict[str, Any] = {"upgrade": not report, "cancellation": cancel,
+                                   "on_drift": "report" if report else
+                                   migrator.config.background_on_drift}
+        if collection is not None:
+            options["collections"] = [collection]
+        migrator.on("background:watch", on_state)
+        try:
+            watcher = _optional(engine, "watch", "watch")(**options)  # standalone → 6
+            out.spinner.stop()
+            out.info("Watching for old-shape writes — Ctrl-C to stop")
+            try:
+                while not cancel.wait(0.5) and watcher.running:
+                    pass
+            finally:
+                watcher.stop()
+        finally:
+            migrator.off("background:watch", on_state)
+        if watcher.error is not None:
+            raise watcher.error
+        return {"watch": watcher.status(), "upgraded": _number(watcher.counters.get("upgraded"))}
+
+    def render(result: Mapping[str, Any], out: Output) -> None:
+        out.info(f"✔ Stopped watching — {result.get('upgraded', 0)} document(s) upgraded")
+
+    return session.run(run_watch, render=render,
+                       to_json=lambda result: {"watch": result["watch"]}, mutating=True)
+
+
+# ----------------------------------------------------------------------------------- progress
+
+
+@dataclass
+class _Rate:
+    at: float
+    scanned: int
+    rate: float | None = None
+
+
+class ProgressTracker:
+    """Per-tick progress of background migrations: done, rate, ETA, lanes, failures.
+
+    ``done`` counts the documents read in the current pass (against the plan's estimate); the
+    rate is a smoothed rate of documents read, across passes.
+    """
+
+    SMOOTHING = 0.5
+
+    def __init__(self) -> None:
+        self._last: dict[str, _Rate] = {}
+
+    def migration(self, view: Mapping[str, Any], partitions: Sequence[Mapping[str, Any]],
+                  now: float) -> dict[str, Any]:
+        name = str(view.get("migration"))
+        generation = view.get("generation")
+        current = [p for p in partitions if p.get("generation") == generation]
+        done = sum(_number((p.get("counters") or {}).get("scanned")) +
+                   _number((p.get("counters") or {}).get("processed")) for p in current)
+        plan = view.get("plan") or {}
+        estimate = _number(plan.get("estimate"))
+        status = str(view.get("status"))
+        totals = view.get("totals") or {}
+        scanned = _number(totals.get("scanned")) + _number(totals.get("processed"))
+        last = self._last.get(name)
+        rate = last.rate if last else None
+        if last is not None and now > last.at and scanned >= last.scanned:
+            instant = (scanned - last.scanned) / (now - last.at)
+            rate = instant if rate is None else \
+                self.SMOOTHING * instant + (1 - self.SMOOTHING) * rate
+        self._last[name] = _Rate(now, scanned, rate)
+        if status == "completed":
+            percent: float | None = 100.0
+        elif estimate:
+            percent = min(100.0, 100.0 * done / estimate)
+        else:
+            percent = None
+        eta = None
+        if status == "running" and rate and estimate:
+            eta = max(0.0, (estimate - done) / rate)
+        counts = view.get("partitions") or {}
+        row: dict[str, Any] = {
+            "migration": name,
+            "status": status,
+            "phase": view.get("phase"),
+            "pass": view.get("pass", 0),
+            "generation": generation,
+            "collection": view.get("collection"),
+            "done": done,
+            "estimate": estimate,
+            "percent": None if percent is None else round(percent, 1),
+            "migrated": _number(totals.get("migrated")),
+            "rate": None if rate is None else round(rate, 1),
+            "etaSeconds": None if eta is None else round(eta, 1),
+            "liveLeases": view.get("liveLeases", 0),
+            "maxParallel": view.get("maxParallel", 1),
+            "failedDocuments": view.get("failedDocuments", 0),
+            "failedPartitions": _number(counts.get("failed")),
+            "sliceFailures": sum(_number(p.get("failures")) for p in current),
+            "partitions": [self._partition(p) for p in current],
+        }
+        if plan.get("atLeast"):
+            row["atLeast"] = True
+        if view.get("lastError"):
+            row["lastError"] = view["lastError"]
+        return row
+
+    @staticmethod
+    def _partition(p: Mapping[str, Any]) -> dict[str, Any]:
+        counters = p.get("counters") or {}
+        done = _number(counters.get("scanned")) + _number(counters.get("processed"))
+        estimate = _number(p.get("estimate"))
+        status = p.get("status")
+        if status == "done":
+            percent: float | None = 100.0
+        else:
+            percent = round(min(100.0, 100.0 * done / estimate), 1) if estimate else None
+        row: dict[str, Any] = {
+            "id": p.get("id"), "seq": p.get("seq"), "status": status,
+            "scope": _scope(p.get("scope"), p.get("group")), "done": done,
+            "estimate": estimate, "percent": percent,
+            "migrated": _number(counters.get("migrated")),
+            "failures": _number(p.get("failures")), "claims": p.get("claims", 0),
+        }
+        if p.get("lease"):
+            row["lease"] = p["lease"]
+        if p.get("lastError"):
+            row["lastError"] = p["lastError"]
+        return row
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    total = round(seconds)
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def _done_text(row: Mapping[str, Any]) -> str:
+    estimate = _number(row.get("estimate"))
+    total = f"{'≥' if row.get('atLeast') else ''}{estimate}" if estimate else "?"
+    percent = row.get("percent")
+    suffix = f" ({percent:.0f}%)" if isinstance(percent, (int, float)) else ""
+    return f"{row.get('done', 0)}/{total}{suffix}"
+
+
+def _progress_cells(row: Mapping[str, Any]) -> list[Cell]:
+    status = str(row.get("status"))
+    rate = row.get("rate")
+    failures = _number(row.get("failedDocuments")) + _number(row.get("failedPartitions"))
+    return [
+        (sanitize_terminal(str(row.get("migration"))), None),
+        (status, STATUS_STYLE.get(status)),
+        (str(row.get("pass", 0)), None),
+        (_done_text(row), None),
+        ("—" if rate is None else f"{rate:g}/s", None),
+        (_duration(row.get("etaSeconds")), None),
+        (f"{row.get('liveLeases', 0)}/{row.get('maxParallel', 1)}", None),
+        (str(failures), RED if failures else None),
+    ]
+
+
+def _progress_partition_cells(row: Mapping[str, Any]) -> list[Cell]:
+    status = str(row.get("status"))
+    failures = _number(row.get("failures"))
+    return [
+        (str(row.get("seq", "")), None),
+        (status, STATUS_STYLE.get(status)),
+        (_scope_text(row.get("scope"), (row.get("scope") or {}).get("group")), None),
+        (_done_text(row), None),
+        (_lease_text(row.get("lease")), None),
+        (str(failures), RED if failures else None),
+    ]
+
+
+def _progress_line(row: Mapping[str, Any]) -> str:
+    rate = row.get("rate")
+    failures = _number(row.get("failedDocuments")) + _number(row.get("failedPartitions"))
+    return sanitize_terminal(
+        f"◎ {row.get('migration')}  {row.get('status')}  pass {row.get('pass', 0)}  "
+        f"{_done_text(row)}  {'—' if rate is None else f'{rate:g}'} docs/s  "
+        f"ETA {_duration(row.get('etaSeconds'))}  lanes {row.get('liveLeases', 0)}/"
+        f"{row.get('maxParallel', 1)}  failures {failures}"
+    )
+
+
+class _LiveView:
+    """The progress view on a terminal: one redrawn rich view (summary + partition tables)."""
+
+    def __init__(self, out: Output) -> None:
+        from rich.live import Live
+
+        from migronaut.cli.render import console
+
+        stream = out.stream_for(20)
+        self._live = Live(console=console(out, stream, stream), auto_refresh=False,
+                          transient=False)
+        self._live.start()
+
+    def update(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        from rich.console import Group
+
+        from migronaut.cli.render import rich_table
+
+        parts: list[Any] = [rich_table(PROGRESS_COLUMNS, [_progress_cells(r) for r in rows],
+                                       wrap=("Background migration",))]
+        for row in rows:
+            if row.get("partitions") and row.get("status") not in TERMINAL:
+                parts.append(rich_table(
+                    PROGRESS_PARTITION_COLUMNS,
+                    [_progress_partition_cells(p) for p in row["partitions"]],
+                    title=sanitize_terminal(str(row.get("migration"))),
+                ))
+        self._live.update(Group(*parts), refresh=True)
+
+    def close(self) -> None:
+        self._live.stop()
+
+
+@command("progress", parent=background, short_help="Live progress of background migrations.",
+         help="A live view of NAME (or every background migration) and its partitions: "
+         "documents done, rate, ETA, lanes, failures — refreshed every --interval seconds until "
+         "they are all completed, failed or cancelled, or Ctrl-C (exit 0; 32 when one failed). "
+         "--json prints one JSON document per tick, one per line.")
+@click.argument("name", required=False)
+@click.option("--interval", metavar="S", help="Seconds between refreshes (0.1–3600, default 2).")
+def progress(session: Session, name: str | None, interval: str | None) -> int:
+    seconds = _seconds_flag(interval, "--interval", 0.1, 3600.0, 2.0)
+    out = session.out
+
+    def follow(migrator: Migrator) -> list[dict[str, Any]]:
+        from migronaut.core.results import iso
+
+        engine = migrator.background
+        if name is not None:
+            _registered(engine, name)
+        tracker = ProgressTracker()
+        live: _LiveView | None = None
+        rows: list[dict[str, Any]] = []
+        try:
+            while True:
+                views = engine.status(name)
+                now = time.monotonic()
+                rows = [tracker.migration(
+                    v, engine.partitions_view(str(v["migration"]))
+                    if v.get("status") not in TERMINAL or name else [], now) for v in views]
+                finished = all(r["status"] in TERMINAL for r in rows)
+                if out.json_mode:
+                    out.json({"at": iso(dt.datetime.now(dt.UTC)), "background": rows,
+                              "done": finished}, compact=True)
+                elif not rows:
+                    out.info("No background migrations registered")
+                elif _tty(out):
+                    out.spinner.stop()
+                    live = live or _LiveView(out)
+                    live.update(rows)
+                else:
+                    for row in rows:
+                        out.info(_progress_line(row))
+                if finished:
+                    break
+                time.sleep(seconds)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            if live is not None:
+                live.close()
+        return rows
+
+    def verdict(rows: list[dict[str, Any]], out: Output) -> int:
+        if any(r["status"] == "failed" for r in rows):
+            out.error("✖ A background migration failed")
+            return EXIT_CODES["BACKGROUND_FAILED"]
+        return 0
+
+    return session.run(follow, exit_code=verdict)
+
+
+def _tty(out: Output) -> bool:
+    try:
+        return bool(out.stream_for(20).isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+# --------------------------------------------------------------------------------------- work
+
+
+@command("work", parent=background, short_help="Run a background worker (N lanes).",
+         help="A long-running worker: --lanes N lane threads serve every runnable background "
+         "migration (coordinator duties included) until SIGTERM/SIGINT, which stops it cleanly "
+         "(lanes finish their batch, checkpoint and release their leases; exit 0). Run as many "
+         "as you like, on any hosts.")
+@click.option("--lanes", metavar="N", help="Lane threads (1–64, default 1).")
+@click.option("--poll", metavar="S",
+              help="Seconds between looks for runnable migrations (0.01–3600, default 5).")
+def work(session: Session, lanes: str | None, poll: str | None) -> int:
+    count = _int_flag(lanes, "--lanes", 1, MAX_CONCURRENCY) or 1
+    poll_s = _seconds_flag(poll, "--poll", 0.01, 3600.0, 5.0)
+    from migronaut.core.context import Cancellation
+
+    cancel = Cancellation()
+
+    def serve(migrator: Migrator) -> dict[str, Any]:
+        from migronaut.background.runner import work as work_loop
+
+        _on_signal(session, cancel, "⚠ Stopping the worker: lanes finish the batch in flight, "
+                                    "checkpoint and release their leases")
+        migrator.background.store.ready()  # connect; fail fast on a bad URI or missing indexes
+        session.out.spinner.stop()
+        session.out.info(f"⇉ Worker started — {count} lane(s), looking for work every "
+                         f"{poll_s:g}s (Ctrl-C to stop)")
+        stats = work_loop(migrator, lanes=count, cancellation=cancel, poll_interval_s=poll_s)
+        return {"lanes": count, **stats.to_dict()}
+
+    def render(result: Mapping[str, Any], out: Output) -> None:
+        migrated = _number((result.get("counters") or {}).get("migrated"))
+        out.info(f"✔ Worker stopped — {result.get('slices', 0)} slice(s), {migrated} document(s) "
+                 "migrated; leases released")
+
+    return session.run(serve, render=render, to_json=lambda result: {"worker": result},
+                       mutating=True)
