@@ -43,13 +43,17 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import math
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
 from bson.binary import Binary
+from bson.datetime_ms import DatetimeMS
 from bson.decimal128 import Decimal128
 from bson.int64 import Int64
+from bson.max_key import MaxKey
+from bson.min_key import MinKey
 from bson.objectid import ObjectId
 from bson.regex import Regex
 from bson.timestamp import Timestamp
@@ -72,7 +76,23 @@ _INT32_MIN: Final = -(2**31)
 _INT32_MAX: Final = 2**31 - 1
 #: Types whose ``==`` already is BSON equality (same type on both sides).
 _SCALARS: Final = frozenset(
-    (str, int, bool, Int64, Decimal128, ObjectId, dt.datetime, bytes, Binary, Regex, Timestamp)
+    (
+        str,
+        int,
+        bool,
+        Int64,
+        Decimal128,
+        ObjectId,
+        dt.datetime,
+        DatetimeMS,
+        bytes,
+        Binary,
+        Regex,
+        Timestamp,
+        uuid.UUID,
+        MinKey,
+        MaxKey,
+    )
 )
 
 
@@ -174,9 +194,13 @@ _IMMUTABLE: Final = frozenset(
         Decimal128,
         ObjectId,
         dt.datetime,
+        DatetimeMS,
         bytes,
         Binary,
         Timestamp,
+        uuid.UUID,
+        MinKey,
+        MaxKey,
     )
 )
 

@@ -75,6 +75,7 @@ __all__ = [
     "MAX_STEPS",
     "DryRunBackground",
     "DryRunContext",
+    "check_options",
     "dry_run",
     "exit_code",
 ]
@@ -149,10 +150,15 @@ def _integer(option: str, value: Any, low: int, high: int) -> int:
     return value
 
 
-def _check_common(
-    *, sample: Any, first: Any, direction: Any, steps: Any, max_documents: Any,
-    deadline_ms: Any, validate: Any, from_start: Any,
+def check_options(
+    *, sample: Any = None, first: Any = None, direction: Any = "forward", steps: Any = None,
+    max_documents: Any = MAX_DOCUMENTS, deadline_ms: Any = DEADLINE_MS, validate: Any = False,
+    from_start: Any = False,
 ) -> None:
+    """Check the options that need neither the file nor the server (``CONFIG_INVALID``).
+
+    :func:`dry_run` calls it first; the CLI may call it to refuse bad flags before connecting.
+    """
     if sample is not None and first is not None:
         raise ConfigInvalidError("sample and first are exclusive — pass one, not both",
                                  {"option": "sample"})
@@ -198,7 +204,7 @@ def dry_run(
     ``TRANSACTIONS_UNSUPPORTED`` when a validated preview or a step dry run meets a standalone.
     """
     started = time.monotonic()
-    _check_common(sample=sample, first=first, direction=direction, steps=steps,
+    check_options(sample=sample, first=first, direction=direction, steps=steps,
                   max_documents=max_documents, deadline_ms=deadline_ms, validate=validate,
                   from_start=from_start)
     # the file as it is on disk now (a long-lived process may hold an older copy of the module)

@@ -19,7 +19,9 @@ Invariants:
   by more lanes than its ``maxParallel``;
 * a lane never raises: a failing turn is logged, handed to ``on_error`` and backs that migration
   off for ``min(60 s, 1 s × 2^failures)`` (jittered); ``busy``/``wait`` answers back off for the
-  answer's ``retryAfterMs`` without counting a failure;
+  answer's ``retryAfterMs`` without counting a failure (a coordinator lock held by another
+  process: at most the poll interval, since its step takes milliseconds); the lanes of one
+  runner take coordinator steps for one migration one at a time;
 * :meth:`BackgroundRunner.stop` is cooperative: lanes finish the batch in flight, checkpoint and
   release their leases (a stop is never counted as a failure), and the threads are joined. Only
   when ``stop(timeout=...)`` gives up waiting are lane threads left behind (daemon threads, which
@@ -99,7 +101,8 @@ class BackgroundRunner:
     ``lanes`` (1–64) lane threads; ``poll_interval_s`` (≥ 0.01, default 5) bounds how often the
     runnable list is re-read and how long an idle lane sleeps; ``names`` restricts the runner to
     those migrations; ``slice_ms`` overrides each migration's ``sliceMs``; ``verify_interval_s``
-    (default 600, ``None`` = never) runs the drift poll when the engine offers one;
+    (default 600, ``None`` = never) runs the drift poll (``background_on_drift`` decides
+    between reopening and reporting);
     ``on_error(error, migration)`` sees every failing turn (what it raises is ignored);
     ``cancellation`` is an outside stop signal (the runner stops when it is set).
 
@@ -168,6 +171,7 @@ class BackgroundRunner:
         self._active: dict[str, int] = {}
         self._backoff: dict[str, float] = {}
         self._failures: dict[str, int] = {}
+        self._coordinator_locks: dict[str, threading.Lock] = {}
         self._stats = RunnerStats()
         self._engine: BackgroundEngine | None = None
 
@@ -202,8 +206,7 @@ class BackgroundRunner:
             threading.Thread(target=self._lane, name=f"migronaut-runner-lane-{i}", daemon=True)
             for i in range(self.lanes)
         ]
-        if self.verify_interval_s is not None and callable(
-                getattr(self._engine, "verify", None)):
+        if self.verify_interval_s is not None:
             threads.append(threading.Thread(target=self._verifier,
                                             name="migronaut-runner-verify", daemon=True))
         self._threads = threads
@@ -279,12 +282,22 @@ class BackgroundRunner:
                 self._refresh_soon()
                 return
             # stale (no current plan) or exhausted (nothing claimable): the coordinator decides.
-            answer = engine.coordinate(name, driver="runner", cancellation=self._cancel)
+            # One step at a time per migration in this process (another lane's step would only
+            # answer busy); a lane that waited here takes the step after it, which is cheap.
+            with self._coordinating(name):
+                if self._cancel.cancelled:
+                    return
+                answer = engine.coordinate(name, driver="runner", cancellation=self._cancel)
             with self._lock:
                 self._stats.coordinator_steps += 1
             self._succeeded(name)
             if answer.next in ("done", "superseded"):
                 self._refresh_soon()
+            elif answer.next == "busy":
+                # Another process holds the coordinator lock: its step takes milliseconds, so
+                # look again within the poll interval rather than the lock's ttl/2.
+                wait = (answer.retry_after_ms or 1000) / 1000
+                self._back_off(name, min(wait, self.poll_interval_s))
             elif answer.next != "process":
                 if answer.reason != "stopping":
                     self._back_off(name, (answer.retry_after_ms or 1000) / 1000)
@@ -330,10 +343,12 @@ class BackgroundRunner:
 
     def _verifier(self) -> None:
         assert self._engine is not None and self.verify_interval_s is not None
-        verify = self._engine.verify  # type: ignore[attr-defined]
+        engine = self._engine
+        config = self.migrator.config
         while not self._cancel.wait(self.verify_interval_s):
             try:
-                result = verify()
+                result = engine.verify(on_drift=config.background_on_drift,
+                                       drift_mode=config.background_drift)
             except Exception as error:
                 self._report(error, None)
                 continue
@@ -367,6 +382,13 @@ class BackgroundRunner:
                         del table[gone]
         finally:
             self._refreshing.release()
+
+    def _coordinating(self, name: str) -> threading.Lock:
+        with self._lock:
+            lock = self._coordinator_locks.get(name)
+            if lock is None:
+                lock = self._coordinator_locks[name] = threading.Lock()
+            return lock
 
     def _refresh_soon(self) -> None:
         self._refresh_at = 0.0

@@ -801,13 +801,16 @@ class ProgressTracker:
         name = str(view.get("migration"))
         generation = view.get("generation")
         current = [p for p in partitions if p.get("generation") == generation]
-        done = sum(_number((p.get("counters") or {}).get("scanned")) +
-                   _number((p.get("counters") or {}).get("processed")) for p in current)
         plan = view.get("plan") or {}
         estimate = _number(plan.get("estimate"))
         status = str(view.get("status"))
         totals = view.get("totals") or {}
         scanned = _number(totals.get("scanned")) + _number(totals.get("processed"))
+        if current or status not in TERMINAL:
+            done = sum(_number((p.get("counters") or {}).get("scanned")) +
+                       _number((p.get("counters") or {}).get("processed")) for p in current)
+        else:  # a settled migration shown without its partitions: what its passes read
+            done = scanned
         last = self._last.get(name)
         rate = last.rate if last else None
         if last is not None and now > last.at and scanned >= last.scanned:
@@ -822,7 +825,9 @@ class ProgressTracker:
         else:
             percent = None
         eta = None
-        if status == "running" and rate and estimate:
+        if status != "running":
+            rate = None  # a rate only means something while lanes work
+        elif rate and estimate:
             eta = max(0.0, (estimate - done) / rate)
         counts = view.get("partitions") or {}
         row: dict[str, Any] = {
@@ -934,6 +939,22 @@ def _progress_line(row: Mapping[str, Any]) -> str:
     )
 
 
+#: Partition rows a live view shows per migration before it hides the settled ones.
+LIVE_PARTITION_ROWS = 20
+
+
+def _live_partition_rows(partitions: Sequence[Mapping[str, Any]]) -> list[list[Cell]]:
+    """All partitions when few; else the open ones (≤ 20) and a ``… N more`` row."""
+    shown = list(partitions)
+    if len(shown) > LIVE_PARTITION_ROWS:
+        shown = [p for p in shown if p.get("status") in ("running", "pending", "failed")]
+    rows = [_progress_partition_cells(p) for p in shown[:LIVE_PARTITION_ROWS]]
+    hidden = len(partitions) - len(rows)
+    if hidden:
+        rows.append([("…", DIM), (f"{hidden} more", DIM)] + [("", None)] * 4)
+    return rows
+
+
 class _LiveView:
     """The progress view on a terminal: one redrawn rich view (summary + partition tables)."""
 
@@ -957,8 +978,7 @@ class _LiveView:
         for row in rows:
             if row.get("partitions") and row.get("status") not in TERMINAL:
                 parts.append(rich_table(
-                    PROGRESS_PARTITION_COLUMNS,
-                    [_progress_partition_cells(p) for p in row["partitions"]],
+                    PROGRESS_PARTITION_COLUMNS, _live_partition_rows(row["partitions"]),
                     title=sanitize_terminal(str(row.get("migration"))),
                 ))
         self._live.update(Group(*parts), refresh=True)
@@ -1007,7 +1027,7 @@ def progress(session: Session, name: str | None, interval: str | None) -> int:
                 else:
                     for row in rows:
                         out.info(_progress_line(row))
-                if finished:
+                if finished or out.stdout_closed:  # done, or nobody reads any more
                     break
                 time.sleep(seconds)
         except KeyboardInterrupt:

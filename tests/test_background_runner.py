@@ -1,0 +1,291 @@
+"""The in-process :class:`BackgroundRunner` and :func:`work`, against the server: it serves
+every runnable migration to completion (coordinator duties included), caps lanes per migration at
+``maxParallel``, backs off failing migrations, stops cooperatively (leases released, nothing
+counted as a failure) and leaves no thread behind."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from helpers.engine import Events, make_migrator, wait_until
+from migronaut import Migrator
+from migronaut.background import lanes as lanes_module
+from migronaut.background.lanes import SliceResult
+from migronaut.background.runner import BackgroundRunner, work
+from migronaut.core.context import Cancellation
+from migronaut.errors import ConfigInvalidError, MigronautError, RunAbortedError
+
+STATES = "_migronaut_background"
+PARTITIONS = "_migronaut_background_partitions"
+NAME = "0001_users_v1.py"
+
+
+def migration(*, collection: str = "users", max_parallel: int = 2, batch_size: int = 50,
+              sleep: float = 0.0, extra: str = "") -> str:
+    return f'''
+import time
+
+
+def migrate(doc, ctx):
+    if {sleep!r}:
+        time.sleep({sleep!r})
+    doc["active"] = True
+    return doc
+{extra}
+
+background = {{
+    "collection": {collection!r},
+    "from": 0,
+    "to": 1,
+    "migrate": migrate,
+    "batch_size": {batch_size},
+    "pause_ms": 0,
+    "slice_ms": 1000,
+    "max_parallel": {max_parallel},
+    "adaptive": False,
+    "partitions": {{"min_partition_docs": 50}},
+}}
+'''
+
+
+def register(project: Any, cli: Any, db: Any, *, docs: int = 200, stem: str = "0001_users_v1",
+             collection: str = "users", **options: Any) -> str:
+    db[collection].insert_many([{"n": i} for i in range(docs)])
+    db[collection].create_index([("__v", 1), ("_id", 1)])
+    project.write_migration(stem, migration(collection=collection, **options))
+    result = cli("up")
+    assert result.exit_code == 0, result.stderr
+    return f"{stem}.py"
+
+
+def status(db: Any, name: str = NAME) -> str | None:
+    state = db[STATES].find_one({"_id": name}, {"status": 1})
+    return None if state is None else str(state["status"])
+
+
+def leases(db: Any, name: str = NAME) -> int:
+    return int(db[PARTITIONS].count_documents({"background": name, "lease": {"$exists": True}}))
+
+
+def ours() -> set[threading.Thread]:
+    """Threads this feature starts (lanes, verifier, the engine's drive lanes)."""
+    return {t for t in threading.enumerate()
+            if t.name.startswith(("migronaut-runner", "migronaut-lane"))}
+
+
+@pytest.fixture
+def migrator(project: Any) -> Iterator[Migrator]:
+    with make_migrator(project) as m:
+        yield m
+
+
+def test_options_are_checked_when_built(migrator: Migrator) -> None:
+    for kwargs in ({"lanes": 0}, {"lanes": 65}, {"lanes": True}, {"poll_interval_s": 0},
+                   {"slice_ms": 0}, {"verify_interval_s": 0.0}, {"names": [""]}):
+        with pytest.raises(ConfigInvalidError):
+            BackgroundRunner(migrator, **kwargs)
+
+
+def test_start_stop_with_nothing_to_do_leaks_no_thread(migrator: Migrator) -> None:
+    before = set(threading.enumerate())
+    runner = BackgroundRunner(migrator, lanes=3, poll_interval_s=0.05)
+    assert not runner.running
+    runner.start()
+    assert runner.running
+    assert sorted(t.name for t in ours()) == [
+        "migronaut-runner-lane-0", "migronaut-runner-lane-1", "migronaut-runner-lane-2",
+        "migronaut-runner-verify"]
+    assert runner.start() is runner  # already running: a no-op
+    time.sleep(0.2)
+    assert runner.stop() is True
+    assert not runner.running and not ours()
+    assert runner.stop() is True  # idempotent
+    assert not {t for t in set(threading.enumerate()) - before if t.name.startswith("migronaut")}
+
+
+def test_serves_a_migration_to_completion_and_emits_events(project: Any, cli: Any, db: Any,
+                                                           migrator: Migrator) -> None:
+    register(project, cli, db, docs=300)
+    events = Events(migrator)
+    with BackgroundRunner(migrator, lanes=2, poll_interval_s=0.05) as runner:
+        assert runner.running
+        wait_until(lambda: status(db) == "completed", timeout=60, what="completion")
+    assert not runner.running and not ours()
+    assert db.users.count_documents({"__v": 1, "__rev": 1, "active": True}) == 300
+    stored = db[STATES].find_one({"_id": NAME})
+    assert stored is not None and stored["coordinator"]["kind"] == "runner"
+    assert stored["totals"]["migrated"] == 300
+    names = set(events.names)
+    assert {"background:partitioned", "background:slice:start", "background:batch",
+            "background:slice:end", "background:completed"} <= names
+    stats = runner.stats
+    assert stats.slices >= 2 and stats.coordinator_steps >= 2 and stats.failures == 0
+    assert stats.counters.get("migrated") == 300
+    assert leases(db) == 0
+
+
+def test_lanes_per_migration_never_exceed_max_parallel(project: Any, cli: Any, db: Any,
+                                                       migrator: Migrator,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    register(project, cli, db, docs=200, max_parallel=1, batch_size=20, sleep=0.001)
+    active = peak = 0
+    guard = threading.Lock()
+    real = lanes_module.run_slice
+
+    def counting(**kwargs: Any) -> SliceResult:
+        nonlocal active, peak
+        with guard:
+            active += 1
+            peak = max(peak, active)
+        try:
+            return real(**kwargs)
+        finally:
+            with guard:
+                active -= 1
+
+    monkeypatch.setattr(lanes_module, "run_slice", counting)
+    with BackgroundRunner(migrator, lanes=4, poll_interval_s=0.05):
+        wait_until(lambda: status(db) == "completed", timeout=60, what="completion")
+    assert peak == 1
+    assert db.users.count_documents({"__v": 1, "__rev": 1}) == 200
+
+
+def test_serves_several_migrations_and_honours_names(project: Any, cli: Any, db: Any,
+                                                     migrator: Migrator) -> None:
+    register(project, cli, db, docs=60)
+    other = register(project, cli, db, docs=60, stem="0002_orders_v1", collection="orders")
+    with BackgroundRunner(migrator, lanes=2, poll_interval_s=0.05, names=[other]):
+        wait_until(lambda: status(db, other) == "completed", timeout=60, what="orders")
+        time.sleep(0.3)
+        assert status(db) == "pending"  # not ours to serve
+    with BackgroundRunner(migrator, lanes=2, poll_interval_s=0.05):
+        wait_until(lambda: status(db) == "completed", timeout=60, what="users")
+    assert db.users.count_documents({"__v": 1}) == 60
+    assert db.orders.count_documents({"__v": 1}) == 60
+
+
+def test_stop_is_cooperative_mid_work(project: Any, cli: Any, db: Any,
+                                      migrator: Migrator) -> None:
+    register(project, cli, db, docs=300, batch_size=10, sleep=0.01)
+    runner = BackgroundRunner(migrator, lanes=2, poll_interval_s=0.05).start()
+    wait_until(lambda: leases(db) > 0, timeout=60, what="a lease")
+    wait_until(lambda: db.users.count_documents({"__v": 1}) >= 10, timeout=60, what="a batch")
+    assert runner.stop(timeout=30) is True
+    assert not runner.running and not ours()
+    assert leases(db) == 0
+    assert status(db) == "running"
+    partitions = list(db[PARTITIONS].find({"background": NAME}))
+    assert all(p.get("failures", 0) == 0 and p["status"] != "failed" for p in partitions)
+    assert runner.stats.failures == 0
+    # what was written was checkpointed: a restart finishes it, each document once
+    with BackgroundRunner(migrator, lanes=2, poll_interval_s=0.05):
+        wait_until(lambda: status(db) == "completed", timeout=60, what="completion")
+    assert db.users.count_documents({"__v": 1, "__rev": 1}) == 300
+
+
+def test_failing_turns_back_off_and_reach_on_error(project: Any, cli: Any, db: Any,
+                                                   migrator: Migrator,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    register(project, cli, db, docs=40)
+    real = lanes_module.run_slice
+    calls: list[float] = []
+
+    def flaky(**kwargs: Any) -> SliceResult:
+        calls.append(time.monotonic())
+        if len(calls) <= 2:
+            raise MigronautError("the network blinked")
+        return real(**kwargs)
+
+    def broken_listener(error: BaseException, name: str | None) -> None:
+        seen.append((error, name))
+        raise RuntimeError("on_error must not break the runner")
+
+    seen: list[tuple[BaseException, str | None]] = []
+    monkeypatch.setattr(lanes_module, "run_slice", flaky)
+    with BackgroundRunner(migrator, lanes=1, poll_interval_s=0.05, on_error=broken_listener):
+        wait_until(lambda: status(db) == "completed", timeout=60, what="completion")
+    assert [name for _, name in seen] == [NAME, NAME]
+    assert all(isinstance(error, MigronautError) for error, _ in seen)
+    # 1 s then 2 s (±20 %) between the failed attempts and the next ones
+    assert calls[1] - calls[0] >= 0.75
+    assert calls[2] - calls[1] >= 1.5
+
+
+def test_busy_slices_back_off_without_failing(project: Any, cli: Any, db: Any,
+                                              migrator: Migrator,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    register(project, cli, db, docs=40)
+    real = lanes_module.run_slice
+    calls: list[float] = []
+
+    def busy_first(**kwargs: Any) -> SliceResult:
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            return SliceResult("busy", retry_after_ms=300)
+        return real(**kwargs)
+
+    monkeypatch.setattr(lanes_module, "run_slice", busy_first)
+    with BackgroundRunner(migrator, lanes=1, poll_interval_s=0.05) as runner:
+        wait_until(lambda: status(db) == "completed", timeout=60, what="completion")
+    assert calls[1] - calls[0] >= 0.25
+    assert runner.stats.failures == 0 and runner.stats.outcomes.get("busy") == 1
+
+
+def test_paused_migration_is_left_alone_until_resumed(project: Any, cli: Any, db: Any,
+                                                      migrator: Migrator) -> None:
+    register(project, cli, db, docs=40)
+    migrator.background.control(NAME, "pause")
+    with BackgroundRunner(migrator, lanes=1, poll_interval_s=0.05) as runner:
+        time.sleep(0.4)
+        assert status(db) == "paused" and runner.stats.slices == 0
+        migrator.background.control(NAME, "resume")
+        wait_until(lambda: status(db) == "completed", timeout=60, what="completion")
+
+
+def test_work_serves_until_cancelled(project: Any, cli: Any, db: Any,
+                                     migrator: Migrator) -> None:
+    register(project, cli, db, docs=100)
+    cancel = Cancellation()
+    result: dict[str, Any] = {}
+
+    def serve() -> None:
+        result["stats"] = work(migrator, lanes=2, cancellation=cancel, poll_interval_s=0.05)
+
+    thread = threading.Thread(target=serve, name="test-work")
+    thread.start()
+    wait_until(lambda: status(db) == "completed", timeout=60, what="completion")
+    assert thread.is_alive()  # a worker keeps serving after the work is done
+    cancel.cancel(RunAbortedError("test over"))
+    thread.join(15)
+    assert not thread.is_alive() and not ours()
+    assert result["stats"].counters.get("migrated") == 100
+    assert leases(db) == 0
+
+
+def test_an_outside_cancellation_stops_the_runner(migrator: Migrator) -> None:
+    cancel = Cancellation()
+    runner = BackgroundRunner(migrator, lanes=2, poll_interval_s=0.05, cancellation=cancel)
+    runner.start()
+    assert runner.running
+    cancel.cancel(RunAbortedError("shutting down"))
+    wait_until(lambda: not any(t.is_alive() for t in ours()), timeout=5, what="lanes to end")
+    assert not runner.running
+    assert runner.stop() is True
+
+
+def test_the_verifier_reopens_drift_and_the_lanes_finish_it(project: Any, cli: Any, db: Any,
+                                                            migrator: Migrator) -> None:
+    register(project, cli, db, docs=30)
+    with BackgroundRunner(migrator, lanes=1, poll_interval_s=0.05, verify_interval_s=0.2):
+        wait_until(lambda: status(db) == "completed", timeout=60, what="completion")
+        db.users.insert_one({"n": "late"})  # an old writer is still around
+        wait_until(lambda: db.users.count_documents({"__v": 1}) == 31, timeout=60,
+                   what="the late document to be migrated")
+        wait_until(lambda: status(db) == "completed", timeout=60, what="completion again")
+    stored = db[STATES].find_one({"_id": NAME})
+    assert stored is not None and stored["reopened"] == 1
