@@ -183,6 +183,7 @@ def test_a_slice_migrates_every_document_once_and_keeps_untouched_bson_types(
     assert str(db.items.find_one({"_id": 1})["price"]) == "9.990"  # type: ignore[index]
     done = partition(store)
     assert done["status"] == "done" and "lease" not in done
+    assert store.require(NAME).get("lastProgressAt") is not None
     assert done["counters"]["migrated"] == 600
     names = [name for name, _ in events.items]
     assert names[0] == "background:slice:start" and names[-1] == "background:slice:end"
@@ -209,7 +210,75 @@ def test_the_version_index_missing_is_warned_once_and_batches_still_run(
         drain(store, job, db)
     warnings = [r for r in caplog.records if "no version index" in r.getMessage()]
     assert len(warnings) == 1
+    # the dev server has no replSetGetStatus: lag pacing turns itself off without a word
+    assert not [r for r in caplog.records if "lag" in r.getMessage()]
     assert db.items.count_documents({"__v": 1}) == 120
+
+
+def test_a_transform_mutating_nested_values_in_place_has_them_written(
+    db: Database[dict[str, Any]]
+) -> None:
+    db.items.insert_many([
+        {"_id": i, "n": i, "address": {"city": "X", "geo": [1.5, 2.5]}, "tags": ["a"],
+         "price": Decimal128("1.50")}
+        for i in range(5)
+    ])
+
+    def migrate(doc: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        doc["address"]["geo"].append(3.5)  # the copy is the transform's own, nested included
+        doc["address"]["country"] = "FR"
+        doc["tags"][0] = "b"
+        del doc["n"]
+        return doc
+
+    store, job = declare(db, {**BASE, "migrate": migrate})
+    drain(store, job, db)
+    assert db.items.find_one({"_id": 3}) == {
+        "_id": 3, "address": {"city": "X", "geo": [1.5, 2.5, 3.5], "country": "FR"},
+        "tags": ["b"], "price": Decimal128("1.50"), "__v": 1, "__rev": 1,
+    }
+
+
+def test_a_revert_rewrites_documents_back_and_unsets_version_zero(
+    db: Database[dict[str, Any]]
+) -> None:
+    db.items.insert_many([{"_id": i, "n": i, "label": "x", "__v": 1, "__rev": 1}
+                          for i in range(30)])
+
+    def revert(doc: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        assert ctx.direction == "revert"
+        doc.pop("label")
+        return doc
+
+    resolved = resolve_background(NAME, {**BASE, "revert": revert})
+    job = BackgroundJob(name=NAME, path=Path(NAME), checksum="0" * 64, resolved=resolved,
+                        spec=resolved.spec, direction="revert")
+    store = BackgroundStore(db)
+    plan(store, job)
+    counters = drain(store, job, db)
+
+    assert counters["migrated"] == 30
+    assert db.items.find_one({"_id": 4}) == {"_id": 4, "n": 4, "__rev": 2}
+
+
+def test_a_transactional_spec_on_a_standalone_server_is_refused_without_a_failure(
+    project: Project,
+) -> None:
+    from migronaut.devserver import start_subprocess
+
+    with start_subprocess(standalone=True) as server:
+        client: MongoClient[dict[str, Any]] = MongoClient(server.uri)
+        try:
+            sdb = client["standalone"]
+            seed(sdb, 5)
+            store, job = declare(sdb, {**BASE, "transaction": True})
+            with pytest.raises(MigronautError) as caught:
+                run(store, job, sdb)
+            assert caught.value.code == "TRANSACTIONS_UNSUPPORTED"
+            part = partition(store)
+            assert part["failures"] == 0 and "lease" not in part
+        finally:
+            client.close()
 
 
 # ------------------------------------------------------------------- optimistic concurrency

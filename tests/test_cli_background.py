@@ -240,6 +240,9 @@ def test_run_all_oldest_first_unblocks_dependents(project: Any, cli: Any, db: An
     assert [v["migration"] for v in result.json["background"]] == [NAME, "0002_orders_v1.py"]
     assert [v["status"] for v in result.json["background"]] == ["completed", "completed"]
     assert db.orders.count_documents({"__v": 1}) == 40
+    idle = cli("background", "run", "--all")
+    assert idle.exit_code == 0 and "Nothing to run" in idle.stdout
+    assert cli("background", "run", "--all", "--json").json == {"background": []}
 
 
 # ------------------------------------------------------------------------------------ controls
@@ -494,7 +497,7 @@ def test_watch_refuses_a_server_without_change_streams(cli: Any, server_hello: A
 @pytest.mark.slow
 def test_progress_json_ticks_while_a_worker_migrates(project: Any, cli: Any, cli_process: Any,
                                                      db: Any) -> None:
-    register(project, cli, db, docs=300, sleep=0.004, batch_size=25)
+    register(project, cli, db, docs=300, sleep=0.01, batch_size=25)
     worker = cli_process.start("background", "work", "--lanes", "2", "--poll", "0.2")
     watcher = cli_process.start("background", "progress", NAME, "--interval", "0.3", "--json")
     result = cli_process.wait(watcher, timeout=120)
@@ -570,11 +573,19 @@ def test_run_first_signal_exits_11_second_exits_at_once(project: Any, cli: Any,
     assert result.json["error"]["code"] == "RUN_ABORTED"
     assert leases(db) == 0 and state(db)["status"] == "running"
 
-    # a transform stuck in one document: the first signal cannot finish the batch quickly
-    project.write_migration("0001_users_v1", migration(sleep=5.0, batch_size=5))
+    # a transform stuck in a document: the first signal cannot finish the batch quickly
+    marker = project.path / "transform-started"
+    project.write_migration("0001_users_v1", migration(sleep=5.0, batch_size=5, extra=f"""
+_real_migrate = migrate
+
+
+def migrate(doc, ctx):
+    open({str(marker)!r}, "w").close()
+    return _real_migrate(doc, ctx)
+"""))
     assert cli("background", "repin", NAME, "-y").exit_code == 0
     second = cli_process.start("background", "run", NAME)
-    wait_until(lambda: leases(db) > 0, timeout=60, what="a lane to hold a lease")
+    wait_until(marker.exists, timeout=60, what="a transform to start")
     second.send_signal(signal.SIGTERM)
     time.sleep(0.3)
     second.send_signal(signal.SIGTERM)

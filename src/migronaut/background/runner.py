@@ -171,6 +171,7 @@ class BackgroundRunner:
         self._active: dict[str, int] = {}
         self._backoff: dict[str, float] = {}
         self._failures: dict[str, int] = {}
+        self._exhausted: dict[str, float] = {}
         self._coordinator_locks: dict[str, threading.Lock] = {}
         self._stats = RunnerStats()
         self._engine: BackgroundEngine | None = None
@@ -201,6 +202,7 @@ class BackgroundRunner:
             self._entries, self._cursor = [], 0
             self._active.clear()
             self._backoff.clear()
+            self._exhausted.clear()
             self._failures.clear()
         threads = [
             threading.Thread(target=self._lane, name=f"migronaut-runner-lane-{i}", daemon=True)
@@ -274,6 +276,9 @@ class BackgroundRunner:
             outcome = self._slice(engine, name)
             if outcome is None or outcome in _AGAIN:
                 self._succeeded(name)
+                if outcome == "yielded":  # a partition still has work: no need to stay away
+                    with self._lock:
+                        self._exhausted.pop(name, None)
                 return
             if outcome == "busy":
                 return  # _slice backed the migration off for the answer's retryAfterMs
@@ -302,8 +307,10 @@ class BackgroundRunner:
                 if answer.reason != "stopping":
                     self._back_off(name, (answer.retry_after_ms or 1000) / 1000)
             elif outcome == "exhausted" and not answer.lanes:
-                # The open partitions are leased by lanes elsewhere: look again later.
-                self._back_off(name, self.poll_interval_s)
+                # The open partitions are leased by other lanes: look again later (or as soon
+                # as one of them yields its partition).
+                with self._lock:
+                    self._exhausted[name] = time.monotonic() + self.poll_interval_s
         except Exception as error:
             if self._cancel.cancelled:
                 return  # an error while stopping is not a failure
@@ -377,7 +384,7 @@ class BackgroundRunner:
                 self._entries = entries
                 self._cursor %= max(1, len(entries))
                 known = {e.name for e in entries}
-                for table in (self._backoff, self._failures):
+                for table in (self._backoff, self._exhausted, self._failures):
                     for gone in [n for n in table if n not in known]:
                         del table[gone]
         finally:
@@ -401,7 +408,8 @@ class BackgroundRunner:
             for offset in range(count):
                 index = (self._cursor + offset) % count
                 entry = self._entries[index]
-                if self._backoff.get(entry.name, 0.0) > now:
+                if max(self._backoff.get(entry.name, 0.0),
+                       self._exhausted.get(entry.name, 0.0)) > now:
                     continue
                 if self._active.get(entry.name, 0) >= entry.max_parallel:
                     continue
@@ -414,7 +422,8 @@ class BackgroundRunner:
         """How long an idle lane sleeps: until a backoff ends or the list is due, ≤ the poll."""
         now = time.monotonic()
         with self._lock:
-            wake = [until for until in self._backoff.values() if until > now]
+            wake = [until for table in (self._backoff, self._exhausted)
+                    for until in table.values() if until > now]
         wake.append(self._refresh_at)
         return min(self.poll_interval_s, max(MIN_POLL_S, min(wake) - now))
 

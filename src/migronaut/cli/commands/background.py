@@ -404,7 +404,13 @@ def run(session: Session, name: str | None, all_: bool, concurrency: str | None,
             migrator.off("background:batch", ticker)
         return views
 
-    return session.run(action, render=render_status,
+    def render(views: list[dict[str, Any]], out: Output) -> None:
+        if views:
+            render_status(views, out)
+        else:
+            out.info("Nothing to run: no background migration is blocked, pending or running")
+
+    return session.run(action, render=render,
                        to_json=lambda views: {"background": views}, mutating=True)
 
 
