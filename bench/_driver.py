@@ -3,11 +3,13 @@
     python bench/_driver.py SPEC.json RESULT.json
 
 ``SPEC`` names a scenario (``migronaut-up``, ``migronaut-status``, ``mongomig-up``,
-``mongomig-status``, ``mongodb-migrations-up``, ``pymongo-up``), the server URI, a fresh database
-name, the number of migrations and a scratch directory. The driver writes the migration files in
-that tool's own format, does the unmeasured set-up, then times only the tool's own entry point
-while a pymongo listener counts every command sent (by name and collection), every connection
-opened and every connection pool created (one per ``MongoClient`` on one server).
+``mongomig-status``, ``mongodb-migrations-up``, ``pymongo-up``, ``background``), the server URI,
+a fresh database name, the number of migrations and a scratch directory. The driver writes the
+migration files in that tool's own format, does the unmeasured set-up, then times only the tool's
+own entry point while a pymongo listener counts every command sent (by name and collection),
+every connection opened and every connection pool created (one per ``MongoClient`` on one
+server). ``background`` (migronaut's background engine or a hand-written loop over a collection
+``bench/run.py`` seeded) is described above ``background_run`` below.
 
 It imports only the standard library and pymongo at the top, so it runs unchanged in the
 migronaut environment and in the peers' environment. For the peers the listener is registered
@@ -22,11 +24,14 @@ import collections
 import contextlib
 import datetime as dt
 import io
+import itertools
 import json
 import os
 import statistics
 import sys
+import threading
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -449,6 +454,320 @@ def pymongo_up(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# ------------------------------------------------------------------------- background migrations
+#
+# The collection is seeded by ``bench/run.py`` (in its own process, so the seeding's memory is not
+# in this process's ``ru_maxrss``): N documents ``{_id: ObjectId, x: i}`` and the version index
+# ``{__v: 1, _id: 1}``. Every variant migrates those N documents from version 0 to 1 with
+# ``x2 = x * 2``, in batches of ``batch_size``, twice: a timed pass (wall, client CPU, commands,
+# ``ru_maxrss``) and, after the collection is reset, a memory pass under ``tracemalloc`` (which
+# slows allocation-heavy code down, so it never overlaps the timed pass).
+
+BG_COLLECTION = "docs"
+BG_FILE = "20240101000000_bench_background.py"
+BG_BOOKKEEPING_PREFIX = "_migronaut"
+
+
+def write_background(directory: Path, batch_size: int, max_parallel: int) -> str:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / BG_FILE).write_text(
+        '"""Bench: x2 = x * 2 for every document of docs, version 0 -> 1."""\n\n\n'
+        "def migrate(doc, ctx):\n"
+        '    doc["x2"] = doc["x"] * 2\n'
+        "    return doc\n\n\n"
+        "background = {\n"
+        f'    "collection": {BG_COLLECTION!r}, "from": 0, "to": 1, "migrate": migrate,\n'
+        f'    "batch_size": {batch_size}, "max_parallel": {max_parallel}, "adaptive": False,\n'
+        '    "pause_ms": 0,\n'
+        "}\n",
+        encoding="utf-8",
+    )
+    return BG_FILE
+
+
+class Trace(monitoring.CommandListener):
+    """Every command sent while ``active``, in order, with the thread that sent it.
+
+    A *batch read* is a ``find`` on the migrated collection sorted by ``_id`` with
+    ``limit == batch_size`` (the engine's ``_read`` and the loop's read; the planner's sampling
+    and probes have other shapes). On each thread, a batch *window* runs from one batch read to
+    the next batch read on that thread (or the thread's last command): the commands of one batch.
+    Threads that never send a batch read (the caller's thread: registration, planning,
+    coordination; the lease keepers' threads: renewals and control reads on a timer) are counted
+    apart.
+    """
+
+    def __init__(self, collection: str, batch_size: int) -> None:
+        self.collection = collection
+        self.batch_size = batch_size
+        self.active = False
+        self.events: list[tuple[threading.Thread, str, str, bool, tuple[float, float]]] = []
+        self._lock = threading.Lock()
+
+    def started(self, event: Any) -> None:
+        if not self.active:
+            return
+        command = event.command
+        name = event.command_name
+        target = command.get(name)
+        collection = target if isinstance(target, str) else ""
+        if name == "getMore":
+            collection = str(command.get("collection", ""))
+        batch_read = (name == "find" and collection == self.collection
+                      and dict(command.get("sort") or {}) == {"_id": 1}
+                      and command.get("limit") == self.batch_size)
+        # time.thread_time() is this thread's own CPU: a lane's or the loop's, nobody else's
+        stamp = (time.perf_counter(), time.thread_time())
+        with self._lock:
+            self.events.append((threading.current_thread(), name, collection, batch_read, stamp))
+
+    def succeeded(self, event: Any) -> None:
+        pass
+
+    def failed(self, event: Any) -> None:
+        pass
+
+    def reset(self) -> None:
+        self.events = []
+
+    def summary(self) -> dict[str, Any]:
+        """Windows per batch, plus everything outside the windows by thread role."""
+        by_thread: dict[threading.Thread, list[tuple[str, str, bool, tuple[float, float]]]] = {}
+        for thread, name, collection, batch_read, stamp in self.events:
+            by_thread.setdefault(thread, []).append((name, collection, batch_read, stamp))
+        windows: list[list[tuple[str, str]]] = []
+        # (wall, thread CPU) from one batch read to the next on the same thread: complete
+        # batches only (a thread's last window has no end stamp)
+        spans: list[tuple[float, float]] = []
+        lead_in: collections.Counter[tuple[str, str]] = collections.Counter()
+        other: dict[str, collections.Counter[tuple[str, str]]] = {}
+        steps: dict[tuple[tuple[str, str], ...], list[list[float]]] = {}
+        lanes = 0
+        for thread, events in by_thread.items():
+            if not any(batch_read for _, _, batch_read, _ in events):
+                role = ("lease keeper (timer)" if thread.name.startswith("migronaut-lease")
+                        else "caller: registration, planning, coordination")
+                other.setdefault(role, collections.Counter()).update(
+                    (name, collection) for name, collection, _, _ in events)
+                continue
+            lanes += 1
+            current: list[tuple[str, str]] | None = None
+            opened: tuple[float, float] | None = None
+            cpu_marks: list[float] = []
+            for name, collection, batch_read, stamp in events:
+                if batch_read:
+                    if opened is not None and current is not None:
+                        spans.append((stamp[0] - opened[0], stamp[1] - opened[1]))
+                        # thread CPU from each command's start to the next one's, in order
+                        steps.setdefault(tuple(current), []).append(
+                            [b - a for a, b in itertools.pairwise([*cpu_marks, stamp[1]])])
+                    opened = stamp
+                    current = []
+                    cpu_marks = []
+                    windows.append(current)
+                if current is None:
+                    lead_in[(name, collection)] += 1  # the lane's first claim, before a read
+                else:
+                    current.append((name, collection))
+                    cpu_marks.append(stamp[1])
+        if lead_in:
+            other.setdefault("lanes, before their first batch (first claim)",
+                             collections.Counter()).update(lead_in)
+        sizes = [len(window) for window in windows]
+        shapes = collections.Counter(tuple(window) for window in windows)
+        typical = shapes.most_common(1)[0] if shapes else ((), 0)
+        in_windows: collections.Counter[tuple[str, str]] = collections.Counter()
+        for window in windows:
+            in_windows.update(window)
+        return {
+            "batches": len(windows),
+            "lanes_used": lanes,
+            "window_sizes": sizes,
+            "median_per_batch": statistics.median(sizes) if sizes else None,
+            "max_per_batch": max(sizes) if sizes else None,
+            "typical_window": [list(item) for item in typical[0]],
+            "typical_window_share": typical[1],
+            "in_windows": [[n, c, k] for (n, c), k in sorted(in_windows.items())],
+            "outside": {role: [[n, c, k] for (n, c), k in sorted(counter.items())]
+                        for role, counter in other.items()},
+            "total": len(self.events),
+            "batch_wall": [wall for wall, _ in spans],
+            "batch_cpu": [cpu for _, cpu in spans],
+            # for the typical batch: median thread CPU from each command's start to the next
+            # command's start (the last one: to the next batch's read)
+            "typical_step_cpu": [statistics.median(column) for column in
+                                 zip(*steps.get(typical[0], []), strict=True)],
+        }
+
+
+def maxrss_kib() -> int:
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # KiB on Linux
+
+
+def background_check(uri: str, db_name: str, n: int) -> dict[str, Any]:
+    """Every document at version 1 with x2 == 2x and __rev 1 (read by a separate client)."""
+    with MongoClient(uri, serverSelectionTimeoutMS=10_000) as client:
+        docs = list(client[db_name][BG_COLLECTION].find({}, {"x": 1, "x2": 1, "__v": 1,
+                                                              "__rev": 1}))
+    good = sum(1 for d in docs if d.get("__v") == 1 and d.get("x2") == d.get("x", 0) * 2
+               and d.get("__rev") == 1)
+    return {"verified": good == n == len(docs), "documents": len(docs), "migrated_ok": good}
+
+
+def background_reset(uri: str, db_name: str) -> float:
+    """Back to version 0: drop migronaut's collections, unset the migrated fields."""
+    started = time.perf_counter()
+    with MongoClient(uri, serverSelectionTimeoutMS=10_000) as client:
+        db = client[db_name]
+        for name in db.list_collection_names():
+            if name.startswith(BG_BOOKKEEPING_PREFIX):
+                db.drop_collection(name)
+        db[BG_COLLECTION].update_many({}, {"$unset": {"x2": "", "__v": "", "__rev": ""}})
+    return time.perf_counter() - started
+
+
+def _engine_pass(spec: dict[str, Any], trace: Trace | None, memory: bool) -> dict[str, Any]:
+    from migronaut.api import Migrator
+
+    work = Path(spec["workdir"])
+    lanes = int(spec["lanes"])
+    name = write_background(work / "migrations", int(spec["batch_size"]), lanes)
+    options = {"event_listeners": [trace]} if trace is not None else {}
+    migrator = Migrator(uri=spec["uri"], db_name=spec["db"],
+                        migrations_dir=str(work / "migrations"), env_file=False, cwd=str(work),
+                        client_options=options)
+    out: dict[str, Any] = {}
+    with migrator:
+        # registration: `up` writes the background state (one-off, reported apart)
+        if trace is not None:
+            trace.active = True
+        started, cpu = time.perf_counter(), time.process_time()
+        results = migrator.up()
+        out["register_seconds"] = time.perf_counter() - started
+        out["register_cpu"] = time.process_time() - cpu
+        if trace is not None:
+            out["register"] = trace.summary()
+            trace.reset()
+        name = next((r.file for r in results if r.file == name), name)
+        engine = migrator.background
+        if memory:
+            tracemalloc.start()
+            base = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+        rss = maxrss_kib()
+        started, cpu = time.perf_counter(), time.process_time()
+        view = engine.drive(name, concurrency=lanes)
+        out["seconds"] = time.perf_counter() - started
+        out["cpu"] = time.process_time() - cpu
+        out["maxrss_delta_kib"] = maxrss_kib() - rss
+        if memory:
+            current, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            out["tracemalloc_peak"] = peak - base
+            out["tracemalloc_left"] = current - base
+        if trace is not None:
+            trace.active = False
+            out["drive"] = trace.summary()
+        out["status"] = view.get("status")
+        out["totals"] = view.get("totals")
+        out["plan"] = view.get("plan")
+        out["partitions"] = (view.get("partitions") or {}).get("total")
+    return out
+
+
+def _loop_pass(spec: dict[str, Any], trace: Trace | None, memory: bool) -> dict[str, Any]:
+    """The floor: a hand-written find + bulk_write loop over _id, same batch size."""
+    from bson.min_key import MinKey
+    from pymongo import UpdateOne
+
+    limit = int(spec["batch_size"])
+    options = {"event_listeners": [trace]} if trace is not None else {}
+    out: dict[str, Any] = {}
+    with MongoClient(spec["uri"], **options) as client:
+        client.admin.command("ping")  # connect before measuring (the engine connects in `up`)
+        coll = client[spec["db"]][BG_COLLECTION]
+        if trace is not None:
+            trace.active = True
+        if memory:
+            tracemalloc.start()
+            base = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+        rss = maxrss_kib()
+        started, cpu = time.perf_counter(), time.process_time()
+        last: Any = MinKey()
+        migrated = batches = 0
+        while True:
+            docs = list(coll.find({"__v": {"$in": [None, 0]}, "_id": {"$gt": last}})
+                        .sort("_id", 1).limit(limit).batch_size(limit))
+            batches += 1
+            ops = []
+            for doc in docs:
+                x2 = doc["x"] * 2
+                if doc.get("x2") == x2 and doc.get("__v") == 1:
+                    continue  # unchanged: no write
+                version = doc.get("__v")
+                ops.append(UpdateOne(
+                    {"_id": doc["_id"], "__v": version if version else {"$in": [None, 0]}},
+                    {"$set": {"x2": x2, "__v": 1}, "$inc": {"__rev": 1}},
+                ))
+            if ops:
+                migrated += coll.bulk_write(ops, ordered=False).matched_count
+            if len(docs) < limit:
+                break
+            last = docs[-1]["_id"]
+        out["seconds"] = time.perf_counter() - started
+        out["cpu"] = time.process_time() - cpu
+        out["maxrss_delta_kib"] = maxrss_kib() - rss
+        if memory:
+            current, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            out["tracemalloc_peak"] = peak - base
+            out["tracemalloc_left"] = current - base
+        if trace is not None:
+            trace.active = False
+            out["drive"] = trace.summary()
+        out["totals"] = {"migrated": migrated, "batches": batches}
+    return out
+
+
+def background_run(spec: dict[str, Any]) -> dict[str, Any]:
+    """Timed pass, check, reset, memory pass, check."""
+    variant = spec["variant"]
+    run_pass = _loop_pass if variant == "loop" else _engine_pass
+    if variant != "loop":  # import the engine before measuring: imports are not per-document
+        import migronaut.api
+        import migronaut.background.engine
+        import migronaut.background.lanes  # noqa: F401
+    n = int(spec["n"])
+    trace = Trace(BG_COLLECTION, int(spec["batch_size"]))
+    timed = run_pass(spec, trace, memory=False)
+    timed.update(background_check(spec["uri"], spec["db"], n))
+    reset_seconds = background_reset(spec["uri"], spec["db"])
+    memory = run_pass(spec, None, memory=True)
+    memory.update(background_check(spec["uri"], spec["db"], n))
+    profile = None
+    if spec.get("profile"):  # --profile: one more pass under cProfile (not timed)
+        import cProfile
+        import pstats
+
+        background_reset(spec["uri"], spec["db"])
+        # On Python >= 3.12 cProfile is built on sys.monitoring and sees every thread (lanes,
+        # lease keepers, pymongo's monitors). Its clock is the process's CPU time, so the
+        # figures are client CPU, not time spent waiting for the server; with several lanes
+        # their calls interleave, so profile the 1-lane variant to attribute CPU.
+        profiler = cProfile.Profile(time.process_time)
+        profiler.runcall(run_pass, spec, None, False)
+        stream = io.StringIO()
+        stats = pstats.Stats(profiler, stream=stream)
+        stats.sort_stats("cumulative").print_stats(45)
+        stats.sort_stats("tottime").print_stats(30)
+        profile = stream.getvalue()
+    return {"timed": timed, "memory": memory, "reset_seconds": reset_seconds,
+            "profile": profile}
+
+
 SCENARIOS = {
     "migronaut-up": migronaut_up,
     "migronaut-status": migronaut_status,
@@ -456,6 +775,7 @@ SCENARIOS = {
     "mongomig-status": mongomig_status,
     "mongodb-migrations-up": mongodb_migrations_up,
     "pymongo-up": pymongo_up,
+    "background": background_run,
 }
 
 

@@ -1,6 +1,7 @@
 """migronaut's benchmark: the "Speed and size" figures of PRODUCT.md beside the peers', in one run.
 
-    .venv-3.13/bin/python bench/run.py [--quick] [--markdown] [--peers-venv DIR]
+    .venv-3.13/bin/python bench/run.py [--quick] [--markdown] [--peers-venv DIR] [--no-peers]
+        [--background-only] [--background-batch B] [--profile]
 
 Run it with the interpreter of an environment where migronaut is installed (``.venv-3.13``, the
 one ``bash scripts/test.sh`` creates, also has the dev server's ``mongoeco``). It
@@ -12,16 +13,24 @@ one ``bash scripts/test.sh`` creates, also has the dev server's ``mongoeco``). I
 3. times ``--version``/``--help`` of each CLI (median of several subprocess runs), ``status``
    over 1,000 applied migrations and ``up`` of 500 trivial migrations, each in a fresh process
    (``bench/_driver.py``) against a fresh database, counting every command sent;
-4. prints machine facts, the exact command and ONE side-by-side table, and writes
-   ``bench/results/latest.json`` and ``bench/results/latest.md`` (git-ignored).
+4. migrates the same N documents (1,500 and 4,500; batch size 100) with the background engine
+   (1 lane, then 4 lanes) and with a hand-written ``find`` + ``bulk_write`` loop, each in a fresh
+   process against a freshly seeded database: wall, client CPU per document, round trips per
+   batch and peak memory;
+5. prints machine facts, the exact command, ONE side-by-side table and the background table, and
+   writes ``bench/results/latest.json`` and ``bench/results/latest.md`` (git-ignored).
 
-``--quick`` shrinks the workloads (200 files for status, 100 migrations for up, fewer repeats):
-a smoke run, not the figures the targets are judged on.
+``--quick`` shrinks the workloads (200 files for status, 100 migrations for up, 500 and 1,500
+documents, fewer repeats): a smoke run, not the figures the targets are judged on.
+``--background-only`` runs step 4 alone; ``--background-batch B`` changes its batch size;
+``--profile`` adds one cProfile pass (CPU clock) per background variant, written to
+``bench/results/profile-*.txt``.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import importlib.util
 import itertools
 import json
@@ -63,10 +72,22 @@ class Sizes:
     up_migrations: int
     status_repeats: int
     cli_runs: int
+    background_docs: tuple[int, ...]  # N for the background section: a small and a large one
+    background_batch: int
 
 
-FULL = Sizes(status_files=1000, up_migrations=500, status_repeats=5, cli_runs=15)
-QUICK = Sizes(status_files=200, up_migrations=100, status_repeats=3, cli_runs=5)
+FULL = Sizes(status_files=1000, up_migrations=500, status_repeats=5, cli_runs=15,
+             background_docs=(1500, 4500), background_batch=100)
+QUICK = Sizes(status_files=200, up_migrations=100, status_repeats=3, cli_runs=5,
+              background_docs=(500, 1500), background_batch=100)
+
+#: background variants: (label, driver variant, lanes = max_parallel = drive concurrency)
+BACKGROUND_VARIANTS = (
+    ("engine, 1 lane", "engine", 1),
+    ("engine, 4 lanes", "engine", 4),
+    ("hand-written loop", "loop", 1),
+)
+SEED_CHUNK = 500
 
 
 def log(message: str) -> None:
@@ -213,26 +234,37 @@ def cli_command(python: Path, script: str, module: str | None = None) -> list[st
 
 
 def run_driver(python: Path | str, scenario: str, uri: str, n: int, repeats: int,
-               timeout: float) -> dict[str, Any]:
-    """One scenario in a fresh process against a fresh database (dropped afterwards)."""
+               timeout: float, extra: dict[str, Any] | None = None,
+               seed: Any = None) -> dict[str, Any]:
+    """One scenario in a fresh process against a fresh database (dropped afterwards).
+
+    ``extra`` is merged into the driver's spec; ``seed(uri, db_name)``, when given, fills the
+    fresh database from this process before the driver starts and returns what it reports.
+    """
     db_name = f"bench_{scenario.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory(prefix="migronaut-bench-") as tmp:
         work = Path(tmp) / "work"
         work.mkdir()
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         spec = {"scenario": scenario, "uri": uri, "db": db_name, "n": n, "repeats": repeats,
-                "workdir": str(work)}
+                "workdir": str(work), **(extra or {})}
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("MIGRONAUT_", "MONGOMIG_", "MONGODB_MIGRATIONS"))}
         env["MONGOMIG_GIT_COMMIT"] = "bench"  # mongomig shells out to git otherwise (once/run)
-        log(f"{scenario}: n={n}")
+        shown_extra = "".join(f", {k}={v}" for k, v in (extra or {}).items())
+        log(f"{scenario}: n={n}{shown_extra}")
+        seeded: Any = None
         try:
+            if seed is not None:
+                seeded = seed(uri, db_name)
             done = subprocess.run([str(python), str(DRIVER), str(spec_path), str(result_path)],
                                   cwd=work, env=env, capture_output=True, text=True,
                                   timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
             return {"error": f"timed out after {timeout:.0f} s"}
+        except Exception as error:  # a failed seed: report it in the table, go on
+            return {"error": f"seeding failed: {type(error).__name__}: {error}"[:200]}
         finally:
             try:
                 drop_database(uri, db_name)
@@ -240,7 +272,36 @@ def run_driver(python: Path | str, scenario: str, uri: str, n: int, repeats: int
                 log(f"could not drop {db_name}: {error}")
         if done.returncode != 0 or not result_path.exists():
             return {"error": last_line(done.stderr)[:200] or f"exit {done.returncode}"}
-        return json.loads(result_path.read_text(encoding="utf-8"))
+        result = json.loads(result_path.read_text(encoding="utf-8"))
+        if seeded is not None:
+            result["seed"] = seeded
+        return result
+
+
+def seed_background(n: int) -> Any:
+    """A seeder for ``run_driver``: ``n`` documents ``{_id: ObjectId, x: i}`` + the version index.
+
+    ``insert_many`` in chunks of ``SEED_CHUNK``: the dev server stores each inserted document
+    with a scan of the collection, so seeding time grows with the square of ``n`` (and one very
+    large ``insert_many`` can be cancelled by it). Not measured; its time is reported.
+    """
+
+    def seed(uri: str, db_name: str) -> dict[str, Any]:
+        from pymongo import ASCENDING, MongoClient
+
+        started = time.perf_counter()
+        with MongoClient(uri, serverSelectionTimeoutMS=10_000) as client:
+            coll = client[db_name]["docs"]
+            for first in range(0, n, SEED_CHUNK):
+                coll.insert_many([{"x": i} for i in range(first, min(n, first + SEED_CHUNK))],
+                                 ordered=False)
+            # the index the engine asks for ({version: 1, _id: 1}); the loop's query can use
+            # it too, so both read the same way
+            coll.create_index([("__v", ASCENDING), ("_id", ASCENDING)])
+            count = coll.count_documents({})
+        return {"documents": count, "seconds": time.perf_counter() - started}
+
+    return seed
 
 
 # ------------------------------------------------------------------------------ figures
@@ -463,12 +524,177 @@ def build_rows(figures: dict[str, Any], sizes: Sizes) -> tuple[list[Row], list[s
     return rows, notes
 
 
+# ------------------------------------------------------------------------------ background
+
+BACKGROUND_COLUMNS = tuple(label for label, _, _ in BACKGROUND_VARIANTS)
+LOOP = "hand-written loop"
+CPU_RATIO_TARGET = 1.3
+TRIPS_TARGET = 3
+#: "flat": the peak at the largest N at most this many times the peak at the smallest N (a
+#: collection held in memory would grow with N, here 4x)
+MEMORY_FLAT_TARGET = 1.5
+
+
+def short_collection(name: str) -> str:
+    return {"_migronaut_background_partitions": "partitions",
+            "_migronaut_background": "state"}.get(name, name)
+
+
+def shape(window: list[list[str]]) -> str:
+    return ", ".join(f"{name} {short_collection(coll)}".strip() for name, coll in window)
+
+
+def counted(items: list[list[Any]]) -> str:
+    parts = sorted(items, key=lambda item: (-item[2], item[0], item[1]))
+    return ", ".join(f"{n} {short_collection(c)} ×{k}".replace("  ", " ") for n, c, k in parts)
+
+
+def kib(value: float) -> str:
+    return f"{value / 1024:,.0f} KiB"
+
+
+def background_rows(figures: dict[str, Any], sizes: Sizes,
+                    batch: int) -> tuple[list[Row], list[str]]:
+    rows: list[Row] = []
+    notes: list[str] = []
+    peaks: dict[str, dict[int, float]] = {label: {} for label in BACKGROUND_COLUMNS}
+    for n in sizes.background_docs:
+        results = figures.get(str(n), {})
+        seeds = [r["seed"]["seconds"] for r in results.values()
+                 if isinstance(r, dict) and "seed" in r]
+        seeded = (f"; seeded by insert_many in chunks of {SEED_CHUNK}, "
+                  f"{min(seeds):.1f}–{max(seeds):.1f} s each, not timed" if seeds else "")
+        rows.append(Row(f"{n:,} documents, batch size {batch}{seeded}", "", section=True))
+        cells: dict[str, dict[str, str]] = collections.defaultdict(dict)
+        met: dict[str, list[str]] = collections.defaultdict(list)
+        loop = results.get(LOOP) or {}
+        loop_timed = loop.get("timed") or {}
+        loop_cpu = loop_timed.get("cpu")
+        loop_steady = None
+        if loop_timed.get("drive", {}).get("batch_cpu"):
+            loop_steady = statistics.median(loop_timed["drive"]["batch_cpu"]) / batch
+        for label in BACKGROUND_COLUMNS:
+            result = results.get(label)
+            problem = cell_error(result)
+            if problem:
+                cells["wall"][label] = problem[:60]
+                notes.append(f"background {n:,}, {label}: {problem}")
+                continue
+            assert result is not None
+            timed, memory = result["timed"], result["memory"]
+            drive = timed.get("drive") or {}
+            cpu_doc = timed["cpu"] / n
+            steady_cpu = (statistics.median(drive["batch_cpu"]) / batch
+                          if drive.get("batch_cpu") else None)
+            engine = label != LOOP
+            cells["wall"][label] = seconds(timed["seconds"])
+            cells["batch_wall"][label] = (f"{statistics.median(drive['batch_wall']) * 1000:.0f} ms"
+                                          if drive.get("batch_wall") else "—")
+            ratio = f" ({cpu_doc / (loop_cpu / n):.2f}×)" if engine and loop_cpu else ""
+            cells["cpu"][label] = f"{cpu_doc * 1e6:.0f} µs{ratio}"
+            if engine and loop_cpu:
+                met["cpu"].append(f"{label.split(', ')[1]}: "
+                                  + ("yes" if cpu_doc <= CPU_RATIO_TARGET * loop_cpu / n
+                                     else "NO"))
+            if steady_cpu is not None:
+                ratio = (f" ({steady_cpu / loop_steady:.2f}×)" if engine and loop_steady
+                         else "")
+                cells["steady_cpu"][label] = f"{steady_cpu * 1e6:.0f} µs{ratio}"
+                if engine and loop_steady:
+                    met["steady_cpu"].append(
+                        f"{label.split(', ')[1]}: "
+                        + ("yes" if steady_cpu <= CPU_RATIO_TARGET * loop_steady else "NO"))
+            batches = drive.get("batches") or 0
+            median = drive.get("median_per_batch")
+            cells["trips"][label] = (f"{median:g}" if median is not None else "—")
+            if engine and median is not None:
+                met["trips"].append(f"{label.split(', ')[1]}: "
+                                    + ("yes" if median <= TRIPS_TARGET else "NO"))
+            in_windows = sum(k for *_, k in drive.get("in_windows", []))
+            cells["trips_all"][label] = f"{in_windows / batches:.2f}" if batches else "—"
+            outside = drive.get("outside") or {}
+            register = sum(k for *_, k in (timed.get("register") or {}).get("outside", {}).get(
+                "caller: registration, planning, coordination", []))
+            caller = sum(k for *_, k in outside.get(
+                "caller: registration, planning, coordination", []))
+            keeper = sum(k for *_, k in outside.get("lease keeper (timer)", []))
+            first = sum(k for *_, k in outside.get(
+                "lanes, before their first batch (first claim)", []))
+            cells["oneoff"][label] = (f"{register} + {caller} + {first} + {keeper}" if engine
+                                      else "0")
+            partitions = timed.get("partitions")
+            cells["batches"][label] = (f"{batches} / {partitions} / {drive.get('lanes_used')}"
+                                       if engine else f"{batches} / — / 1")
+            peak = memory.get("tracemalloc_peak")
+            if peak is not None:
+                peaks[label][n] = peak
+                cells["peak"][label] = kib(peak)
+            cells["rss"][label] = f"{timed.get('maxrss_delta_kib', 0):,} KiB"
+            cells["verified"][label] = "yes" if timed.get("verified") and memory.get(
+                "verified") else (f"NO ({timed.get('migrated_ok')}/{n})")
+            typical = drive.get("typical_window") or []
+            steps = drive.get("typical_step_cpu") or []
+            step_text = ", ".join(f"{name} {short_collection(coll)} → {cpu * 1000:.2f} ms"
+                                  for (name, coll), cpu in zip(typical, steps, strict=False))
+            registration = (timed.get("register") or {}).get("outside", {}).get(
+                "caller: registration, planning, coordination", [])
+            note = (f"background {n:,}, {label}: typical batch "
+                    f"({drive.get('typical_window_share')} of {batches}) = {shape(typical)}; "
+                    f"thread CPU from each command's start to the next: {step_text or '—'}; "
+                    f"commands inside batch windows: {counted(drive.get('in_windows', []))}")
+            if engine:
+                note += f"; registration (`up`): {counted(registration)}"
+                note += "".join(f"; {role}: {counted(items)}" for role, items in outside.items())
+                note += (f"; plan: {timed.get('plan')}; `up` took "
+                         f"{timed.get('register_seconds', 0):.3f} s, "
+                         f"{timed.get('register_cpu', 0) * 1000:.0f} ms CPU (not in the rows)")
+            notes.append(note)
+        rows += [
+            Row("wall, whole migration (`drive` / the loop)", "", cells["wall"]),
+            Row("wall per batch, steady state (median)", "", cells["batch_wall"]),
+            Row("client CPU per document, whole migration (process CPU / N)",
+                f"≤ {CPU_RATIO_TARGET}× loop", cells["cpu"], "; ".join(met["cpu"])),
+            Row("client CPU per document, steady state (median batch: lane thread CPU / "
+                "batch size)", f"≤ {CPU_RATIO_TARGET}× loop", cells["steady_cpu"],
+                "; ".join(met["steady_cpu"])),
+            Row("round trips per batch, steady state (median batch)", f"≤ {TRIPS_TARGET}",
+                cells["trips"], "; ".join(met["trips"])),
+            Row("round trips per batch, every lane command / batches", "", cells["trips_all"]),
+            Row("one-off commands: `up` + caller (plan, coordinate) + lanes' first claims + "
+                "lease-keeper timers", "", cells["oneoff"]),
+            Row("batches / partitions / lanes that read", "", cells["batches"]),
+            Row("peak traced memory (tracemalloc, a second pass)", "flat in N", cells["peak"]),
+            Row("ru_maxrss growth during the timed pass", "", cells["rss"]),
+            Row("every document migrated (x2 = 2x, version 1, revision 1), both passes", "",
+                cells["verified"]),
+        ]
+    if len(sizes.background_docs) >= 2:
+        small, large = sizes.background_docs[0], sizes.background_docs[-1]
+        rows.append(Row(f"memory as N grows {large / small:g}× ({small:,} → {large:,})", "",
+                        section=True))
+        growth_cells: dict[str, str] = {}
+        verdicts = []
+        for label in BACKGROUND_COLUMNS:
+            got = peaks[label]
+            if small in got and large in got and got[small]:
+                ratio = got[large] / got[small]
+                growth_cells[label] = f"{kib(got[small])} → {kib(got[large])} ({ratio:.2f}×)"
+                if label != LOOP:
+                    verdicts.append(f"{label.split(', ')[1]}: "
+                                    + ("yes" if ratio <= MEMORY_FLAT_TARGET else "NO"))
+            else:
+                growth_cells[label] = "—"
+        rows.append(Row("peak traced memory, small N → large N",
+                        f"≤ {MEMORY_FLAT_TARGET}× (flat)", growth_cells, "; ".join(verdicts)))
+    return rows, notes
+
+
 # ------------------------------------------------------------------------------ rendering
 
 
-def render_plain(rows: list[Row]) -> str:
-    headers = ["Metric", "Target", *TOOLS, "Target met"]
-    table = [[r.metric, r.target, *(r.cells.get(t, "") for t in TOOLS), r.met] for r in rows]
+def render_plain(rows: list[Row], columns: tuple[str, ...] = TOOLS) -> str:
+    headers = ["Metric", "Target", *columns, "Target met"]
+    table = [[r.metric, r.target, *(r.cells.get(t, "") for t in columns), r.met] for r in rows]
     widths = [max(len(h), *(len(line[i]) for line, r in zip(table, rows, strict=True)
                             if not r.section)) for i, h in enumerate(headers)]
     sep = "  "
@@ -482,14 +708,14 @@ def render_plain(rows: list[Row]) -> str:
     return "\n".join(out)
 
 
-def render_markdown(rows: list[Row]) -> str:
-    headers = ["Metric", "Target", *TOOLS, "Target met"]
+def render_markdown(rows: list[Row], columns: tuple[str, ...] = TOOLS) -> str:
+    headers = ["Metric", "Target", *columns, "Target met"]
     out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for row in rows:
         if row.section:
             out.append(f"| **{row.metric}** |" + " |" * (len(headers) - 1))
         else:
-            cells = [row.metric, row.target, *(row.cells.get(t, "") for t in TOOLS), row.met]
+            cells = [row.metric, row.target, *(row.cells.get(t, "") for t in columns), row.met]
             out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(out)
 
@@ -528,7 +754,22 @@ def machine_facts(peers_python: Path | None, server: Server) -> list[str]:
             f"pymongo {package_version(peers_python, 'pymongo')}"
         )
     facts.append(f"server: {server.description}, {server_version(server.uri)}")
+    facts.append(f"source: {source_revision()}")
     return facts
+
+
+def source_revision() -> str:
+    """The commit measured, and whether src/ had uncommitted changes (work in progress)."""
+    def git(*argv: str) -> str:
+        done = subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True,
+                              check=False)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    commit = git("rev-parse", "--short", "HEAD")
+    if not commit:
+        return "not a git checkout"
+    dirty = git("status", "--porcelain", "--", "src")
+    return f"git {commit}" + (" + uncommitted changes in src/" if dirty else "")
 
 
 def load_average() -> str:
@@ -545,12 +786,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python bench/run.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
-                        help="small workloads (200/100 migrations): a smoke run")
+                        help="small workloads (200/100 migrations, 500/1,500 documents): a "
+                             "smoke run")
     parser.add_argument("--markdown", action="store_true",
                         help="print the table as Markdown instead of plain text")
     parser.add_argument("--peers-venv", type=Path, default=BENCH / ".venv-peers",
                         help="the peers' virtualenv (created when missing)")
     parser.add_argument("--no-peers", action="store_true", help="measure migronaut only")
+    parser.add_argument("--background-only", action="store_true",
+                        help="run only the background-migration section (no peers needed)")
+    parser.add_argument("--background-batch", type=int, default=None, metavar="B",
+                        help="batch size of the background section (default: 100)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also run each background variant once more under cProfile "
+                             "(CPU clock) and write bench/results/profile-*.txt")
     args = parser.parse_args(argv)
     missing = [name for name in ("migronaut", "pymongo") if importlib.util.find_spec(name) is None]
     if missing:
@@ -561,16 +810,118 @@ def main(argv: list[str] | None = None) -> int:
     sizes = QUICK if args.quick else FULL
     command = shlex.join([os.path.relpath(sys.executable), *sys.argv])
 
+    batch = args.background_batch or sizes.background_batch
+    if batch < 1:
+        parser.error("--background-batch must be at least 1")
+
     peers_python: Path | None = None
     peers_problem = "skipped (--no-peers)"
-    if not args.no_peers:
+    if args.background_only:
+        peers_problem = "skipped (--background-only)"
+    elif not args.no_peers:
         peers_python, peers_problem = ensure_peers(args.peers_venv.resolve())
         if peers_problem:
             log(peers_problem)
 
     load_before = load_average()
-    figures: dict[str, Any] = {"cli": {}, "status": {}, "up": {}}
+    figures: dict[str, Any] = {"cli": {}, "status": {}, "up": {}, "background": {}}
     me = Path(sys.executable)
+    if not args.background_only:
+        figures["cli"] = measure_clis(me, peers_python, peers_problem, sizes)
+
+    server = start_server()
+    try:
+        facts = machine_facts(peers_python, server)
+        if not args.background_only:
+            measure_workloads(figures, me, peers_python, peers_problem, server, sizes)
+        figures["background"] = measure_background(me, server, sizes, batch, args.profile)
+    finally:
+        server.close()
+
+    facts.append(f"load average (1/5/15 min) before: {load_before}, after: {load_average()} "
+                 f"on {os.cpu_count()} CPUs (other work on the machine skews wall times)")
+    rows: list[Row] = []
+    notes: list[str] = []
+    if not args.background_only:
+        rows, notes = build_rows(figures, sizes)
+    bg_rows, bg_notes = background_rows(figures["background"], sizes, batch)
+    plain = render_plain(rows) if rows else ""
+    markdown = render_markdown(rows) if rows else ""
+    bg_plain = render_plain(bg_rows, BACKGROUND_COLUMNS)
+    bg_markdown = render_markdown(bg_rows, BACKGROUND_COLUMNS)
+    print(f"command: {command}" + ("   (--quick: smoke sizes, not the judged figures)"
+                                   if args.quick else ""))
+    for fact in facts:
+        print(fact)
+    if rows:
+        print()
+        print(markdown if args.markdown else plain)
+    print()
+    print(f"background migrations: the same N documents migrated (x2 = x * 2, version 0 → 1) "
+          f"by migronaut's engine (`Migrator.up()` registers, `background.drive(name, "
+          f"concurrency=P)` runs P lanes in this process) and by a hand-written find + "
+          f"bulk_write loop, batch size {batch}")
+    print()
+    print(bg_markdown if args.markdown else bg_plain)
+    print()
+    print("notes:")
+    print("- round trips = commands sent (pymongo CommandListener `started` events); connection "
+          "handshakes and server monitoring are not commands and are counted only as "
+          "'connections opened'.")
+    print("- the dev server (mongoeco) is not a real mongod: an `insert` costs time roughly "
+          "proportional to the collection's size (≈1.7 ms into 10 documents, ≈20-25 ms into "
+          "2,000), an upsert matched through a unique index does not (≈2-3 ms either way). "
+          "A tool whose changelog write is an insert (mongodb-migrations) slows down as its "
+          "changelog grows (the 'first 10 % → last 10 %' row); the body's collection holds a "
+          "single document. Wall times also move with the machine's load (line above).")
+    for note in notes:
+        print(f"- {note}")
+    print("- background: " + BACKGROUND_METHOD)
+    for note in bg_notes:
+        print(f"- {note}")
+
+    RESULTS.mkdir(exist_ok=True)
+    profiles = {}
+    for n, variants in figures["background"].items():
+        for label, result in variants.items():
+            text = result.pop("profile", None) if isinstance(result, dict) else None
+            if text:
+                slug = label.replace(", ", "-").replace(" ", "-")
+                path = RESULTS / f"profile-{slug}-{n}.txt"
+                path.write_text(text, encoding="utf-8")
+                profiles[f"{label} {n}"] = str(path.relative_to(ROOT))
+    if profiles:
+        print("- cProfile (CPU clock) of each background variant: "
+              + ", ".join(profiles.values()))
+    all_notes = [*notes, "background: " + BACKGROUND_METHOD, *bg_notes]
+    (RESULTS / "latest.json").write_text(json.dumps(
+        {"command": command, "facts": facts, "sizes": sizes.__dict__,
+         "background_batch": batch, "figures": figures, "notes": all_notes},
+        indent=2, default=str), encoding="utf-8")
+    (RESULTS / "latest.md").write_text(
+        f"`{command}`\n\n" + "\n".join(f"- {f}" for f in facts) + "\n\n"
+        + (markdown + "\n\n" if markdown else "") + bg_markdown + "\n\n"
+        + "\n".join(f"- {n}" for n in all_notes) + "\n", encoding="utf-8")
+    return 0
+
+
+BACKGROUND_METHOD = (
+    "each variant runs in a fresh process against a fresh database seeded from the bench "
+    "process (N documents {_id: ObjectId, x: i} + the version index {__v: 1, _id: 1}). The "
+    "driver imports migronaut before measuring, then makes a timed pass (wall, "
+    "time.process_time() of the driver process = client CPU only: the dev server is another "
+    "process; every command counted with its thread), resets the collection (migronaut's "
+    "collections dropped, x2/__v/__rev unset) and makes a second pass under tracemalloc for "
+    "the peak memory. A batch = the commands a lane (or the loop) sends from one batch read "
+    "(find sorted by _id, limit = batch size) to its next; 'steady state' is the median "
+    "batch, and its CPU is that thread's own time.thread_time(). One-off commands are those "
+    "of `up` (registration), of the calling thread in `drive` (planning, coordination), of a "
+    "lane before its first read (first claim), and of the lease keepers' timers (control "
+    "read every 1 s, renewal every ttl/2).")
+
+
+def measure_clis(me: Path, peers_python: Path | None, peers_problem: str | None,
+                 sizes: Sizes) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="migronaut-bench-cli-") as cwd:
         log("CLI start-up")
         migronaut = cli_command(me, "migronaut", "migronaut") or []
@@ -591,67 +942,51 @@ def main(argv: list[str] | None = None) -> int:
             commands["python (peers env)"] = [str(peers_python), "-c", "pass"]
         else:
             unavailable["python (peers env)"] = peers_problem or "—"
-        figures["cli"] = {**time_clis(commands, sizes.cli_runs, Path(cwd)), **unavailable}
+        return {**time_clis(commands, sizes.cli_runs, Path(cwd)), **unavailable}
 
-    server = start_server()
-    try:
-        facts = machine_facts(peers_python, server)
-        status_timeout, up_timeout = 900.0, 900.0
-        figures["status"]["migronaut"] = run_driver(
-            me, "migronaut-status", server.uri, sizes.status_files, sizes.status_repeats,
-            status_timeout)
-        figures["up"]["migronaut"] = run_driver(
-            me, "migronaut-up", server.uri, sizes.up_migrations, 1, up_timeout)
-        figures["up"]["pymongo loop"] = run_driver(
-            me, "pymongo-up", server.uri, sizes.up_migrations, 1, up_timeout)
-        if peers_python is not None:
-            figures["status"]["mongomig"] = run_driver(
-                peers_python, "mongomig-status", server.uri, sizes.status_files,
-                sizes.status_repeats, status_timeout)
-            figures["up"]["mongomig"] = run_driver(
-                peers_python, "mongomig-up", server.uri, sizes.up_migrations, 1, up_timeout)
-            figures["up"]["mongodb-migrations"] = run_driver(
-                peers_python, "mongodb-migrations-up", server.uri, sizes.up_migrations, 1,
-                up_timeout)
-        else:
-            for section, tool in (("status", "mongomig"), ("up", "mongomig"),
-                                  ("up", "mongodb-migrations")):
-                figures[section][tool] = {"error": peers_problem}
-    finally:
-        server.close()
 
-    facts.append(f"load average (1/5/15 min) before: {load_before}, after: {load_average()} "
-                 f"on {os.cpu_count()} CPUs (other work on the machine skews wall times)")
-    rows, notes = build_rows(figures, sizes)
-    plain, markdown = render_plain(rows), render_markdown(rows)
-    print(f"command: {command}" + ("   (--quick: smoke sizes, not the judged figures)"
-                                   if args.quick else ""))
-    for fact in facts:
-        print(fact)
-    print()
-    print(markdown if args.markdown else plain)
-    print()
-    print("notes:")
-    print("- round trips = commands sent (pymongo CommandListener `started` events); connection "
-          "handshakes and server monitoring are not commands and are counted only as "
-          "'connections opened'.")
-    print("- the dev server (mongoeco) is not a real mongod: an `insert` costs time roughly "
-          "proportional to the collection's size (≈1.7 ms into 10 documents, ≈20-25 ms into "
-          "2,000), an upsert matched through a unique index does not (≈2-3 ms either way). "
-          "A tool whose changelog write is an insert (mongodb-migrations) slows down as its "
-          "changelog grows (the 'first 10 % → last 10 %' row); the body's collection holds a "
-          "single document. Wall times also move with the machine's load (line above).")
-    for note in notes:
-        print(f"- {note}")
+def measure_workloads(figures: dict[str, Any], me: Path, peers_python: Path | None,
+                      peers_problem: str | None, server: Server, sizes: Sizes) -> None:
+    status_timeout, up_timeout = 900.0, 900.0
+    figures["status"]["migronaut"] = run_driver(
+        me, "migronaut-status", server.uri, sizes.status_files, sizes.status_repeats,
+        status_timeout)
+    figures["up"]["migronaut"] = run_driver(
+        me, "migronaut-up", server.uri, sizes.up_migrations, 1, up_timeout)
+    figures["up"]["pymongo loop"] = run_driver(
+        me, "pymongo-up", server.uri, sizes.up_migrations, 1, up_timeout)
+    if peers_python is not None:
+        figures["status"]["mongomig"] = run_driver(
+            peers_python, "mongomig-status", server.uri, sizes.status_files,
+            sizes.status_repeats, status_timeout)
+        figures["up"]["mongomig"] = run_driver(
+            peers_python, "mongomig-up", server.uri, sizes.up_migrations, 1, up_timeout)
+        figures["up"]["mongodb-migrations"] = run_driver(
+            peers_python, "mongodb-migrations-up", server.uri, sizes.up_migrations, 1,
+            up_timeout)
+    else:
+        for section, tool in (("status", "mongomig"), ("up", "mongomig"),
+                              ("up", "mongodb-migrations")):
+            figures[section][tool] = {"error": peers_problem}
 
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "latest.json").write_text(json.dumps(
-        {"command": command, "facts": facts, "sizes": sizes.__dict__, "figures": figures,
-         "notes": notes}, indent=2, default=str), encoding="utf-8")
-    (RESULTS / "latest.md").write_text(
-        f"`{command}`\n\n" + "\n".join(f"- {f}" for f in facts) + "\n\n" + markdown + "\n\n"
-        + "\n".join(f"- {n}" for n in notes) + "\n", encoding="utf-8")
-    return 0
+
+def measure_background(me: Path, server: Server, sizes: Sizes, batch: int,
+                       profile: bool) -> dict[str, Any]:
+    """Each size, each variant: a fresh process on a freshly seeded database."""
+    if importlib.util.find_spec("migronaut.background.lanes") is None:
+        why = "skipped (migronaut.background.lanes is not importable: engine not built yet)"
+        return {str(n): {label: {"error": why} for label in BACKGROUND_COLUMNS}
+                for n in sizes.background_docs}
+    out: dict[str, Any] = {}
+    for n in sizes.background_docs:
+        out[str(n)] = {}
+        for label, variant, lanes in BACKGROUND_VARIANTS:
+            out[str(n)][label] = run_driver(
+                me, "background", server.uri, n, 1, 900.0,
+                extra={"variant": variant, "lanes": lanes, "batch_size": batch,
+                       "profile": profile},
+                seed=seed_background(n))
+    return out
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@
 #
 # Sets up .venv-3.13 (shared with scripts/test.sh), copies examples/demo to a temporary folder,
 # starts `migronaut dev-server` (in memory) unless MIGRONAUT_URI points at a MongoDB, then applies
-# the migrations, shows the status, rolls the newest one back and shows the status again.
+# the migrations (the last one registers a background migration), runs the background migration
+# with two lanes, shows the statuses, rolls the newest migration back (which reverts the
+# background migration's documents) and shows the status again.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=scripts/_python.sh
@@ -41,7 +43,10 @@ export PATH="$bin:$PATH"
 step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; "$@"; }
 step migronaut status
 step migronaut up
+step migronaut background run 20260101090500_orders_total_cents.py --concurrency 2
+step migronaut background status
 step migronaut status
 step migronaut down --steps 1
+step migronaut background run 20260101090500_orders_total_cents.py
 step migronaut status
 step migronaut dry-run up

@@ -42,6 +42,7 @@ from migronaut.errors import (
 
 if TYPE_CHECKING:
     from migronaut.api import Migrator, ProgressReporter, pending_migrations, run_migrations
+    from migronaut.background.runner import BackgroundRunner
     from migronaut.core.config import Config, load_config
     from migronaut.core.context import Cancellation, MigrationContext, RunInfo
     from migronaut.core.hooks import Hooks
@@ -52,6 +53,7 @@ __all__ = [
     "BackgroundConflictError",
     "BackgroundFailedError",
     "BackgroundPendingError",
+    "BackgroundRunner",
     "Cancellation",
     "ChecksumMismatchError",
     "Config",
@@ -93,6 +95,7 @@ __all__ = [
 ]
 
 _LAZY = {
+    "BackgroundRunner": "migronaut.background.runner",
     "Migrator": "migronaut.api",
     "ProgressReporter": "migronaut.api",
     "pending_migrations": "migronaut.api",

@@ -302,9 +302,7 @@ class BackgroundEngine:
         for spec in info.values():
             if [tuple(k) for k in spec.get("key", [])] == key:
                 return key
-        self._warn_once(f"index:{collection}",
-                        "⚠ %s has no version index {%s: 1, _id: 1} — scans run without it",
-                        collection, field_name)
+        self.logger.debug("%s has no version index {%s: 1, _id: 1}", collection, field_name)
         return None
 
     def _finalize(self, state: Mapping[str, Any], job: BackgroundJob) -> Answer | None:

@@ -212,7 +212,10 @@ def _note(view: Mapping[str, Any]) -> tuple[str, str | None]:
 
 def _status_cells(view: Mapping[str, Any]) -> list[Cell]:
     status = str(view.get("status"))
-    versions = "step" if view.get("mode") == "step" else f"{view.get('from')} → {view.get('to')}"
+    low, high = view.get("from"), view.get("to")
+    if view.get("direction") == "revert":
+        low, high = high, low  # a revert rewrites `to` back to `from`
+    versions = "step" if view.get("mode") == "step" else f"{low} → {high}"
     counts = view.get("partitions")
     partitions = f"{counts.get('done', 0)}/{counts.get('total', 0)}" if counts else "—"
     return [
