@@ -910,6 +910,10 @@ class Migrator:
 
     def _require_background_done(self, run: _Run, name: str, requires: Sequence[str]) -> None:
         """A contract migration refuses to run until its background requirements are done."""
+        from migronaut.background.drift import probe_requirement
+
+        for required in requires:  # reopens a completed one whose old shape reappeared
+            probe_requirement(self.background, required)
         waiting = self.background.unmet(requires, self.changelog)
         if waiting:
             names = ", ".join(f"{w['migration']} ({w['status']})" for w in waiting)

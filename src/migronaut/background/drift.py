@@ -42,6 +42,7 @@ __all__ = [
     "check_on_drift",
     "is_candidate",
     "probe_hint",
+    "probe_requirement",
     "report_drift",
     "state_match",
     "verify",
@@ -220,6 +221,39 @@ def report_drift(
         engine.logger.warning("⚠ %s: old-shape documents after %s — %s", collection, migration,
                               action)
     return action
+
+
+def probe_requirement(engine: BackgroundEngine, name: str) -> bool:
+    """The ``requires`` probe (reference §1.8): ``True`` when ``name`` completed forward and an
+    old-shape document has reappeared — it is then reopened (``source='requires'``).
+
+    Step migrations and states that are not completed are not probed; without a usable index or
+    when the probe fails the status alone is trusted (warned), so this answers ``False``.
+    """
+    state = engine.store.get(name)
+    if state is None or not is_candidate(state):
+        return False
+    collection = collection_of(state)
+    field = str(state["spec"].get("field", "__v"))
+    try:
+        hint = probe_hint(engine.db[collection].index_information(), field)
+        if hint is None:
+            engine.logger.warning("⚠ %s has no index led by {%s: 1} — trusting the status of %s",
+                                  collection, field, name)
+            return False
+        found = engine.db[collection].find_one(
+            state_match(state), {"_id": 1}, hint=hint, max_time_ms=PROBE_MAX_TIME_MS
+        )
+    except Exception as error:  # a probe failure is warned, never fatal
+        engine.logger.warning("⚠ %s: requires probe for %s failed (%s) — trusting its status",
+                              collection, name, describe_exception(error))
+        return False
+    if found is None:
+        return False
+    del found  # the id must not travel any further
+    report_drift(engine, migration=name, collection=collection, on_drift="reopen",
+                 source="requires")
+    return True
 
 
 # ------------------------------------------------------------------------------------ verify

@@ -1,0 +1,464 @@
+"""Background migrations through their lifecycle: the §2.5 transition table, the plan-commit race
+(I8), the once-per-generation roll-up (I7), ``requires`` through the CLI (I17), revert and
+withdraw through ``down``, re-registration (``up --force``, ``redo``), inline mode, and the spec
+refusals of ``up`` — each arranged in the database, acted on through the CLI or the public API,
+and checked on what a user sees and on the stored documents."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from helpers.engine import Events, make_migrator, records
+
+B1 = "0001_users_v1.py"
+B2 = "0002_orders_v1.py"
+C = "0003_contract.py"
+STATES = "_migronaut_background"
+PARTITIONS = "_migronaut_background_partitions"
+CHANGELOG = "_migronaut_migrations"
+
+STATUSES = ("blocked", "pending", "running", "paused", "completed", "failed", "cancelled")
+
+
+def background_file(*, collection: str = "users", revert: bool = True, requires: str = "",
+                    extra_spec: str = "", fail_on: int | None = None,
+                    up_too: bool = False) -> str:
+    """A declarative v0 → v1 migration setting ``active: True`` (``revert`` pops it again)."""
+    revert_fn = '''
+def revert(doc, ctx):
+    doc.pop("active", None)
+    return doc
+''' if revert else ""
+    up_fn = "\n\ndef up(ctx):\n    pass\n" if up_too else ""
+    return f'''
+{requires}
+FAIL_ON = {fail_on!r}
+
+
+def migrate(doc, ctx):
+    if FAIL_ON is not None and doc.get("n") == FAIL_ON:
+        raise ValueError("cannot migrate this one")
+    doc["active"] = True
+    return doc
+{revert_fn}{up_fn}
+
+background = {{
+    "collection": {collection!r},
+    "from": 0,
+    "to": 1,
+    "migrate": migrate,
+    {'"revert": revert,' if revert else ""}
+    "batch_size": 50,
+    "pause_ms": 0,
+    "slice_ms": 1000,
+    "max_parallel": 2,
+    "adaptive": False,
+    "partitions": {{"min_partition_docs": 50}},
+    {extra_spec}
+}}
+'''
+
+
+def seed(db: Any, collection: str = "users", docs: int = 120) -> None:
+    for start in range(0, docs, 200):
+        db[collection].insert_many([{"n": i} for i in range(start, min(docs, start + 200))])
+    db[collection].create_index([("__v", 1), ("_id", 1)])
+
+
+def state(db: Any, name: str = B1) -> dict[str, Any]:
+    found = db[STATES].find_one({"_id": name})
+    assert found is not None, f"{name} has no state"
+    return dict(found)
+
+
+def output(result: Any) -> str:
+    return f"{result.stdout}\n{result.stderr}"
+
+
+# ------------------------------------------------------------------- §2.5 transition table
+
+#: action -> (allowed from, goes to, already done in) — transcribed from reference §2.5.
+TABLE: dict[str, tuple[set[str], str, set[str]]] = {
+    "unblock": ({"blocked"}, "pending", {"pending", "running", "paused"}),
+    "plan": ({"pending"}, "running", {"running"}),
+    "complete": ({"running"}, "completed", {"completed"}),
+    "fail": ({"blocked", "pending", "running"}, "failed", {"failed"}),
+    "pause": ({"blocked", "pending", "running"}, "paused", {"paused"}),
+    "resume": ({"paused"}, "pending", {"blocked", "pending", "running"}),
+    "cancel": ({"blocked", "pending", "running", "paused"}, "cancelled", {"cancelled"}),
+    "retry": ({"failed", "cancelled"}, "pending", {"pending"}),
+    "reopen": ({"completed"}, "running", {"running"}),
+}
+
+
+@pytest.mark.parametrize(
+    ("status", "action"), list(itertools.product(STATUSES, [*TABLE, "explode"]))
+)
+def test_transition_table_is_exhaustive(status: str, action: str) -> None:
+    from migronaut.background.store import ACTIONS, transition
+    from migronaut.errors import BackgroundConflictError
+
+    assert set(ACTIONS) == set(TABLE)
+    allowed, to, done = TABLE.get(action, (set(), "", set()))
+    if status in allowed:
+        assert transition("m.py", status, action) == (to, True)
+    elif status in done:
+        assert transition("m.py", status, action) == (status, False)
+    else:
+        with pytest.raises(BackgroundConflictError) as raised:
+            transition("m.py", status, action)
+        error = raised.value
+        assert error.code == "BACKGROUND_CONFLICT" and error.exit_code == 33
+        assert error.message == f"Cannot {action} background migration m.py: it is {status}"
+
+
+def test_every_status_is_reachable_or_terminal_in_the_table() -> None:
+    """Terminal statuses (completed, failed, cancelled) leave only through retry/reopen."""
+    from migronaut.background.store import transition
+
+    for status in ("completed", "failed", "cancelled"):
+        leaving = {a for a in TABLE if status in TABLE[a][0]}
+        assert leaving <= {"retry", "reopen"}, (status, leaving)
+    # a repeated control is idempotent (I16)
+    assert transition("m.py", "paused", "pause") == ("paused", False)
+
+
+# ------------------------------------------------------------------------ I8 plan race
+
+
+def test_two_plan_commits_for_one_generation_only_one_wins(project: Any, cli: Any,
+                                                          db: Any) -> None:
+    seed(db, docs=150)
+    project.write_migration("0001_users_v1", background_file())
+    assert cli("up").exit_code == 0
+    migrator = make_migrator(project)
+    try:
+        engine = migrator.background
+        stale = engine.store.require(B1)  # both coordinators read the same state
+        job = engine.job(stale)
+        first = engine._plan_pass(stale, job)
+        second = engine._plan_pass(stale, job)
+    finally:
+        migrator.close()
+
+    assert first is None  # committed: the coordinator loops on
+    assert second is not None
+    assert (second.next, second.reason) == ("wait", "plan-race")
+    stored = state(db)
+    assert stored["generation"] == 1 and stored["pass"] == 1 and stored["phase"] == "process"
+    token = stored["plan"]["token"]
+    partitions = list(db[PARTITIONS].find({"background": B1}))
+    assert partitions, "the winner's partitions are gone"
+    assert {p["plan"] for p in partitions} == {token}  # the loser's partitions were dropped
+    assert {p["generation"] for p in partitions} == {1}
+    assert len(partitions) == stored["plan"]["partitions"]
+
+    # the migration still runs to completion on the winning plan
+    result = cli("background", "run", B1, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert result.json["background"][0]["totals"]["migrated"] == 150
+
+
+# ------------------------------------------------------------------------ I7 roll-up once
+
+
+def test_roll_up_twice_counts_totals_once(project: Any, cli: Any, db: Any) -> None:
+    seed(db, docs=150)
+    project.write_migration("0001_users_v1", background_file())
+    assert cli("up").exit_code == 0
+    assert cli("background", "run", B1, "--once").exit_code == 0  # plan + one round, no finalize
+    before = state(db)
+    assert before["rolledGeneration"] == 0 and before["generation"] == 1
+    partitions = list(db[PARTITIONS].find({"background": B1, "generation": 1}))
+    expected = sum(int((p.get("counters") or {}).get("migrated", 0)) for p in partitions)
+    assert expected == db.users.count_documents({"__v": 1}) > 0
+
+    migrator = make_migrator(project)
+    try:
+        engine = migrator.background
+        engine._roll_up(before)
+        engine._roll_up(before)  # a second finalize with the same (stale) state
+    finally:
+        migrator.close()
+
+    after = state(db)
+    assert after["rolledGeneration"] == 1
+    assert after["totals"]["migrated"] == expected
+    batches = sum(int((p.get("counters") or {}).get("batches", 0)) for p in partitions)
+    assert after["totals"].get("batches", 0) == batches
+
+
+# ------------------------------------------------------------------------- I17 requires
+
+HOOKS_CONFIG = '''
+from pathlib import Path
+
+
+def before_each(name, ctx, info):
+    with open(Path(__file__).parent / "hooks.log", "a", encoding="utf-8") as log:
+        log.write(name + "\\n")
+
+
+config = {"hooks": {"before_each": before_each}}
+'''
+
+CONTRACT = f'''
+requires = ["{B1}"]
+
+
+def up(ctx):
+    ctx.db.contract_ran.insert_one({{"ran": True}})
+
+
+def down(ctx):
+    ctx.db.contract_ran.delete_many({{}})
+'''
+
+
+def write_requires_chain(project: Any, db: Any) -> None:
+    seed(db, "users", 60)
+    seed(db, "orders", 40)
+    project.write("migronaut_config.py", HOOKS_CONFIG)
+    project.write_migration("0001_users_v1", background_file())
+    project.write_migration("0002_orders_v1", background_file(
+        collection="orders", requires=f'requires = ["{B1}"]'))
+    project.write_migration("0003_contract", CONTRACT)
+
+
+def hook_calls(project: Any) -> list[str]:
+    log = project.path / "hooks.log"
+    return log.read_text(encoding="utf-8").split() if log.exists() else []
+
+
+def test_requires_blocks_the_contract_and_the_dependent(project: Any, cli: Any,
+                                                        db: Any) -> None:
+    write_requires_chain(project, db)
+    first = cli("up", "--json")
+    assert first.exit_code == 31, first.stderr
+    error = first.json["error"]
+    assert error["code"] == "BACKGROUND_PENDING"
+    assert error["context"]["waitsFor"] == [{"migration": B1, "status": "pending"}]
+    assert [(r["file"], r["status"]) for r in first.json["partial"]] == [
+        (B1, "applied"), (B2, "applied")]
+    assert state(db, B1)["status"] == "pending"
+    b2 = state(db, B2)
+    assert b2["status"] == "blocked" and b2["waitsFor"] == [B1] and b2["requires"] == [B1]
+    assert C not in records(db)  # no failed trace either
+    assert C not in hook_calls(project) and hook_calls(project) == [B1, B2]
+    assert db.contract_ran.count_documents({}) == 0
+    assert db.users.count_documents({"__v": {"$exists": True}}) == 0  # up touched no document
+
+    run = cli("background", "run", B1, "--json")
+    assert run.exit_code == 0, run.stderr
+    assert state(db, B1)["status"] == "completed"
+    b2 = state(db, B2)
+    assert b2["status"] == "pending" and b2["waitsFor"] == []
+    assert db.orders.count_documents({"__v": 1}) == 0  # unblocked, not run
+
+    second = cli("up", "--json")
+    assert second.exit_code == 0, second.stderr
+    assert [(r["file"], r["status"]) for r in second.json] == [(C, "applied")]
+    assert records(db)[C]["status"] == "applied"
+    assert db.contract_ran.count_documents({}) == 1
+    assert hook_calls(project)[-1] == C
+
+
+def test_requires_probe_reopens_a_requirement_whose_old_shape_reappeared(
+        project: Any, cli: Any, db: Any) -> None:
+    write_requires_chain(project, db)
+    assert cli("up").exit_code == 31
+    assert cli("background", "run", B1).exit_code == 0
+    assert state(db, B1)["status"] == "completed"
+    db.users.insert_one({"n": 999})  # an old application version wrote a v0 document
+
+    refused = cli("up", "--json")
+    assert refused.exit_code == 31, refused.stderr
+    assert refused.json["error"]["code"] == "BACKGROUND_PENDING"
+    assert refused.json["error"]["context"]["waitsFor"] == [{"migration": B1, "status": "running"}]
+    reopened = state(db, B1)
+    assert reopened["status"] == "running" and reopened["reopened"] == 1
+    assert reopened["history"][-1]["reason"] == "old-shape documents reappeared"
+    assert C not in records(db) and db.contract_ran.count_documents({}) == 0
+
+    # through the API: the drift event names the source and the action
+    migrator = make_migrator(project)
+    try:
+        events = Events(migrator)
+        assert cli("background", "run", B1).exit_code == 0
+        db.users.insert_one({"n": 1000})
+        from migronaut.errors import BackgroundPendingError
+
+        with pytest.raises(BackgroundPendingError):
+            migrator.up()
+        [drift] = events.of("background:drift")
+        assert drift["migration"] == B1 and drift["source"] == "requires"
+        assert drift["action"] == "reopened" and "_id" not in drift
+    finally:
+        migrator.close()
+
+    assert cli("background", "run", B1).exit_code == 0
+    applied = cli("up", "--json")
+    assert applied.exit_code == 0, applied.stderr
+    assert db.users.count_documents({"__v": 1}) == 62
+    assert db.contract_ran.count_documents({}) == 1
+
+
+# ----------------------------------------------------------------------------- revert
+
+
+def test_down_reverts_documents_end_to_end(project: Any, cli: Any, db: Any) -> None:
+    seed(db, docs=120)
+    project.write_migration("0001_users_v1", background_file())
+    assert cli("up").exit_code == 0
+    assert cli("background", "run", B1).exit_code == 0
+    assert db.users.count_documents({"__v": 1, "__rev": 1, "active": True}) == 120
+    forward_registration = state(db)["registration"]
+
+    down = cli("down")
+    assert down.exit_code == 0, down.stderr
+    assert f"⧗ Reverting {B1}" in output(down)
+    reverting = state(db)
+    assert reverting["direction"] == "revert" and reverting["status"] == "pending"
+    assert reverting["registration"] != forward_registration
+    assert db[PARTITIONS].count_documents({"background": B1}) == 0
+    assert records(db)[B1]["status"] == "reverted"
+    assert db.users.count_documents({"__v": 1}) == 120  # down itself touches no document
+
+    run = cli("background", "run", B1, "--json")
+    assert run.exit_code == 0, run.stderr
+    assert run.json["background"][0]["totals"]["migrated"] == 120
+    assert state(db)["status"] == "completed"
+    assert db.users.count_documents({"__v": {"$exists": True}}) == 0  # from 0: field removed
+    assert db.users.count_documents({"active": {"$exists": True}}) == 0
+    assert db.users.count_documents({"__rev": 2}) == 120  # the revision was raised again
+
+
+def test_down_without_revert_withdraws_or_refuses(project: Any, cli: Any, db: Any) -> None:
+    seed(db, docs=60)
+    project.write_migration("0001_users_v1", background_file(revert=False))
+    assert cli("up").exit_code == 0
+    assert state(db)["status"] == "pending"
+
+    withdrawn = cli("down")
+    assert withdrawn.exit_code == 0, withdrawn.stderr
+    assert db[STATES].count_documents({"_id": B1}) == 0
+    assert db[PARTITIONS].count_documents({"background": B1}) == 0
+    assert records(db)[B1]["status"] == "reverted"
+
+    assert cli("up").exit_code == 0
+    assert cli("background", "run", B1).exit_code == 0
+    refused = cli("down", "--json")
+    assert refused.exit_code == 13, refused.stderr
+    assert refused.json["error"]["code"] == "MIGRATION_IRREVERSIBLE"
+    assert records(db)[B1]["status"] == "applied"
+    kept = state(db)
+    assert kept["status"] == "completed" and kept["direction"] == "forward"
+    assert db.users.count_documents({"__v": 1, "active": True}) == 60
+
+
+# ------------------------------------------------------------------------ re-registration
+
+
+def test_up_force_and_redo_re_register(project: Any, cli: Any, db: Any) -> None:
+    seed(db, docs=100)
+    project.write_migration("0001_users_v1", background_file())
+    assert cli("up").exit_code == 0
+    assert cli("background", "run", B1).exit_code == 0
+    done = state(db)
+    assert done["status"] == "completed" and done["totals"]["migrated"] == 100
+    assert db[PARTITIONS].count_documents({"background": B1}) > 0
+
+    forced = cli("up", B1, "--force", "--yes")
+    assert forced.exit_code == 0, forced.stderr
+    again = state(db)
+    assert again["registration"] != done["registration"]
+    assert again["status"] == "pending" and again["direction"] == "forward"
+    assert (again["pass"], again["generation"], again["totals"]) == (0, 0, {})
+    assert "plan" not in again and "completedAt" not in again
+    assert db[PARTITIONS].count_documents({"background": B1}) == 0
+    assert again["history"][: len(done["history"])] == done["history"]  # history kept
+    assert again["history"][-1]["action"] == "register"
+    previous = again["previous"]
+    assert previous["registration"] == done["registration"]
+    assert previous["status"] == "completed" and previous["direction"] == "forward"
+    assert previous["totals"]["migrated"] == 100 and "completedAt" in previous
+
+    rerun = cli("background", "run", B1, "--json")  # documents already at `to` no longer match
+    assert rerun.exit_code == 0, rerun.stderr
+    assert rerun.json["background"][0]["totals"].get("migrated", 0) == 0
+    assert db.users.count_documents({"__rev": 1}) == 100
+
+    redo = cli("redo")
+    assert redo.exit_code == 0, redo.stderr
+    redone = state(db)
+    assert redone["direction"] == "forward" and redone["status"] == "pending"
+    assert redone["registration"] != again["registration"]
+    directions = [h.get("direction") for h in redone["history"] if h["action"] == "register"]
+    assert directions[-2:] == ["revert", "forward"]
+    assert records(db)[B1]["status"] == "applied"
+
+
+# ----------------------------------------------------------------------------- inline
+
+
+def test_inline_up_runs_the_migration_to_completion(project: Any, cli: Any, db: Any) -> None:
+    seed(db, docs=120)
+    project.write_migration("0001_users_v1", background_file())
+    result = cli("up", env={"MIGRONAUT_BACKGROUND_INLINE": "true"})
+    assert result.exit_code == 0, result.stderr
+    assert db.users.count_documents({"__v": 1, "__rev": 1, "active": True}) == 120
+    stored = state(db)
+    assert stored["status"] == "completed" and stored["totals"]["migrated"] == 120
+    assert records(db)[B1]["status"] == "applied"
+    assert db[PARTITIONS].count_documents({"lease": {"$exists": True}}) == 0
+
+
+def test_inline_failure_exits_32(project: Any, cli: Any, db: Any) -> None:
+    seed(db, docs=60)
+    project.write_migration("0001_users_v1", background_file(
+        fail_on=5, extra_spec='"max_document_errors": 0,'))
+    result = cli("up", "--json", env={"MIGRONAUT_BACKGROUND_INLINE": "true"})
+    assert result.exit_code == 32, result.stderr
+    assert result.json["error"]["code"] == "BACKGROUND_FAILED"
+    assert state(db)["status"] == "failed"
+    assert db.users.count_documents({"n": 5, "__v": {"$exists": True}}) == 0
+
+
+# ------------------------------------------------------------------------- spec refusal
+
+
+def assert_nothing_registered(db: Any) -> None:
+    assert db[STATES].count_documents({}) == 0
+    assert db[CHANGELOG].count_documents({}) == 0
+
+
+def test_up_refuses_an_invalid_spec_before_writing(project: Any, cli: Any, db: Any) -> None:
+    seed(db, docs=10)
+    project.write_migration("0001_users_v1", background_file(extra_spec='"batch_size": 0,')
+                            .replace('"batch_size": 50,', ""))
+    result = cli("up", "--json")
+    assert result.exit_code == 20, result.stderr
+    assert result.json["error"]["code"] == "MIGRATION_INVALID_EXPORT"
+    assert "background.batch_size" in result.json["error"]["message"]
+    assert_nothing_registered(db)
+    assert db.users.count_documents({"__v": {"$exists": True}}) == 0
+
+
+def test_up_refuses_the_untouched_skeleton(project: Any, cli: Any, db: Any) -> None:
+    assert cli("create", "backfill", "--background").exit_code == 0
+    result = cli("up", "--json")
+    assert result.exit_code == 20, result.stderr
+    assert "placeholder" in result.json["error"]["message"]
+    assert_nothing_registered(db)
+
+
+def test_up_refuses_a_background_file_that_also_defines_up(project: Any, cli: Any,
+                                                           db: Any) -> None:
+    project.write_migration("0001_users_v1", background_file(up_too=True))
+    result = cli("up", "--json")
+    assert result.exit_code == 20, result.stderr
+    assert result.json["error"]["code"] == "MIGRATION_INVALID_EXPORT"
+    assert_nothing_registered(db)
