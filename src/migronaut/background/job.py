@@ -15,10 +15,14 @@ from types import ModuleType
 from typing import Any
 
 from migronaut.background.spec import ResolvedBackground, match_filter, resolve_background
-from migronaut.core.files import checksum_bytes, load_module, resolve_file
+from migronaut.core.files import (
+    checksum_bytes,
+    load_migration_module,
+    load_module,
+    resolve_file,
+)
 from migronaut.errors import (
     ChecksumMismatchError,
-    MigrationFileNotFoundError,
     MigrationInvalidExportError,
 )
 
@@ -83,10 +87,7 @@ def load_job(
     ``strict_checksum`` raises ``CHECKSUM_MISMATCH`` when the file differs from the state's
     pinned checksum; a missing file is ``MIGRATION_FILE_NOT_FOUND``.
     """
-    try:
-        path = resolve_file(directory, name)
-    except MigrationFileNotFoundError:
-        raise
+    path = resolve_file(directory, name)
     checksum = checksum_bytes(path.read_bytes())
     if state is not None and strict_checksum and state.get("checksum") != checksum:
         raise ChecksumMismatchError(
@@ -94,16 +95,7 @@ def load_job(
             "(a deploy in progress? repin it to adopt the change)",
             {"name": name, "expected": state.get("checksum"), "actual": checksum},
         )
-    try:
-        module = load_module(path, reload=reload)
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except BaseException as error:
-        raise MigrationInvalidExportError(
-            f"Migration file failed to load: {name}: {type(error).__name__}: {error}",
-            {"filepath": str(path)},
-            cause=error,
-        ) from error
+    module = load_migration_module(path, reload=reload)
     declared = read_background(module)
     if declared is None:
         raise MigrationInvalidExportError(

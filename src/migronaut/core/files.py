@@ -33,6 +33,7 @@ __all__ = [
     "checksum_bytes",
     "discover",
     "load_migration",
+    "load_migration_module",
     "load_module",
     "resolve_file",
 ]
@@ -194,19 +195,24 @@ def _describe_load_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def load_migration(path: Path, *, reload: bool = False) -> MigrationModule:
-    """Load and validate one migration file (``MIGRATION_INVALID_EXPORT`` when it is not usable)."""
-    name = path.name
+def load_migration_module(path: Path, *, reload: bool = False) -> ModuleType:
+    """Execute a migration file; any failure at import is ``MIGRATION_INVALID_EXPORT``."""
     try:
-        module = load_module(path, reload=reload)
+        return load_module(path, reload=reload)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as error:
         raise MigrationInvalidExportError(
-            f"Migration file failed to load: {name}: {_describe_load_error(error)}",
+            f"Migration file failed to load: {path.name}: {_describe_load_error(error)}",
             {"filepath": str(path)},
             cause=error,
         ) from error
+
+
+def load_migration(path: Path, *, reload: bool = False) -> MigrationModule:
+    """Load and validate one migration file (``MIGRATION_INVALID_EXPORT`` when it is not usable)."""
+    name = path.name
+    module = load_migration_module(path, reload=reload)
     problems: list[str] = []
     up = getattr(module, "up", None)
     down = getattr(module, "down", None)
