@@ -502,6 +502,8 @@ class Trace(monitoring.CommandListener):
         self.batch_size = batch_size
         self.active = False
         self.events: list[tuple[threading.Thread, str, str, bool, tuple[float, float]]] = []
+        self.pending: dict[tuple[Any, int], int] = {}
+        self.durations: dict[int, float] = {}
         self._lock = threading.Lock()
 
     def started(self, event: Any) -> None:
@@ -519,22 +521,34 @@ class Trace(monitoring.CommandListener):
         # time.thread_time() is this thread's own CPU: a lane's or the loop's, nobody else's
         stamp = (time.perf_counter(), time.thread_time())
         with self._lock:
+            self.pending[(event.connection_id, event.request_id)] = len(self.events)
             self.events.append((threading.current_thread(), name, collection, batch_read, stamp))
 
     def succeeded(self, event: Any) -> None:
-        pass
+        self._finished(event)
 
     def failed(self, event: Any) -> None:
-        pass
+        self._finished(event)
+
+    def _finished(self, event: Any) -> None:
+        """The command's round trip as pymongo measured it (send → reply decoded)."""
+        with self._lock:
+            index = self.pending.pop((event.connection_id, event.request_id), None)
+            if index is not None:
+                self.durations[index] = event.duration_micros / 1e6
 
     def reset(self) -> None:
         self.events = []
+        self.pending = {}
+        self.durations = {}
 
     def summary(self) -> dict[str, Any]:
         """Windows per batch, plus everything outside the windows by thread role."""
-        by_thread: dict[threading.Thread, list[tuple[str, str, bool, tuple[float, float]]]] = {}
-        for thread, name, collection, batch_read, stamp in self.events:
-            by_thread.setdefault(thread, []).append((name, collection, batch_read, stamp))
+        by_thread: dict[threading.Thread, list[tuple[str, str, bool, tuple[float, float],
+                                                     float | None]]] = {}
+        for index, (thread, name, collection, batch_read, stamp) in enumerate(self.events):
+            by_thread.setdefault(thread, []).append(
+                (name, collection, batch_read, stamp, self.durations.get(index)))
         windows: list[list[tuple[str, str]]] = []
         # (wall, thread CPU) from one batch read to the next on the same thread: complete
         # batches only (a thread's last window has no end stamp)
@@ -542,34 +556,39 @@ class Trace(monitoring.CommandListener):
         lead_in: collections.Counter[tuple[str, str]] = collections.Counter()
         other: dict[str, collections.Counter[tuple[str, str]]] = {}
         steps: dict[tuple[tuple[str, str], ...], list[list[float]]] = {}
+        waits: dict[tuple[tuple[str, str], ...], list[list[float]]] = {}
         lanes = 0
         for thread, events in by_thread.items():
-            if not any(batch_read for _, _, batch_read, _ in events):
+            if not any(batch_read for _, _, batch_read, _, _ in events):
                 role = ("lease keeper (timer)" if thread.name.startswith("migronaut-lease")
                         else "caller: registration, planning, coordination")
                 other.setdefault(role, collections.Counter()).update(
-                    (name, collection) for name, collection, _, _ in events)
+                    (name, collection) for name, collection, _, _, _ in events)
                 continue
             lanes += 1
             current: list[tuple[str, str]] | None = None
             opened: tuple[float, float] | None = None
             cpu_marks: list[float] = []
-            for name, collection, batch_read, stamp in events:
+            trips: list[float] = []
+            for name, collection, batch_read, stamp, duration in events:
                 if batch_read:
                     if opened is not None and current is not None:
                         spans.append((stamp[0] - opened[0], stamp[1] - opened[1]))
                         # thread CPU from each command's start to the next one's, in order
                         steps.setdefault(tuple(current), []).append(
                             [b - a for a, b in itertools.pairwise([*cpu_marks, stamp[1]])])
+                        waits.setdefault(tuple(current), []).append(trips)
                     opened = stamp
                     current = []
                     cpu_marks = []
+                    trips = []
                     windows.append(current)
                 if current is None:
                     lead_in[(name, collection)] += 1  # the lane's first claim, before a read
                 else:
                     current.append((name, collection))
                     cpu_marks.append(stamp[1])
+                    trips.append(duration if duration is not None else float("nan"))
         if lead_in:
             other.setdefault("lanes, before their first batch (first claim)",
                              collections.Counter()).update(lead_in)
@@ -597,6 +616,10 @@ class Trace(monitoring.CommandListener):
             # command's start (the last one: to the next batch's read)
             "typical_step_cpu": [statistics.median(column) for column in
                                  zip(*steps.get(typical[0], []), strict=True)],
+            # ... and the median round trip of each of its commands (pymongo's duration: send
+            # to reply decoded, mostly the server)
+            "typical_step_trip": [statistics.median(column) for column in
+                                  zip(*waits.get(typical[0], []), strict=True)],
         }
 
 

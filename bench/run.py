@@ -558,6 +558,8 @@ def background_rows(figures: dict[str, Any], sizes: Sizes,
     rows: list[Row] = []
     notes: list[str] = []
     peaks: dict[str, dict[int, float]] = {label: {} for label in BACKGROUND_COLUMNS}
+    lanes_read: dict[str, dict[int, int]] = {label: {} for label in BACKGROUND_COLUMNS}
+    process_cpu: dict[str, dict[int, float]] = {label: {} for label in BACKGROUND_COLUMNS}
     for n in sizes.background_docs:
         results = figures.get(str(n), {})
         seeds = [r["seed"]["seconds"] for r in results.values()
@@ -625,6 +627,8 @@ def background_rows(figures: dict[str, Any], sizes: Sizes,
             partitions = timed.get("partitions")
             cells["batches"][label] = (f"{batches} / {partitions} / {drive.get('lanes_used')}"
                                        if engine else f"{batches} / — / 1")
+            process_cpu[label][n] = timed["cpu"]
+            lanes_read[label][n] = int(drive.get("lanes_used") or 1)
             peak = memory.get("tracemalloc_peak")
             if peak is not None:
                 peaks[label][n] = peak
@@ -636,11 +640,15 @@ def background_rows(figures: dict[str, Any], sizes: Sizes,
             steps = drive.get("typical_step_cpu") or []
             step_text = ", ".join(f"{name} {short_collection(coll)} → {cpu * 1000:.2f} ms"
                                   for (name, coll), cpu in zip(typical, steps, strict=False))
+            trips = drive.get("typical_step_trip") or []
+            trip_text = ", ".join(f"{name} {short_collection(coll)} {trip * 1000:.0f} ms"
+                                  for (name, coll), trip in zip(typical, trips, strict=False))
             registration = (timed.get("register") or {}).get("outside", {}).get(
                 "caller: registration, planning, coordination", [])
             note = (f"background {n:,}, {label}: typical batch "
                     f"({drive.get('typical_window_share')} of {batches}) = {shape(typical)}; "
                     f"thread CPU from each command's start to the next: {step_text or '—'}; "
+                    f"round trip of each (median): {trip_text or '—'}; "
                     f"commands inside batch windows: {counted(drive.get('in_windows', []))}")
             if engine:
                 note += f"; registration (`up`): {counted(registration)}"
@@ -670,22 +678,55 @@ def background_rows(figures: dict[str, Any], sizes: Sizes,
         ]
     if len(sizes.background_docs) >= 2:
         small, large = sizes.background_docs[0], sizes.background_docs[-1]
-        rows.append(Row(f"memory as N grows {large / small:g}× ({small:,} → {large:,})", "",
+        rows.append(Row(f"as N grows {large / small:g}× ({small:,} → {large:,})", "",
                         section=True))
-        growth_cells: dict[str, str] = {}
+        raw_cells: dict[str, str] = {}
+        lane_cells: dict[str, str] = {}
+        slope_cells: dict[str, str] = {}
+        fixed_cells: dict[str, str] = {}
         verdicts = []
+        slope_verdicts = []
+        slopes: dict[str, float] = {}
         for label in BACKGROUND_COLUMNS:
-            got = peaks[label]
+            cpu = process_cpu[label]
+            if small in cpu and large in cpu:
+                slopes[label] = (cpu[large] - cpu[small]) / (large - small)
+        for label in BACKGROUND_COLUMNS:
+            got, lanes = peaks[label], lanes_read[label]
             if small in got and large in got and got[small]:
                 ratio = got[large] / got[small]
-                growth_cells[label] = f"{kib(got[small])} → {kib(got[large])} ({ratio:.2f}×)"
+                raw_cells[label] = f"{kib(got[small])} → {kib(got[large])} ({ratio:.2f}×)"
+                per_small, per_large = got[small] / lanes[small], got[large] / lanes[large]
+                per_ratio = per_large / per_small
+                lane_cells[label] = (f"{kib(per_small)} → {kib(per_large)} ({per_ratio:.2f}×; "
+                                     f"{lanes[small]} → {lanes[large]} lanes)")
                 if label != LOOP:
                     verdicts.append(f"{label.split(', ')[1]}: "
-                                    + ("yes" if ratio <= MEMORY_FLAT_TARGET else "NO"))
+                                    + ("yes" if per_ratio <= MEMORY_FLAT_TARGET else "NO"))
             else:
-                growth_cells[label] = "—"
-        rows.append(Row("peak traced memory, small N → large N",
-                        f"≤ {MEMORY_FLAT_TARGET}× (flat)", growth_cells, "; ".join(verdicts)))
+                raw_cells[label] = lane_cells[label] = "—"
+            if label in slopes:
+                slope = slopes[label]
+                ratio_text = ""
+                if label != LOOP and slopes.get(LOOP):
+                    ratio = slope / slopes[LOOP]
+                    ratio_text = f" ({ratio:.2f}×)"
+                    slope_verdicts.append(f"{label.split(', ')[1]}: "
+                                          + ("yes" if ratio <= CPU_RATIO_TARGET else "NO"))
+                slope_cells[label] = f"{slope * 1e6:.0f} µs{ratio_text}"
+                fixed = process_cpu[label][small] - slope * small
+                fixed_cells[label] = f"{fixed * 1000:.0f} ms"
+            else:
+                slope_cells[label] = fixed_cells[label] = "—"
+        rows += [
+            Row("client CPU per extra document (slope of process CPU between the two N)",
+                f"≤ {CPU_RATIO_TARGET}× loop", slope_cells, "; ".join(slope_verdicts)),
+            Row("fixed client CPU per migration (intercept: planning, coordination, claims)",
+                "", fixed_cells),
+            Row("peak traced memory, small N → large N", "", raw_cells),
+            Row("… per lane that read (batches in flight at once)",
+                f"≤ {MEMORY_FLAT_TARGET}× (flat)", lane_cells, "; ".join(verdicts)),
+        ]
     return rows, notes
 
 
