@@ -51,7 +51,6 @@ conflicts too; it also means a slow transform shrinks batches.
 
 from __future__ import annotations
 
-import copy
 import inspect
 import logging
 import math
@@ -59,24 +58,15 @@ import random
 import re
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import bson
-from bson.binary import Binary
-from bson.datetime_ms import DatetimeMS
-from bson.decimal128 import Decimal128
-from bson.int64 import Int64
-from bson.max_key import MaxKey
-from bson.min_key import MinKey
-from bson.objectid import ObjectId
 from bson.raw_bson import RawBSONDocument
-from bson.timestamp import Timestamp
 
-from migronaut.background.diff import DocumentProblem, guard_filter, stamped_diff
+from migronaut.background.diff import DocumentProblem, copy_document, guard_filter, stamped_diff
 from migronaut.background.planner import scope_filter
 from migronaut.background.store import SCHEMA, BackgroundStore, Lease
 from migronaut.background.throttle import AdaptiveController, Throttle, controller_for
@@ -144,11 +134,6 @@ _INDEX_RECHECK_S = 30.0
 _POLL_S = 0.05
 _MESSAGE_MAX = 500
 
-#: Leaf types decoded from BSON that nobody can mutate in place: shared by copies.
-_SHARED: frozenset[type] = frozenset({
-    str, int, float, bool, type(None), bytes, ObjectId, Int64, Decimal128, datetime, Binary,
-    Timestamp, MinKey, MaxKey, uuid.UUID, DatetimeMS,
-})
 
 _WRITE_ERROR_TEXT = {
     11000: "duplicate key (E11000)",
@@ -912,7 +897,7 @@ class _Lane:
         """Transform copies; return (stored docs written, update ops, document errors)."""
         from pymongo import UpdateOne
 
-        results = self._transform([_copy_document(doc) for doc in stored], ctx)
+        results = self._transform([copy_document(doc) for doc in stored], ctx)
         if self.signal.cancelled:  # stopped mid-batch: write nothing, the next holder replays
             self.signal.raise_if_cancelled()
         written: list[dict[str, Any]] = []
@@ -1405,36 +1390,6 @@ def _wrap(name: str, error: BaseException, partition: str | None = None) -> Migr
 async def _awaited(awaitable: Any) -> Any:
     return await awaitable
 
-
-def _copy_document(doc: dict[str, Any]) -> dict[str, Any]:
-    """A copy whose dicts and lists are new and whose immutable BSON leaves are shared."""
-    out = doc.copy()
-    for key, value in doc.items():
-        kind = type(value)
-        if kind in _SHARED:
-            continue
-        if kind is dict:
-            out[key] = _copy_document(value)
-        elif kind is list:
-            out[key] = _copy_array(value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def _copy_array(array: list[Any]) -> list[Any]:
-    out = array.copy()
-    for index, value in enumerate(array):
-        kind = type(value)
-        if kind in _SHARED:
-            continue
-        if kind is dict:
-            out[index] = _copy_document(value)
-        elif kind is list:
-            out[index] = _copy_array(value)
-        else:
-            out[index] = copy.deepcopy(value)
-    return out
 
 
 def _commit(session: ClientSession) -> None:
