@@ -680,10 +680,12 @@ def _engine_pass(spec: dict[str, Any], trace: Trace | None, memory: bool) -> dic
             base = tracemalloc.get_traced_memory()[0]
             tracemalloc.reset_peak()
         rss = maxrss_kib()
+        caller = time.thread_time()  # this thread plans and coordinates; lanes are threads
         started, cpu = time.perf_counter(), time.process_time()
         view = engine.drive(name, concurrency=lanes)
         out["seconds"] = time.perf_counter() - started
         out["cpu"] = time.process_time() - cpu
+        out["caller_cpu"] = time.thread_time() - caller
         out["maxrss_delta_kib"] = maxrss_kib() - rss
         if memory:
             current, peak = tracemalloc.get_traced_memory()
