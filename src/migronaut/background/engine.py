@@ -118,6 +118,7 @@ class BackgroundEngine:
         self.reload = reload_migrations
         self.executed_by = executed_by
         self._warned: set[str] = set()
+        self._transactions: bool | None = None
 
     # -- jobs -----------------------------------------------------------------------------
     def job(self, state: Mapping[str, Any], *, strict: bool = True) -> BackgroundJob:
@@ -228,18 +229,32 @@ class BackgroundEngine:
         return match_hash(dict(job.spec), job.direction)
 
     def supports_transactions(self) -> bool:
-        """A replica set or mongos can run transactions; the dev server can too (it says so)."""
+        """A replica set or mongos can run transactions; the dev server can too (it says so).
+
+        Only an answer that says "no transactions here" counts as a standalone: a probe that
+        fails for another reason (a write conflict on a busy server, a network blip) must not
+        fail a migration. The answer is kept for the engine's life.
+        """
+        if self._transactions is not None:
+            return self._transactions
         try:
             hello = self.db.client.admin.command("hello")
         except Exception:
             return True
         if hello.get("setName") or hello.get("msg") == "isdbgrid":
+            self._transactions = True
             return True
+        from migronaut.background.lanes import transactions_unsupported
+
         try:
             with self.db.client.start_session() as session, session.start_transaction():
                 self.store.states.find_one({"_id": "__probe__"}, session=session)
-        except Exception:
+        except Exception as error:
+            if not transactions_unsupported(error):
+                return True
+            self._transactions = False
             return False
+        self._transactions = True
         return True
 
     def _plan_pass(self, state: Mapping[str, Any], job: BackgroundJob) -> Answer | None:

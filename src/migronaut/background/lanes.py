@@ -347,6 +347,15 @@ class _Part:
     generation: int
     scope: Mapping[str, Any]
     cursor: dict[str, Any]
+    #: counters and document errors of written batches not yet checkpointed (plain mode)
+    pending: dict[str, int] = field(default_factory=dict)
+    pending_errors: list[_DocError] = field(default_factory=list)
+    #: the partition document holds this lane's intent (the ids of a batch about to be written)
+    intent: bool = False
+
+    @property
+    def unflushed(self) -> bool:
+        return bool(self.pending or self.pending_errors or self.intent)
 
 
 @dataclass
@@ -653,10 +662,35 @@ class _Lane:
         counters: dict[str, int] = {}
         try:
             with _LeaseKeeper(self, lease, part.generation, str(partition.get("plan"))) as keeper:
+                if partition.get("inflight"):
+                    self._recover(lease, part, partition["inflight"], counters)
                 outcome = self._work(lease, part, keeper, controller, counters)
+                if part.unflushed:
+                    self._flush(lease, part, controller)
         except BaseException as error:
             return self._settle_error(lease, part, error, counters)
         return self._settle(lease, part, outcome)
+
+    def _recover(
+        self, lease: Lease, part: _Part, inflight: Mapping[str, Any], counters: dict[str, int]
+    ) -> None:
+        """Count the batch a previous holder wrote but did not checkpoint (it crashed).
+
+        Its checkpoint before the write named the documents it was about to write; those now
+        at the target version were written by it (a replay skips them: they no longer match),
+        so they are counted here, once — the fenced checkpoint clears the intent.
+        """
+        ids = list(inflight.get("ids") or ())
+        landed = self._landed(ids) if ids and self.mode == "declarative" else {}
+        written = sum(1 for doc in landed.values() if _at(doc.get(self.field), self.target))
+        found = _nonzero({"scanned": written, "migrated": written})
+        part.intent = True
+        part.pending = dict(found)
+        self._flush(lease, part, None)
+        _add(counters, found)
+        if written:
+            self.logger.debug("%s: %d document(s) written before a lane stopped were counted",
+                              self.name, written, extra={"partition": part.key})
 
     def _controller(self, partition: Mapping[str, Any]) -> AdaptiveController | None:
         adaptive = self.spec.get("adaptive")
@@ -701,6 +735,11 @@ class _Lane:
             return _Outcome("lost", counters, lost)
         if self.caller.cancelled and isinstance(error, Exception):
             # a shutdown or deploy, never a failure — whatever the stop made user code raise
+            if part.unflushed:
+                try:
+                    self._flush(lease, part, None)
+                except Exception as flush_error:  # the next holder recovers the intent
+                    self.logger.debug("progress not flushed: %s", type(flush_error).__name__)
             self._release(lease)
             self.emit("background:slice:end", {
                 "partition": part.key, "outcome": "stopped", "counters": counters,
@@ -956,6 +995,12 @@ class _Lane:
         controller: AdaptiveController | None,
         limit: int,
     ) -> _Batch:
+        """Read, transform, checkpoint the previous batch with this one's intent, write.
+
+        The checkpoint of a batch travels with the next batch's intent (the ids it is about to
+        write), so a lane killed between a write and its checkpoint leaves a record the next
+        holder counts from (:meth:`_recover`) — totals stay exact — at 3 round trips a batch.
+        """
         started = time.monotonic()
         docs = self._read(self._batch_query(part), limit)
         counters = {"scanned": len(docs), "migrated": 0, "skipped": 0, "conflicts": 0,
@@ -965,9 +1010,15 @@ class _Lane:
         candidates: Sequence[dict[str, Any]] = docs
         max_rounds = int(self.spec.get("maxConflictRetries", 3))
         rounds = 0
+        flushed_s = 0.0
         while candidates:
             written, ops, doc_errors = self._prepare(candidates, ctx)
             errors.extend(doc_errors)
+            if rounds == 0 and ops:
+                flush_started = time.monotonic()
+                self._flush(lease, part, controller, intent=[doc["_id"] for doc in written])
+                keeper.touch()
+                flushed_s = time.monotonic() - flush_started
             retry = self._write(written, ops, errors, counters)
             if not retry:
                 break
@@ -979,17 +1030,36 @@ class _Lane:
             candidates = self._read(
                 {"$and": [self.match, {"_id": {"$in": retry}}]}, len(retry))
             counters["skipped"] += len(retry) - len(candidates)
-        latency_ms = (time.monotonic() - started) * 1000.0
+        latency_ms = (time.monotonic() - started - flushed_s) * 1000.0
         if controller is not None:
             self._report(controller.record(latency_ms, overloaded=self.throttle.take_lagged()))
         counters["failed"] = len(errors)
-        over = self._over_budget(errors)
-        done = len(docs) < limit and over is None
         if docs:
             part.cursor = {"lastId": docs[-1]["_id"]}
-        self._checkpoint(lease, part, counters, errors, controller, done)
-        keeper.touch()
+        _add(part.pending, counters)
+        part.pending_errors.extend(errors)
+        over = self._over_budget(part.pending_errors if errors else ())
+        done = len(docs) < limit and over is None
+        if done or over is not None:
+            self._flush(lease, part, controller, done=done)
+            keeper.touch()
         return _Batch(_nonzero(counters), latency_ms, limit, done, errors, over)
+
+    def _flush(
+        self,
+        lease: Lease,
+        part: _Part,
+        controller: AdaptiveController | None,
+        *,
+        intent: Sequence[Any] | None = None,
+        done: bool = False,
+    ) -> None:
+        """Checkpoint what the lane has not recorded yet, with the next write's intent."""
+        self._checkpoint(lease, part, part.pending, part.pending_errors, controller, done,
+                         intent=intent)
+        part.pending = {}
+        part.pending_errors = []
+        part.intent = intent is not None
 
     def _write(
         self,
@@ -1028,12 +1098,7 @@ class _Lane:
 
     def _classify(self, pending: list[dict[str, Any]], counters: dict[str, int]) -> list[Any]:
         """Re-read unmatched candidates: which writes landed, which to retry (§4.4)."""
-        projection = {self.field: 1}
-        if self.revision_field is not None:
-            projection[self.revision_field] = 1
-        ids = [doc["_id"] for doc in pending]
-        now = {_id_key(doc["_id"]): doc for doc in self.coll.find({"_id": {"$in": ids}},
-                                                                  projection)}
+        now = self._landed([doc["_id"] for doc in pending])
         retry: list[Any] = []
         for doc in pending:
             current = now.get(_id_key(doc["_id"]))
@@ -1054,6 +1119,14 @@ class _Lane:
                 counters["skipped"] += 1
         return retry
 
+    def _landed(self, ids: list[Any]) -> dict[str, dict[str, Any]]:
+        """The version (and revision) of documents now, by id key: which writes landed."""
+        projection = {self.field: 1}
+        if self.revision_field is not None:
+            projection[self.revision_field] = 1
+        return {_id_key(doc["_id"]): doc
+                for doc in self.coll.find({"_id": {"$in": ids}}, projection)}
+
     def _checkpoint(
         self,
         lease: Lease,
@@ -1063,6 +1136,8 @@ class _Lane:
         controller: AdaptiveController | None,
         done: bool,
         session: ClientSession | None = None,
+        *,
+        intent: Sequence[Any] | None = None,
     ) -> None:
         at = datetime.now(UTC)
         self.store.checkpoint(
@@ -1074,6 +1149,7 @@ class _Lane:
             throttle=controller.state() if controller is not None else None,
             done=done,
             session=session,
+            intent=intent,
         )
 
     # -- transactional batch (§4.5) -------------------------------------------------------
@@ -1406,6 +1482,12 @@ def _commit(session: ClientSession) -> None:
             raise
 
 
+def transactions_unsupported(error: BaseException) -> bool:
+    """Whether ``error`` says the server cannot run transactions at all (a standalone)."""
+    code = getattr(error, "code", None)
+    return code in _NO_TXN_CODES or any(t in str(error) for t in _NO_TXN_TEXT)
+
+
 def _txn_error_kind(error: BaseException) -> str | None:
     """``conflict``, ``limit`` or ``transient`` for retryable transaction errors, else ``None``.
 
@@ -1418,7 +1500,7 @@ def _txn_error_kind(error: BaseException) -> str | None:
     if not isinstance(error, PyMongoError):
         return None
     code = getattr(error, "code", None)
-    if code in _NO_TXN_CODES or any(t in str(error) for t in _NO_TXN_TEXT):
+    if transactions_unsupported(error):
         raise TransactionsUnsupportedError(
             "This server cannot run transactions (a standalone mongod?) — the background "
             "migration's transaction setting needs a replica set or mongos",

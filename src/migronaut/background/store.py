@@ -575,18 +575,23 @@ class BackgroundStore:
         throttle: Mapping[str, Any] | None = None,
         done: bool = False,
         session: ClientSession | None = None,
+        intent: Sequence[Any] | None = None,
     ) -> None:
         """Record a batch: fenced by the lease token and ``status: running``.
 
         A lane whose lease was reaped or taken gets ``LOCK_LOST`` and its progress is not
-        recorded. Progress resets the consecutive-failure count.
+        recorded. Progress (any counter, or done) resets the consecutive-failure count.
+        ``intent`` names the documents the lane writes next (kept in ``inflight`` until the
+        next checkpoint), so whoever holds the partition after a crash can count them.
         """
         stage: dict[str, Any] = {
             "lease.renewedAt": "$$NOW",
             "updatedAt": "$$NOW",
-            "failures": 0,
             "cursor": literal(cursor),
+            "inflight": {"ids": literal(list(intent))} if intent is not None else "$$REMOVE",
         }
+        if done or any(counters.values()):
+            stage["failures"] = 0
         for key, amount in counters.items():
             if amount:
                 stage["counters." + key] = {
