@@ -8,7 +8,9 @@ may degrade freely. Sorting happens on the server, never in Python (mixed BSON t
 
 from __future__ import annotations
 
+import datetime as dt
 import math
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -93,6 +95,61 @@ def _scope(bracket: str, gte: Any = None, lt: Any = None, *, has_gte: bool = Fal
     return scope
 
 
+def _bracket_of_value(value: Any) -> str | None:
+    """The bracket of an ``_id`` as pymongo decoded it; ``None`` when unsure."""
+    from bson import Binary, Decimal128, Int64, MaxKey, MinKey, ObjectId, Timestamp
+
+    if isinstance(value, bool):
+        return "bool"
+    if value is None:
+        return "null"
+    for kinds, name in (
+        ((int, float, Int64, Decimal128), "number"), ((str,), "string"),
+        ((ObjectId,), "objectId"), ((dt.datetime,), "date"),
+        ((bytes, Binary, uuid.UUID), "binData"),
+        ((dict,), "object"), ((Timestamp,), "timestamp"), ((MinKey,), "minKey"),
+        ((MaxKey,), "maxKey"),
+    ):
+        if isinstance(value, kinds):
+            return name
+    return None
+
+
+def _present_brackets(
+    collection: Collection[dict[str, Any]], match: Mapping[str, Any]
+) -> list[str]:
+    """The BSON brackets the matching ``_id``s fall in, in server order.
+
+    The lowest and the highest matching ``_id`` bound the brackets in between (``_id`` order is
+    bracket order), so only those in between are probed one by one: two reads for a collection
+    of one ``_id`` type instead of one per bracket.
+    """
+    from pymongo.errors import OperationFailure
+
+    names = [name for name, _, _ in BRACKETS]
+    ends = [collection.find_one(dict(match), {"_id": 1}, sort=[("_id", direction)])
+            for direction in (1, -1)]
+    if ends[0] is None or ends[1] is None:
+        return []
+    low, high = (_bracket_of_value(end["_id"]) for end in ends)
+    first = names.index(low) if low is not None else 0
+    last = names.index(high) if high is not None else len(names) - 1
+    present = []
+    for index in range(first, last + 1):
+        name, aliases, _ = BRACKETS[index]
+        if index in (first, last) and name in (low, high):
+            present.append(name)
+            continue
+        query = {"$and": [dict(match), {"_id": {"$type": list(aliases)}}]}
+        try:
+            found = collection.find_one(query, {"_id": 1})
+        except OperationFailure:
+            found = None  # an alias this server does not know: nothing of that type
+        if found is not None:
+            present.append(name)
+    return present
+
+
 def plan_id_ranges(
     collection: Collection[dict[str, Any]],
     match: Mapping[str, Any],
@@ -116,15 +173,7 @@ def plan_id_ranges(
         return Plan(method="empty")
     parts = max(1, min(target, math.ceil(count / min_docs)))
 
-    present = []
-    for name, aliases, _ in BRACKETS:
-        query = {"$and": [dict(match), {"_id": {"$type": list(aliases)}}]}
-        try:
-            found = collection.find_one(query, {"_id": 1})
-        except OperationFailure:
-            found = None  # an alias this server does not know: nothing of that type
-        if found is not None:
-            present.append(name)
+    present = _present_brackets(collection, match)
     if not present:
         return Plan(method="empty")
 
