@@ -127,11 +127,11 @@ def _present_brackets(
     from pymongo.errors import OperationFailure
 
     names = [name for name, _, _ in BRACKETS]
-    ends = [collection.find_one(dict(match), {"_id": 1}, sort=[("_id", direction)])
-            for direction in (1, -1)]
-    if ends[0] is None or ends[1] is None:
+    lowest = collection.find_one(dict(match), {"_id": 1}, sort=[("_id", 1)])
+    highest = collection.find_one(dict(match), {"_id": 1}, sort=[("_id", -1)])
+    if lowest is None or highest is None:
         return []
-    low, high = (_bracket_of_value(end["_id"]) for end in ends)
+    low, high = _bracket_of_value(lowest["_id"]), _bracket_of_value(highest["_id"])
     first = names.index(low) if low is not None else 0
     last = names.index(high) if high is not None else len(names) - 1
     present = []
