@@ -14,6 +14,7 @@ import click
 
 from migronaut._redact import sanitize_terminal
 from migronaut.cli.app import command
+from migronaut.cli.commands.migrate import NO_LOCK_HELP, REASON_HELP
 from migronaut.cli.output import CYAN, GREEN, RED, Output
 from migronaut.cli.render import Cell, applied_at, table
 from migronaut.cli.session import Session
@@ -23,8 +24,6 @@ if TYPE_CHECKING:
 
 IMPORT_COLUMNS = ("Migration", "Batch", "Applied At", "Checksum")
 _CHECKSUM_STYLE = {"recomputed": GREEN, "reused": CYAN, "missing": RED}
-_NO_LOCK_HELP = "Run without the migration lock (development only: concurrent runs are unsafe)."
-_REASON_HELP = "Why this run happens; recorded on the changelog records (≤ 512 characters)."
 
 
 def _import_cells(row: ImportRow) -> list[Cell]:
@@ -71,8 +70,8 @@ def _import_json(result: ImportResult) -> dict[str, Any]:
               help="Reuse the source's fileHash as the checksum instead of hashing the file.")
 @click.option("--force", is_flag=True,
               help="Import into a changelog that already has records (re-imports are stable).")
-@click.option("--no-lock", is_flag=True, help=_NO_LOCK_HELP)
-@click.option("--reason", metavar="TEXT", help=_REASON_HELP)
+@click.option("--no-lock", is_flag=True, help=NO_LOCK_HELP)
+@click.option("--reason", metavar="TEXT", help=REASON_HELP)
 def import_(
     session: Session,
     tool: str,
@@ -121,8 +120,8 @@ def _baseline_json(result: BaselineResult) -> dict[str, Any]:
 @click.option("--to", metavar="FILE", help="Baseline up to this file (inclusive).")
 @click.option("--dry-run", is_flag=True, help="Show what would be baselined; write nothing.")
 @click.option("-y", "--yes", is_flag=True, help="Confirm without a prompt (required with --json).")
-@click.option("--no-lock", is_flag=True, help=_NO_LOCK_HELP)
-@click.option("--reason", metavar="TEXT", help=_REASON_HELP)
+@click.option("--no-lock", is_flag=True, help=NO_LOCK_HELP)
+@click.option("--reason", metavar="TEXT", help=REASON_HELP)
 def baseline(
     session: Session,
     to: str | None,
