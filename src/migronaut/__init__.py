@@ -46,7 +46,15 @@ if TYPE_CHECKING:
     from migronaut.core.config import Config, load_config
     from migronaut.core.context import Cancellation, MigrationContext, RunInfo
     from migronaut.core.hooks import Hooks
-    from migronaut.core.results import LockInfo, MigrationSummary, RunResult, StatusRow
+    from migronaut.core.results import (
+        BaselineResult,
+        ImportResult,
+        ImportRow,
+        LockInfo,
+        MigrationSummary,
+        RunResult,
+        StatusRow,
+    )
 
 __all__ = [
     "EXIT_CODES",
@@ -54,6 +62,7 @@ __all__ = [
     "BackgroundFailedError",
     "BackgroundPendingError",
     "BackgroundRunner",
+    "BaselineResult",
     "Cancellation",
     "ChecksumMismatchError",
     "Config",
@@ -62,6 +71,8 @@ __all__ = [
     "ConnectionFailedError",
     "HookFailedError",
     "Hooks",
+    "ImportResult",
+    "ImportRow",
     "ImportTargetNotEmptyError",
     "IrreversibleMigrationError",
     "LockAlreadyHeldError",
@@ -106,6 +117,9 @@ _LAZY = {
     "MigrationContext": "migronaut.core.context",
     "RunInfo": "migronaut.core.context",
     "Hooks": "migronaut.core.hooks",
+    "BaselineResult": "migronaut.core.results",
+    "ImportResult": "migronaut.core.results",
+    "ImportRow": "migronaut.core.results",
     "LockInfo": "migronaut.core.results",
     "MigrationSummary": "migronaut.core.results",
     "RunResult": "migronaut.core.results",

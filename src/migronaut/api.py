@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from migronaut.core.changelog import Changelog
 from migronaut.core.config import DEFAULT_LOGGER, Config, load_config
@@ -31,10 +31,18 @@ from migronaut.core.plan import (
     check_forward_only,
     plan_down,
     plan_up,
+    validate_actor,
     validate_down_options,
     validate_up_options,
 )
-from migronaut.core.results import LockInfo, MigrationSummary, RunResult, StatusRow
+from migronaut.core.results import (
+    BaselineResult,
+    ImportResult,
+    LockInfo,
+    MigrationSummary,
+    RunResult,
+    StatusRow,
+)
 from migronaut.core.runner import execute
 from migronaut.errors import (
     BackgroundPendingError,
@@ -55,6 +63,7 @@ if TYPE_CHECKING:
     from pymongo.database import Database
 
     from migronaut.background.engine import BackgroundEngine
+    from migronaut.core.adopt import Adoption
     from migronaut.core.files import MigrationModule
 
 __all__ = [
@@ -65,6 +74,7 @@ __all__ = [
 ]
 
 Direction = Literal["up", "down"]
+AdoptionResult = TypeVar("AdoptionResult", ImportResult, BaselineResult)
 StatusFilter = Literal["all", "pending", "applied"]
 
 
@@ -105,6 +115,8 @@ class _Run:
     results: list[RunResult] = field(default_factory=list)
     requested_by: str | None = None
     reason: str | None = None
+    #: Counts of a run whose outcome is not per-migration results (import, baseline): run:end.
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 class Migrator:
@@ -507,6 +519,80 @@ class Migrator:
         return self._locked_run("redo", None, work, no_lock=no_lock,
                                 requested_by=requested_by, reason=reason)
 
+    def import_changelog(
+        self,
+        tool: str = "migrate-mongo",
+        *,
+        source: str | None = None,
+        target: str | None = None,
+        dry_run: bool = False,
+        trust_hash: bool = False,
+        force: bool = False,
+        no_lock: bool = False,
+        requested_by: str | None = None,
+        reason: str | None = None,
+    ) -> ImportResult:
+        """Adopt another tool's record of applied migrations (``migrate-mongo`` or
+        ``mongodb-migrations``) so ``up`` runs only what is new; the records are forward-only.
+
+        ``source`` defaults to the tool's collection, ``target`` to the changelog. A non-empty
+        target needs ``force``. ``dry_run`` reads only: no lock, no events, no writes. How a
+        record finds its file: :mod:`migronaut.core.adopt`.
+        """
+        from migronaut.core.adopt import (
+            IMPORT_TOOLS,
+            ImportRequest,
+            import_changelog,
+            validate_import_options,
+        )
+
+        validate_import_options(tool, source, target)
+        validate_actor(requested_by, reason)
+        config = self.config
+        request = ImportRequest(
+            tool, source or IMPORT_TOOLS[tool].default_collection,
+            target or config.migrations_collection, dry_run=dry_run, trust_hash=trust_hash,
+            force=force,
+        )
+        validate_import_options(tool, request.source, request.target)  # defaults filled in
+        return self._adopt(
+            "import", dry_run,
+            lambda adoption: import_changelog(
+                request, source=self.db[request.source],
+                target=Changelog(self.db[request.target]), files=self.files(),
+                checksum=self.checksum, adoption=adoption, logger=self.logger,
+                ensure_indexes=config.ensure_indexes
+                and request.target != config.migrations_collection,
+            ),
+            no_lock=no_lock, requested_by=requested_by, reason=reason,
+        )
+
+    def baseline(
+        self,
+        to: str | None = None,
+        *,
+        dry_run: bool = False,
+        no_lock: bool = False,
+        requested_by: str | None = None,
+        reason: str | None = None,
+    ) -> BaselineResult:
+        """Mark the pending files (up to ``to``, inclusive) applied WITHOUT running them, in one
+        batch — for a database whose schema already matches them. Re-runnable; the records are
+        forward-only. ``dry_run`` reads only: no lock, no events, no writes."""
+        from migronaut.core.adopt import baseline, validate_baseline_options
+
+        validate_baseline_options(to)
+        validate_actor(requested_by, reason)
+        return self._adopt(
+            "baseline", dry_run,
+            lambda adoption: baseline(
+                changelog=self.changelog, files=self.files(), checksum=self.checksum, to=to,
+                dry_run=dry_run, environment=self.config.resolved_environment,
+                executed_by=executed_by(), adoption=adoption, logger=self.logger,
+            ),
+            no_lock=no_lock, requested_by=requested_by, reason=reason,
+        )
+
     def stop(self, reason: str = "Run stopped by request") -> None:
         """Finish the migration in flight, skip the rest, release the lock: ``RUN_ABORTED``."""
         with self._state_lock:
@@ -528,6 +614,36 @@ class Migrator:
                 self._busy -= 1
                 if not self._busy and self._run is None:
                     self._latched_stop = None
+
+    def _adopt(
+        self,
+        command: str,
+        dry_run: bool,
+        work: Callable[[Adoption], AdoptionResult],
+        *,
+        no_lock: bool,
+        requested_by: str | None,
+        reason: str | None,
+    ) -> AdoptionResult:
+        """Run an import or baseline: a preview outside any run, or a locked run."""
+        from migronaut.core.adopt import Adoption
+
+        if dry_run:
+            with self._busy_scope():
+                self.connect()
+                return work(Adoption(None))
+        outcome: list[AdoptionResult] = []
+
+        def locked(run: _Run) -> None:
+            adoption = Adoption(run.id, run.requested_by, run.reason,
+                                check_stop=lambda: self._check_between(run))
+            result = work(adoption)
+            run.counts = result.counts()
+            outcome.append(result)
+
+        self._locked_run(command, None, locked, no_lock=no_lock, requested_by=requested_by,
+                         reason=reason)
+        return outcome[0]
 
     def _lock_collection(self) -> Any:
         return self.client[self.config.db_name or ""][self.config.lock_collection]
@@ -638,7 +754,7 @@ class Migrator:
         end: dict[str, Any] = {
             "command": run.command, "direction": direction, "success": error is None,
             "durationMs": duration_ms, "applied": applied, "reverted": reverted,
-            "total": len(run.results),
+            "total": len(run.results), **run.counts,
         }
         if error is not None:
             end["error"] = describe_exception(error)

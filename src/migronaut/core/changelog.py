@@ -91,10 +91,17 @@ class Changelog:
         found = list(cursor.sort("batch", -1).limit(1))
         return int(found[0]["batch"]) if found and found[0].get("batch") is not None else None
 
-    def max_batch(self) -> int:
-        cursor = self.collection.find({}, {"batch": 1, "_id": 0}).sort("batch", -1).limit(1)
+    def max_batch(self, *, excluding: Iterable[str] = ()) -> int:
+        """The highest batch over every record (reverted and failed too), or 0; ``excluding``
+        leaves those names out (a re-import renumbers its own records the same way)."""
+        names = list(excluding)
+        query: dict[str, Any] = {"name": {"$nin": names}} if names else {}
+        cursor = self.collection.find(query, {"batch": 1, "_id": 0}).sort("batch", -1).limit(1)
         found = list(cursor)
         return int(found[0].get("batch") or 0) if found else 0
+
+    def is_empty(self) -> bool:
+        return self.collection.find_one({}, {"_id": 1}) is None
 
     def by_batch(self, batch: int) -> list[dict[str, Any]]:
         query = {"status": APPLIED, "batch": batch}

@@ -31,6 +31,7 @@ __all__ = [
     "check_forward_only",
     "plan_down",
     "plan_up",
+    "validate_actor",
     "validate_down_options",
     "validate_up_options",
 ]
@@ -60,7 +61,8 @@ def _bare(value: Any, option: str) -> str | None:
     return check_name(value, field=option.lstrip("-"))
 
 
-def _actor(requested_by: Any, reason: Any) -> None:
+def validate_actor(requested_by: Any, reason: Any) -> None:
+    """``requested_by`` (≤ 128 characters) and ``reason`` (≤ 512): non-empty strings or ``None``."""
     for value, option, limit in ((requested_by, "requested_by", 128), (reason, "reason", 512)):
         if value is None:
             continue
@@ -85,7 +87,7 @@ def validate_up_options(
         raise ConfigInvalidError("--force requires a specific migration file", {"option": "force"})
     if batch is not None and step:
         raise ConfigInvalidError("batch cannot be combined with --step", {"option": "batch"})
-    _actor(requested_by, reason)
+    validate_actor(requested_by, reason)
 
 
 def validate_down_options(
@@ -103,7 +105,7 @@ def validate_down_options(
             f"{' and '.join(chosen)} cannot be combined: choose one selector",
             {"options": chosen},
         )
-    _actor(requested_by, reason)
+    validate_actor(requested_by, reason)
 
 
 @dataclass
@@ -199,11 +201,20 @@ def plan_down(
 
 
 def check_forward_only(records: Sequence[dict[str, Any]]) -> None:
-    names = [r["name"] for r in records if r.get("origin") in FORWARD_ONLY_ORIGINS]
-    if names:
+    """Refuse a revert that selects imported or baselined records, before anything is touched:
+    migronaut never ran their ``up``, so it has nothing of its own to undo."""
+    refused = [r for r in records if r.get("origin") in FORWARD_ONLY_ORIGINS]
+    if refused:
+        names = [r["name"] for r in refused]
+        described = ", ".join(
+            f"{r['name']} (" + ("baselined" if r["origin"] == "baseline"
+                                else f"imported from {r['origin']}") + ")"
+            for r in refused
+        )
         raise IrreversibleMigrationError(
-            f"Cannot roll back {len(names)} forward-only migration(s): " + ", ".join(names),
-            {"names": names},
+            f"Cannot roll back {len(names)} forward-only migration(s): {described} — they were "
+            "recorded as applied without migronaut running them",
+            {"names": names, "origins": {r["name"]: r["origin"] for r in refused}},
         )
 
 

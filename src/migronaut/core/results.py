@@ -11,6 +11,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 __all__ = [
+    "BaselineResult",
+    "ImportResult",
+    "ImportRow",
     "LockInfo",
     "MigrationSummary",
     "RunResult",
@@ -21,6 +24,7 @@ __all__ = [
 
 RunStatus = Literal["applied", "reverted", "skipped", "error"]
 RowStatus = Literal["applied", "pending", "failed"]
+ChecksumSource = Literal["reused", "recomputed", "missing"]
 
 
 def iso(value: dt.datetime | None) -> str | None:
@@ -155,3 +159,62 @@ class MigrationSummary:
 
     def to_dict(self) -> dict[str, Any]:
         return _render(self, ())
+
+
+@dataclass(frozen=True)
+class ImportRow:
+    """One imported record: the file it stands for, its batch, historical time and checksum.
+
+    ``source_name`` is the name the other tool recorded, when it differs from ``file``
+    (``20200101120000-add-users.js`` → ``20200101120000_add_users.py``).
+    """
+
+    file: str
+    batch: int
+    applied_at: Any
+    checksum: str
+    checksum_source: ChecksumSource
+    source_name: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _render(self, ("file", "batch", "applied_at", "checksum", "checksum_source"))
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """What ``import`` did (or, with ``dry_run``, would do): ``source``/``target`` are the
+    collections, ``origin`` the tool whose records were read."""
+
+    source: str
+    target: str
+    imported: int
+    skipped: int
+    dry_run: bool
+    rows: list[ImportRow]
+    origin: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _render(self, ())
+
+    def counts(self) -> dict[str, int]:
+        """The counts ``run:end`` reports for the run (``total``: records written)."""
+        return {"imported": self.imported, "skipped": self.skipped, "total": self.imported}
+
+
+@dataclass(frozen=True)
+class BaselineResult:
+    """What ``baseline`` marked applied without running it; ``skipped`` counts the files on
+    disk it left alone (already applied, or after ``to``)."""
+
+    baselined: list[str]
+    skipped: int
+    batch: int | None
+    dry_run: bool = field(default=False, metadata={"only_true": True})
+
+    def to_dict(self) -> dict[str, Any]:
+        return _render(self, ("batch",))
+
+    def counts(self) -> dict[str, int]:
+        """The counts ``run:end`` reports for the run (``total``: records written)."""
+        done = len(self.baselined)
+        return {"baselined": done, "skipped": self.skipped, "total": done}

@@ -12,8 +12,8 @@ from migronaut.cli.app import command
 from migronaut.cli.commands import run_results_json
 from migronaut.cli.session import Session, parse_int
 
-_NO_LOCK_HELP = "Run without the migration lock (development only: concurrent runs are unsafe)."
-_REASON_HELP = "Why this run happens; recorded on the changelog records (≤ 512 characters)."
+NO_LOCK_HELP = "Run without the migration lock (development only: concurrent runs are unsafe)."
+REASON_HELP = "Why this run happens; recorded on the changelog records (≤ 512 characters)."
 
 
 @command(
@@ -29,8 +29,8 @@ _REASON_HELP = "Why this run happens; recorded on the changelog records (≤ 512
 @click.option("-f", "--force", is_flag=True,
               help="Re-run FILE even when it is already applied (asks for confirmation).")
 @click.option("-y", "--yes", is_flag=True, help="Confirm --force without a prompt.")
-@click.option("--no-lock", is_flag=True, help=_NO_LOCK_HELP)
-@click.option("--reason", metavar="TEXT", help=_REASON_HELP)
+@click.option("--no-lock", is_flag=True, help=NO_LOCK_HELP)
+@click.option("--reason", metavar="TEXT", help=REASON_HELP)
 def up(
     session: Session,
     file: str | None,
@@ -69,8 +69,8 @@ def up(
 @click.option("--batch", metavar="N", help="Revert batch N.")
 @click.option("--steps", metavar="N", help="Revert the last N applied migrations.")
 @click.option("--to", metavar="FILE", help="Revert everything applied after FILE (it stays).")
-@click.option("--no-lock", is_flag=True, help=_NO_LOCK_HELP)
-@click.option("--reason", metavar="TEXT", help=_REASON_HELP)
+@click.option("--no-lock", is_flag=True, help=NO_LOCK_HELP)
+@click.option("--reason", metavar="TEXT", help=REASON_HELP)
 def down(
     session: Session,
     file: str | None,
@@ -99,8 +99,8 @@ def down(
     short_help="Revert and re-apply a migration.",
 )
 @click.argument("file", required=False)
-@click.option("--no-lock", is_flag=True, help=_NO_LOCK_HELP)
-@click.option("--reason", metavar="TEXT", help=_REASON_HELP)
+@click.option("--no-lock", is_flag=True, help=NO_LOCK_HELP)
+@click.option("--reason", metavar="TEXT", help=REASON_HELP)
 def redo(session: Session, file: str | None, no_lock: bool, reason: str | None) -> int:
     from migronaut.core.plan import validate_down_options
 
