@@ -46,10 +46,19 @@ if TYPE_CHECKING:
     from migronaut.core.config import Config, load_config
     from migronaut.core.context import Cancellation, MigrationContext, RunInfo
     from migronaut.core.hooks import Hooks
-    from migronaut.core.results import LockInfo, MigrationSummary, RunResult, StatusRow
+    from migronaut.core.results import (
+        AuditCheck,
+        AuditReport,
+        LockInfo,
+        MigrationSummary,
+        RunResult,
+        StatusRow,
+    )
 
 __all__ = [
     "EXIT_CODES",
+    "AuditCheck",
+    "AuditReport",
     "BackgroundConflictError",
     "BackgroundFailedError",
     "BackgroundPendingError",
@@ -106,6 +115,8 @@ _LAZY = {
     "MigrationContext": "migronaut.core.context",
     "RunInfo": "migronaut.core.context",
     "Hooks": "migronaut.core.hooks",
+    "AuditCheck": "migronaut.core.results",
+    "AuditReport": "migronaut.core.results",
     "LockInfo": "migronaut.core.results",
     "MigrationSummary": "migronaut.core.results",
     "RunResult": "migronaut.core.results",

@@ -229,18 +229,13 @@ class BackgroundEngine:
 
     def supports_transactions(self) -> bool:
         """A replica set or mongos can run transactions; the dev server can too (it says so)."""
+        from migronaut.core.topology import read_topology
+
         try:
-            hello = self.db.client.admin.command("hello")
+            topology = read_topology(self.db.client, self.store.states)
         except Exception:
-            return True
-        if hello.get("setName") or hello.get("msg") == "isdbgrid":
-            return True
-        try:
-            with self.db.client.start_session() as session, session.start_transaction():
-                self.store.states.find_one({"_id": "__probe__"}, session=session)
-        except Exception:
-            return False
-        return True
+            return True  # hello failed: let the transaction itself say
+        return topology.transactions is True
 
     def _plan_pass(self, state: Mapping[str, Any], job: BackgroundJob) -> Answer | None:
         """Plan a pass (or a replan) and commit it by compare-and-set; ``None`` to loop on."""

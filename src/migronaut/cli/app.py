@@ -37,6 +37,7 @@ COMMAND_MODULES = (
     "migronaut.cli.commands.migrate",
     "migronaut.cli.commands.inspect",
     "migronaut.cli.commands.lock",
+    "migronaut.cli.commands.audit",
     "migronaut.cli.commands.background",
     "migronaut.cli.commands.dev_server",
 )
