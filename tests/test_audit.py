@@ -4,6 +4,7 @@ in the test database; the report's JSON shape and exit codes; and that an audit 
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 from collections.abc import Iterator
@@ -12,7 +13,16 @@ from typing import Any
 import pytest
 
 from helpers.background import background_file, seed
-from helpers.engine import CHANGELOG, LOCK_ID, LOCKS, Events, hold_lock, make_migrator, write_simple
+from helpers.engine import (
+    CHANGELOG,
+    LOCK_ID,
+    LOCKS,
+    Events,
+    hold_lock,
+    make_migrator,
+    server_now,
+    write_simple,
+)
 
 ORDER = ["config", "connection", "transactions", "indexes", "lock", "checksums", "pending",
          "ordering", "runtime"]
@@ -51,6 +61,14 @@ def ago(db: Any, collection: str, query: dict[str, Any], **fields: int) -> None:
     db[collection].update_many(
         query, [{"$set": {k: {"$subtract": ["$$NOW", ms]} for k, ms in fields.items()}}]
     )
+
+
+def backdate_state(db: Any, name: str, ms: int, *fields: str) -> None:
+    """Move a background state's ``fields`` and every history entry ``ms`` into the past (server
+    time): as if its last status change, and those stamps, happened that long ago."""
+    ago(db, STATES, {"_id": name}, **dict.fromkeys(fields, ms))
+    then = server_now(db) - dt.timedelta(milliseconds=ms)
+    db[STATES].update_one({"_id": name}, {"$set": {"history.$[].at": then}})
 
 
 # ------------------------------------------------------------------------- a healthy project
@@ -261,6 +279,11 @@ def test_a_dropped_changelog_index_warns_and_stays_dropped(
     assert check(report, "indexes")["detail"] == (
         "Missing: status_name (ensure_indexes is off: create them)")
 
+    coloured = cli("audit", env={"MIGRONAUT_FORCE_COLOR": "1"})
+    assert coloured.exit_code == 0
+    assert "\x1b[33m⚠ indexes      Missing: status_name" in coloured.stdout
+    assert "\x1b[32mNo problems found (1 warning(s))\x1b[0m" in coloured.stdout
+
 
 # ------------------------------------------------------------------------------------ lock
 
@@ -397,13 +420,17 @@ def test_background_pending_for_long_warns_and_paused_warns(
     cli: Any, project: Any, db: Any
 ) -> None:
     register(cli, project, db)
-    ago(db, STATES, {"_id": B1}, registeredAt=TWENTY_MINUTES_MS)
+    backdate_state(db, B1, TWENTY_MINUTES_MS, "registeredAt")
     found = background(cli)
     assert found["status"] == "warn"
     assert re.fullmatch(rf"{B1} pending for 2\d min — is a runner up\?", found["detail"])
 
     assert cli("background", "pause", B1).exit_code == 0
     assert background(cli) == finding("warn", f"{B1} is paused")
+
+    # resumed just now: pending again, but not for long (the clock restarts at the status move)
+    assert cli("background", "resume", B1).exit_code == 0
+    assert background(cli) == finding("pass", "1 background migration(s): 1 pending")
 
 
 def test_background_failed_fails_and_blocks_its_dependent(cli: Any, project: Any, db: Any) -> None:
@@ -445,7 +472,7 @@ def test_background_running_stalled_failed_and_foreign_partitions_warn(
     assert state["status"] == "running"
     assert background(cli)["status"] == "pass"
 
-    ago(db, STATES, {"_id": B1}, lastProgressAt=TWENTY_MINUTES_MS)
+    backdate_state(db, B1, TWENTY_MINUTES_MS, "lastProgressAt")
     found = background(cli)
     assert re.fullmatch(rf"{B1} running but stalled \(no live lease, no progress for 2\d min\)",
                         found["detail"]), found

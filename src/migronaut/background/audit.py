@@ -49,6 +49,18 @@ def _minutes_since(value: Any, now: dt.datetime) -> float | None:
     return elapsed.total_seconds() / 60
 
 
+def _moved_at(state: Mapping[str, Any]) -> Any:
+    """When the state last changed status (its newest history entry), else its registration."""
+    history = state.get("history") or []
+    moved = history[-1].get("at") if history and isinstance(history[-1], Mapping) else None
+    return moved or state.get("registeredAt")
+
+
+def _latest(*values: Any) -> Any:
+    stamps = [v for v in values if isinstance(v, dt.datetime)]
+    return max(stamps) if stamps else None
+
+
 def _state_findings(
     engine: BackgroundEngine,
     state: Mapping[str, Any],
@@ -65,14 +77,11 @@ def _state_findings(
     if status == "failed":
         failures.append(f"{name} failed ({state.get('lastError') or 'no error recorded'})")
     elif status == "pending":
-        waited = _minutes_since(state.get("registeredAt"), now)
+        waited = _minutes_since(_moved_at(state), now)
         if waited is not None and waited > STALL_MINUTES:
             warnings.append(f"{name} pending for {int(waited)} min — is a runner up?")
     elif status == "running":
-        quiet = _minutes_since(
-            state.get("lastProgressAt") or state.get("startedAt") or state.get("registeredAt"),
-            now,
-        )
+        quiet = _minutes_since(_latest(state.get("lastProgressAt"), _moved_at(state)), now)
         if quiet is not None and quiet > STALL_MINUTES and \
                 not engine.store.live_leases(name, engine.ttl_ms):
             warnings.append(f"{name} running but stalled (no live lease, no progress for "
