@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from helpers.background import background_file, seed
 from helpers.engine import Events, make_migrator, records
 
 B1 = "0001_users_v1.py"
@@ -21,51 +22,6 @@ PARTITIONS = "_migronaut_background_partitions"
 CHANGELOG = "_migronaut_migrations"
 
 STATUSES = ("blocked", "pending", "running", "paused", "completed", "failed", "cancelled")
-
-
-def background_file(*, collection: str = "users", revert: bool = True, requires: str = "",
-                    extra_spec: str = "", fail_on: int | None = None,
-                    up_too: bool = False) -> str:
-    """A declarative v0 → v1 migration setting ``active: True`` (``revert`` pops it again)."""
-    revert_fn = '''
-def revert(doc, ctx):
-    doc.pop("active", None)
-    return doc
-''' if revert else ""
-    up_fn = "\n\ndef up(ctx):\n    pass\n" if up_too else ""
-    return f'''
-{requires}
-FAIL_ON = {fail_on!r}
-
-
-def migrate(doc, ctx):
-    if FAIL_ON is not None and doc.get("n") == FAIL_ON:
-        raise ValueError("cannot migrate this one")
-    doc["active"] = True
-    return doc
-{revert_fn}{up_fn}
-
-background = {{
-    "collection": {collection!r},
-    "from": 0,
-    "to": 1,
-    "migrate": migrate,
-    {'"revert": revert,' if revert else ""}
-    "batch_size": 50,
-    "pause_ms": 0,
-    "slice_ms": 1000,
-    "max_parallel": 2,
-    "adaptive": False,
-    "partitions": {{"min_partition_docs": 50}},
-    {extra_spec}
-}}
-'''
-
-
-def seed(db: Any, collection: str = "users", docs: int = 120) -> None:
-    for start in range(0, docs, 200):
-        db[collection].insert_many([{"n": i} for i in range(start, min(docs, start + 200))])
-    db[collection].create_index([("__v", 1), ("_id", 1)])
 
 
 def state(db: Any, name: str = B1) -> dict[str, Any]:

@@ -47,6 +47,8 @@ if TYPE_CHECKING:
     from migronaut.core.context import Cancellation, MigrationContext, RunInfo
     from migronaut.core.hooks import Hooks
     from migronaut.core.results import (
+        AuditCheck,
+        AuditReport,
         BaselineResult,
         ImportResult,
         ImportRow,
@@ -58,6 +60,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXIT_CODES",
+    "AuditCheck",
+    "AuditReport",
     "BackgroundConflictError",
     "BackgroundFailedError",
     "BackgroundPendingError",
@@ -120,6 +124,8 @@ _LAZY = {
     "BaselineResult": "migronaut.core.results",
     "ImportResult": "migronaut.core.results",
     "ImportRow": "migronaut.core.results",
+    "AuditCheck": "migronaut.core.results",
+    "AuditReport": "migronaut.core.results",
     "LockInfo": "migronaut.core.results",
     "MigrationSummary": "migronaut.core.results",
     "RunResult": "migronaut.core.results",

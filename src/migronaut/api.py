@@ -36,6 +36,7 @@ from migronaut.core.plan import (
     validate_up_options,
 )
 from migronaut.core.results import (
+    AuditReport,
     BaselineResult,
     ImportResult,
     LockInfo,
@@ -153,6 +154,7 @@ class Migrator:
         self._client: MongoClient[dict[str, Any]] | None = None
         self._owns_client = False
         self._indexes_ensured = False
+        self._read_only = False  # set while ``audit`` runs: connecting creates no index
         self._checksums = ChecksumCache()
         self._state_lock = threading.Lock()
         self._run: _Run | None = None
@@ -188,7 +190,7 @@ class Migrator:
         return normalise_hooks(self.config.hooks)
 
     def connect(self) -> None:
-        """Connect (idempotent) and create the changelog indexes once."""
+        """Connect (idempotent) and create the changelog indexes once (never during ``audit``)."""
         if self._client is not None:
             return
         config = self.config
@@ -223,7 +225,7 @@ class Migrator:
         try:
             client.admin.command("ping")
             self._client, self._owns_client = client, owned
-            if config.ensure_indexes and not self._indexes_ensured:
+            if config.ensure_indexes and not self._indexes_ensured and not self._read_only:
                 self.changelog.ensure_indexes()
                 self._indexes_ensured = True
         except PyMongoError as error:
@@ -238,6 +240,7 @@ class Migrator:
     def close(self) -> None:
         """Disconnect; an injected client is never closed."""
         client, self._client = self._client, None
+        self._background = None  # bound to the client: a later connect builds a fresh one
         if client is not None and self._owns_client:
             try:
                 client.close()
@@ -376,6 +379,24 @@ class Migrator:
         """Force-release the lock whoever holds it; returns the removed holder."""
         with self._busy_scope():
             return force_release(self._lock_collection())
+
+    def audit(self) -> AuditReport:
+        """Read-only health checks (reference core §11.3): config, connection, transactions,
+        indexes, lock, checksums, pending, ordering, background, runtime.
+
+        Never takes the lock, writes, emits an event or creates an index (not even with
+        ``ensure_indexes`` on); a config or connection failure is a failed check, not an error.
+        """
+        from migronaut.core.audit import run_audit
+
+        with self._busy_scope():
+            opened, self._read_only = self._client is None, True
+            try:
+                return run_audit(self)
+            finally:
+                self._read_only = False
+                if opened:  # the next command connects again, and creates the indexes then
+                    self.close()
 
     def next_batch(self) -> int:
         return self.changelog.max_batch() + 1

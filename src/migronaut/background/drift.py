@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from migronaut.background.spec import match_filter
 from migronaut.errors import ConfigInvalidError, MigronautError, describe_exception
@@ -37,11 +37,13 @@ __all__ = [
     "REOPEN_REASON",
     "WATCH_FRESH_MS",
     "DriftFinding",
+    "Probe",
     "check_collections",
     "check_drift_mode",
     "check_on_drift",
     "is_candidate",
     "probe_hint",
+    "probe_old_shape",
     "probe_requirement",
     "report_drift",
     "state_match",
@@ -172,6 +174,47 @@ def _ascending(direction: Any) -> bool:
         direction == 1
 
 
+@dataclass(frozen=True)
+class Probe:
+    """One probe's outcome: ``found`` an old-shape document, or ``skipped`` (why, and the
+    driver's error for ``'unreadable'``/``'failed'``)."""
+
+    found: bool = False
+    skipped: Literal["unreadable", "no-index", "failed"] | None = None
+    error: str | None = None
+
+
+def probe_old_shape(
+    engine: BackgroundEngine,
+    state: Mapping[str, Any],
+    hints: dict[tuple[str, str], str | None] | None = None,
+) -> Probe:
+    """Ask the server whether a document of ``state``'s old shape exists — read-only, silent.
+
+    One indexed ``find_one`` (``_id`` projected, ``maxTimeMS`` bound); without a usable index it
+    is skipped, never a scan. ``hints`` caches the index choice per (collection, field).
+    """
+    collection = collection_of(state)
+    field = str(state["spec"].get("field", "__v"))
+    cache = {} if hints is None else hints
+    if (collection, field) not in cache:
+        try:
+            info = engine.db[collection].index_information()
+        except Exception as error:  # an unreadable collection is a probe error
+            return Probe(skipped="unreadable", error=describe_exception(error))
+        cache[(collection, field)] = probe_hint(info, field)
+    hint = cache[(collection, field)]
+    if hint is None:
+        return Probe(skipped="no-index")
+    try:
+        found = engine.db[collection].find_one(
+            state_match(state), {"_id": 1}, hint=hint, max_time_ms=PROBE_MAX_TIME_MS
+        )
+    except Exception as error:
+        return Probe(skipped="failed", error=describe_exception(error))
+    return Probe(found=found is not None)  # the id itself never travels any further
+
+
 def live_watched(engine: BackgroundEngine) -> set[str]:
     """Collections a live watcher is streaming with a record younger than 60 s (server time)."""
     cursor = engine.store.watch.find(
@@ -234,23 +277,17 @@ def probe_requirement(engine: BackgroundEngine, name: str) -> bool:
     if state is None or not is_candidate(state):
         return False
     collection = collection_of(state)
-    field = str(state["spec"].get("field", "__v"))
-    try:
-        hint = probe_hint(engine.db[collection].index_information(), field)
-        if hint is None:
-            engine.logger.warning("⚠ %s has no index led by {%s: 1} — trusting the status of %s",
-                                  collection, field, name)
-            return False
-        found = engine.db[collection].find_one(
-            state_match(state), {"_id": 1}, hint=hint, max_time_ms=PROBE_MAX_TIME_MS
-        )
-    except Exception as error:  # a probe failure is warned, never fatal
+    probe = probe_old_shape(engine, state)
+    if probe.skipped == "no-index":
+        engine.logger.warning("⚠ %s has no index led by {%s: 1} — trusting the status of %s",
+                              collection, state["spec"].get("field", "__v"), name)
+        return False
+    if probe.skipped is not None:  # a probe failure is warned, never fatal
         engine.logger.warning("⚠ %s: requires probe for %s failed (%s) — trusting its status",
-                              collection, name, describe_exception(error))
+                              collection, name, probe.error)
         return False
-    if found is None:
+    if not probe.found:
         return False
-    del found  # the id must not travel any further
     report_drift(engine, migration=name, collection=collection, on_drift="reopen",
                  source="requires")
     return True
@@ -302,37 +339,24 @@ def verify(
             skipped += 1
             continue
         field = str(spec.get("field", "__v"))
-        if (collection, field) not in hints:
-            try:
-                info = engine.db[collection].index_information()
-            except Exception as error:  # an unreadable collection is a probe error
-                engine.logger.warning("⚠ %s: drift probe skipped (%s)", collection,
-                                      describe_exception(error))
-                skipped += 1
-                continue
-            hints[(collection, field)] = probe_hint(info, field)
-        hint = hints[(collection, field)]
-        if hint is None:
+        probe = probe_old_shape(engine, state, hints)
+        if probe.skipped == "unreadable":
+            engine.logger.warning("⚠ %s: drift probe skipped (%s)", collection, probe.error)
+        elif probe.skipped == "no-index":
             engine._warn_once(  # the engine's once-per-process warning set
                 f"drift-index:{collection}:{field}",
                 "⚠ %s has no index led by {%s: 1} — drift probes skip it (create the version "
                 "index {%s: 1, _id: 1})", collection, field, field,
             )
-            skipped += 1
-            continue
-        try:
-            found = engine.db[collection].find_one(
-                state_match(state), {"_id": 1}, hint=hint, max_time_ms=PROBE_MAX_TIME_MS
-            )
-        except Exception as error:  # a probe failure is warned and skipped, never fatal
+        elif probe.skipped == "failed":  # a probe failure is warned and skipped, never fatal
             engine.logger.warning("⚠ %s: drift probe for %s failed (%s)", collection, name,
-                                  describe_exception(error))
+                                  probe.error)
+        if probe.skipped is not None:
             skipped += 1
             continue
         checked += 1
-        if found is None:
+        if not probe.found:
             continue
-        del found  # the id is not needed, and must not travel any further
         action = report_drift(engine, migration=name, collection=collection, on_drift=mode,
                               source="poll")
         if action == "reopened":

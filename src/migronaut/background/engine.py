@@ -233,29 +233,21 @@ class BackgroundEngine:
 
         Only an answer that says "no transactions here" counts as a standalone: a probe that
         fails for another reason (a write conflict on a busy server, a network blip) must not
-        fail a migration. The answer is kept for the engine's life.
+        fail a migration — the transaction itself will say. A definite answer is kept for the
+        engine's life.
         """
+        from migronaut.core.topology import read_topology
+
         if self._transactions is not None:
             return self._transactions
         try:
-            hello = self.db.client.admin.command("hello")
+            topology = read_topology(self.db.client, self.store.states)
         except Exception:
+            return True  # hello failed: let the transaction itself say
+        if topology.transactions is None:
             return True
-        if hello.get("setName") or hello.get("msg") == "isdbgrid":
-            self._transactions = True
-            return True
-        from migronaut.background.lanes import transactions_unsupported
-
-        try:
-            with self.db.client.start_session() as session, session.start_transaction():
-                self.store.states.find_one({"_id": "__probe__"}, session=session)
-        except Exception as error:
-            if not transactions_unsupported(error):
-                return True
-            self._transactions = False
-            return False
-        self._transactions = True
-        return True
+        self._transactions = topology.transactions
+        return topology.transactions
 
     def _plan_pass(self, state: Mapping[str, Any], job: BackgroundJob) -> Answer | None:
         """Plan a pass (or a replan) and commit it by compare-and-set; ``None`` to loop on."""

@@ -72,6 +72,7 @@ from migronaut.background.store import SCHEMA, BackgroundStore, Lease
 from migronaut.background.throttle import AdaptiveController, Throttle, controller_for
 from migronaut.core._calls import call_user
 from migronaut.core.context import Cancellation
+from migronaut.core.topology import refuses_transactions
 from migronaut.errors import (
     BackgroundFailedError,
     ChecksumMismatchError,
@@ -127,8 +128,6 @@ TXN_LIMIT_CODES = frozenset({50, 262, 290, 334, 10334, 17419})
 TXN_TRANSIENT_CODES = frozenset({112, 251, 24})
 OVERLOAD_CODES = frozenset({50, 262})
 _WRITE_CONFLICT = 112
-_NO_TXN_CODES = frozenset({20})
-_NO_TXN_TEXT = ("Transaction numbers are only allowed", "transactions are not supported")
 #: A version index found missing is looked for again after this long (seconds).
 _INDEX_RECHECK_S = 30.0
 _POLL_S = 0.05
@@ -1482,12 +1481,6 @@ def _commit(session: ClientSession) -> None:
             raise
 
 
-def transactions_unsupported(error: BaseException) -> bool:
-    """Whether ``error`` says the server cannot run transactions at all (a standalone)."""
-    code = getattr(error, "code", None)
-    return code in _NO_TXN_CODES or any(t in str(error) for t in _NO_TXN_TEXT)
-
-
 def _txn_error_kind(error: BaseException) -> str | None:
     """``conflict``, ``limit`` or ``transient`` for retryable transaction errors, else ``None``.
 
@@ -1500,7 +1493,7 @@ def _txn_error_kind(error: BaseException) -> str | None:
     if not isinstance(error, PyMongoError):
         return None
     code = getattr(error, "code", None)
-    if transactions_unsupported(error):
+    if refuses_transactions(error):
         raise TransactionsUnsupportedError(
             "This server cannot run transactions (a standalone mongod?) — the background "
             "migration's transaction setting needs a replica set or mongos",

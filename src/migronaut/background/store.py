@@ -416,6 +416,13 @@ class BackgroundStore:
             }
         )
 
+    def count_foreign_partitions(self, name: str, generation: int, token: str) -> int:
+        """Partitions of ``generation`` that belong to another plan than the committed one
+        (a crash between a plan's insert and its commit leaves them)."""
+        return self.partitions.count_documents(
+            {"background": name, "generation": generation, "plan": {"$ne": token}}
+        )
+
     def drop_generations_below(self, name: str, generation: int) -> None:
         self.partitions.delete_many({"background": name, "generation": {"$lt": generation}})
 

@@ -38,6 +38,7 @@ COMMAND_MODULES = (
     "migronaut.cli.commands.inspect",
     "migronaut.cli.commands.lock",
     "migronaut.cli.commands.adopt",
+    "migronaut.cli.commands.audit",
     "migronaut.cli.commands.background",
     "migronaut.cli.commands.dev_server",
 )

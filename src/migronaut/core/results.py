@@ -11,6 +11,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 __all__ = [
+    "AuditCheck",
+    "AuditReport",
     "BaselineResult",
     "ImportResult",
     "ImportRow",
@@ -25,6 +27,7 @@ __all__ = [
 RunStatus = Literal["applied", "reverted", "skipped", "error"]
 RowStatus = Literal["applied", "pending", "failed"]
 ChecksumSource = Literal["reused", "recomputed", "missing"]
+CheckStatus = Literal["pass", "warn", "fail"]
 
 
 def iso(value: dt.datetime | None) -> str | None:
@@ -218,3 +221,38 @@ class BaselineResult:
         """The counts ``run:end`` reports for the run (``total``: records written)."""
         done = len(self.baselined)
         return {"baselined": done, "skipped": self.skipped, "total": done}
+
+
+@dataclass(frozen=True)
+class AuditCheck:
+    """One ``audit`` check: its name, ``pass``/``warn``/``fail`` and a one-line detail."""
+
+    name: str
+    status: CheckStatus
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return _render(self, ("name", "status", "detail"))
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """What ``audit`` found: ``ok`` when no check failed (warnings never fail an audit)."""
+
+    checks: tuple[AuditCheck, ...]
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for check in self.checks if check.status == "fail")
+
+    @property
+    def warnings(self) -> int:
+        return sum(1 for check in self.checks if check.status == "warn")
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "failed": self.failed, "warnings": self.warnings,
+                "checks": [check.to_dict() for check in self.checks]}

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from migronaut.core._calls import TimedOut, call_user, call_with_timeout
 from migronaut.core.context import MigrationContext
+from migronaut.core.topology import refuses_transactions
 from migronaut.errors import (
     MigrationExecutionFailedError,
     MigrationTimeoutError,
@@ -28,10 +29,6 @@ if TYPE_CHECKING:
     from pymongo.client_session import ClientSession
 
 __all__ = ["Execution", "execute"]
-
-#: Server replies that mean "this deployment cannot run transactions" (a standalone mongod).
-_NO_TXN_CODES = frozenset({20})
-_NO_TXN_TEXT = ("Transaction numbers are only allowed", "transactions are not supported")
 
 
 @dataclass
@@ -97,7 +94,7 @@ def execute(
     except MigronautError:
         raise
     except Exception as error:
-        if use_transaction and _is_no_transactions(error):
+        if use_transaction and refuses_transactions(error):
             raise TransactionsUnsupportedError(
                 f"Migration {name} uses a transaction, but the server is a standalone: "
                 "transactions need a replica set or a sharded cluster",
@@ -126,16 +123,3 @@ def execute(
                 cause=error,
             ) from error
     return outcome
-
-
-def _is_no_transactions(error: BaseException) -> bool:
-    from pymongo.errors import OperationFailure
-
-    seen: BaseException | None = error
-    while seen is not None:
-        if isinstance(seen, OperationFailure) and seen.code in _NO_TXN_CODES:
-            return True
-        if any(text.lower() in str(seen).lower() for text in _NO_TXN_TEXT):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False

@@ -1,0 +1,223 @@
+"""``audit``: independent, read-only health checks in a fixed order (reference core §11.3).
+
+Invariant: an audit only reads — it never takes the lock, writes, emits an event or creates an
+index (the caller connects without creating the changelog indexes). ``config`` and
+``connection`` failures end the report early, because no other check can run without them; every
+other check that cannot read what it needs warns ("unreadable") instead of failing, so a flaky
+read never looks like a broken deployment.
+
+Checks: ``config``, ``connection``, ``transactions``, ``indexes``, ``lock``, ``checksums``,
+``pending``, ``ordering``, ``background`` (only when background migrations exist), ``runtime``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.machinery
+import platform
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from migronaut.core.lock import read_lock
+from migronaut.core.plan import build_status_rows
+from migronaut.core.results import AuditCheck, AuditReport, StatusRow
+from migronaut.errors import MigronautError, describe_exception
+
+if TYPE_CHECKING:
+    from pymongo.collection import Collection
+    from pymongo.database import Database
+
+    from migronaut.background.engine import BackgroundEngine
+    from migronaut.core.changelog import Changelog
+    from migronaut.core.config import Config
+    from migronaut.core.topology import Topology
+
+__all__ = ["Auditable", "run_audit"]
+
+
+class Auditable(Protocol):
+    """What an audit reads through (a :class:`~migronaut.api.Migrator` in read-only mode)."""
+
+    @property
+    def config(self) -> Config: ...
+
+    def connect(self) -> None: ...
+
+    @property
+    def db(self) -> Database[dict[str, Any]]: ...
+
+    @property
+    def changelog(self) -> Changelog: ...
+
+    @property
+    def background(self) -> BackgroundEngine: ...
+
+    def files(self) -> list[str]: ...
+
+    def checksum(self, name: str) -> str | None: ...
+
+
+def _read_errors() -> tuple[type[BaseException], ...]:
+    from pymongo.errors import PyMongoError
+
+    return (PyMongoError, MigronautError, OSError)
+
+
+def _names(names: Sequence[str]) -> str:
+    return ", ".join(names)
+
+
+def run_audit(target: Auditable) -> AuditReport:
+    """Run every check against ``target`` and return the report (never raises for a finding)."""
+    try:
+        config = target.config
+    except MigronautError as error:
+        return AuditReport((AuditCheck("config", "fail", error.message),))
+    checks = [AuditCheck("config", "pass", f'Loaded (database "{config.db_name}")')]
+    try:
+        target.connect()
+    except MigronautError as error:
+        checks.append(AuditCheck("connection", "fail", error.message))
+        return AuditReport(tuple(checks))
+    injected = config.client is not None
+    checks.append(AuditCheck("connection", "pass",
+                         "Using the injected client" if injected else "Connected"))
+
+    topology, transactions = _transactions(target, config)
+    checks.append(transactions)
+    now = (topology.server_time if topology is not None and topology.server_time
+           else dt.datetime.now(dt.UTC).replace(tzinfo=None))
+    checks.append(_indexes(target.changelog, config))
+    checks.append(_lock(target.db[config.lock_collection], config, now))
+
+    records: list[dict[str, Any]] = []
+    files: list[str] = []
+    try:
+        records, files = target.changelog.all(), target.files()
+        checks += _status_checks(build_status_rows(records, files, checksum=target.checksum))
+    except _read_errors() as error:
+        unreadable = f"Status unreadable: {describe_exception(error)}"
+        checks += [AuditCheck(name, "warn", unreadable)
+                   for name in ("checksums", "pending", "ordering")]
+
+    background = _background(target, config, records, files, now)
+    if background is not None:
+        checks.append(background)
+    checks.append(_runtime(config))
+    return AuditReport(tuple(checks))
+
+
+def _transactions(target: Auditable, config: Config) -> tuple[Topology | None, AuditCheck]:
+    from migronaut.core.topology import read_topology
+
+    try:
+        topology = read_topology(target.db.client, target.changelog.collection)
+    except _read_errors() as error:
+        return None, AuditCheck("transactions", "warn",
+                            f"Topology unknown ({describe_exception(error)})")
+    if topology.kind == "replica-set":
+        return topology, AuditCheck("transactions", "pass", f'Replica set "{topology.set_name}"')
+    if topology.kind == "sharded":
+        return topology, AuditCheck("transactions", "pass", "Sharded")
+    if topology.transactions is None:
+        return topology, AuditCheck("transactions", "warn",
+                                f"Topology unknown ({topology.probe_error})")
+    if topology.transactions:
+        return topology, AuditCheck("transactions", "pass",
+                                "No replica set reported, but transactions work (the dev server?)")
+    if config.use_transaction:
+        return topology, AuditCheck(
+            "transactions", "fail",
+            "Standalone server with use_transaction on — transactions need a replica set or a "
+            "sharded cluster",
+        )
+    return topology, AuditCheck(
+        "transactions", "warn",
+        "Standalone server — no transactions (a migration with use_transaction = True fails)",
+    )
+
+
+def _indexes(changelog: Changelog, config: Config) -> AuditCheck:
+    try:
+        missing = changelog.missing_indexes()
+    except _read_errors() as error:
+        return AuditCheck("indexes", "warn", f"Unreadable: {describe_exception(error)}")
+    if not missing:
+        return AuditCheck("indexes", "pass", "All 5 changelog indexes present")
+    remedy = ("created by the next command that connects" if config.ensure_indexes
+              else "ensure_indexes is off: create them")
+    return AuditCheck("indexes", "warn", f"Missing: {_names(missing)} ({remedy})")
+
+
+def _lock(collection: Collection[dict[str, Any]], config: Config, now: dt.datetime) -> AuditCheck:
+    try:
+        holder = read_lock(collection)
+    except _read_errors() as error:
+        return AuditCheck("lock", "warn", f"Unreadable: {describe_exception(error)}")
+    if holder is None:
+        return AuditCheck("lock", "pass", "Not held")
+    who = f"pid {holder.pid} on {holder.host}"
+    ttl_s = (holder.ttl_ms or config.lock_ttl_seconds * 1000) / 1000
+    locked_at = holder.locked_at
+    if locked_at is not None and locked_at.tzinfo is not None:
+        locked_at = locked_at.astimezone(dt.UTC).replace(tzinfo=None)
+    if locked_at is None:
+        return AuditCheck("lock", "warn", f"Held by {who} since an unknown time, likely from a "
+                                      "crashed run (migronaut unlock)")
+    held_s = max(0, int((now - locked_at).total_seconds()))
+    if held_s <= ttl_s:
+        return AuditCheck("lock", "pass", f"Held by {who} for {held_s}s")
+    return AuditCheck("lock", "warn", f"Held by {who} for {held_s}s — past its TTL of {ttl_s:g}s, "
+                                  "likely from a crashed run (migronaut unlock)")
+
+
+def _status_checks(rows: Sequence[StatusRow]) -> list[AuditCheck]:
+    drifted = [r.file for r in rows if r.checksum_ok is False and not r.invalid]
+    outstanding = [r for r in rows if r.status in ("pending", "failed")]
+    failed = sum(1 for r in outstanding if r.status == "failed")
+    late = [r.file for r in rows if r.out_of_order]
+    checks = [
+        AuditCheck("checksums", "fail", f"Edited after being applied: {_names(drifted)}") if drifted
+        else AuditCheck("checksums", "pass", "No applied file changed on disk"),
+    ]
+    if outstanding:
+        detail = f"{len(outstanding)} pending migration(s)"
+        checks.append(AuditCheck("pending", "warn",
+                             detail + (f" ({failed} failed)" if failed else "")))
+    else:
+        checks.append(AuditCheck("pending", "pass", "No pending migrations"))
+    checks.append(
+        AuditCheck("ordering", "warn",
+               f"Pending but older than the newest applied migration: {_names(late)}") if late
+        else AuditCheck("ordering", "pass", "No pending migration sorts before an applied one")
+    )
+    return checks
+
+
+def _background(
+    target: Auditable, config: Config, records: list[dict[str, Any]], files: list[str],
+    now: dt.datetime,
+) -> AuditCheck | None:
+    from migronaut.background.audit import audit_background
+
+    checksum: Callable[[str], str | None] = target.checksum
+    try:
+        return audit_background(
+            target.background, changelog=target.changelog, records=records, files=files,
+            checksum=checksum, now=now, drift_mode=config.background_drift,
+        )
+    except _read_errors() as error:
+        return AuditCheck("background", "warn", f"Unreadable: {describe_exception(error)}")
+
+
+def _runtime(config: Config) -> AuditCheck:
+    import pymongo
+
+    versions = f"Python {platform.python_version()}, pymongo {pymongo.version}"
+    loadable = tuple(importlib.machinery.SOURCE_SUFFIXES)
+    unloadable = [ext for ext in config.file_extensions if ext not in loadable]
+    if unloadable:
+        return AuditCheck("runtime", "warn",
+                      f"{versions} cannot load migration files ending in {_names(unloadable)} "
+                      "(file_extensions)")
+    return AuditCheck("runtime", "pass", versions)
