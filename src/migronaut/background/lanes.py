@@ -84,6 +84,7 @@ from migronaut.errors import (
     TransactionsUnsupportedError,
     describe_exception,
 )
+from migronaut.observability.telemetry import DISABLED, Telemetry
 
 if TYPE_CHECKING:
     from bson.codec_options import CodecOptions
@@ -225,6 +226,7 @@ def run_slice(
     emit: Emit,
     logger: logging.Logger,
     run_id: str | None = None,
+    telemetry: Telemetry = DISABLED,
 ) -> SliceResult:
     """One lane turn on ``job`` (reference background §4.1).
 
@@ -270,6 +272,7 @@ def run_slice(
         lane = _Lane(
             store=store, job=job, db=db, state=state, owner=owner, ttl_ms=ttl_ms,
             caller=cancellation, slice_ms=slice_ms, emit=emit, logger=logger, run_id=run_id,
+            telemetry=telemetry,
         )
         return lane.run()
     except PyMongoError as error:  # claims, state moves: no lease held, nothing to count
@@ -477,6 +480,7 @@ class _Lane:
         emit: Emit,
         logger: logging.Logger,
         run_id: str | None,
+        telemetry: Telemetry,
     ) -> None:
         self.store = store
         self.job = job
@@ -489,6 +493,7 @@ class _Lane:
         self._emit = emit
         self.logger = logger
         self.run_id = run_id
+        self.telemetry = telemetry
         self.generation = int(state["generation"])
         self.plan = str(state["plan"]["token"])
         self.registration = state.get("registration")
@@ -651,12 +656,22 @@ class _Lane:
             "generation": part.generation, "partition": part.key, "slot": lease.slot,
         })
         counters: dict[str, int] = {}
-        try:
-            with _LeaseKeeper(self, lease, part.generation, str(partition.get("plan"))) as keeper:
-                outcome = self._work(lease, part, keeper, controller, counters)
-        except BaseException as error:
-            return self._settle_error(lease, part, error, counters)
-        return self._settle(lease, part, outcome)
+        with self.telemetry.background_slice(
+            self.name, partition=part.key, generation=part.generation, slot=lease.slot,
+            run_id=self.run_id,
+        ) as traced:
+            try:
+                with _LeaseKeeper(self, lease, part.generation,
+                                  str(partition.get("plan"))) as keeper:
+                    outcome = self._work(lease, part, keeper, controller, counters)
+            except BaseException as error:
+                outcome = self._settle_error(lease, part, error, counters)
+            else:
+                outcome = self._settle(lease, part, outcome)
+            traced.set({"migronaut.background.slice.outcome": outcome.outcome}, metric=True)
+            traced.set({f"migronaut.background.slice.{key}": outcome.counters.get(key)
+                        for key in ("batches", "migrated")})
+            return outcome
 
     def _controller(self, partition: Mapping[str, Any]) -> AdaptiveController | None:
         adaptive = self.spec.get("adaptive")
