@@ -24,18 +24,18 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk")
 
-from opentelemetry import trace  # noqa: E402
-from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
+from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter,
 )
-from opentelemetry.trace import StatusCode  # noqa: E402
-from pymongo import monitoring  # noqa: E402
+from opentelemetry.trace import StatusCode
+from pymongo import monitoring
 
-from helpers.engine import (  # noqa: E402
+from helpers.engine import (
     CHANGELOG,
     LOCK_ID,
     LOCKS,
@@ -46,14 +46,16 @@ from helpers.engine import (  # noqa: E402
     records,
     write_simple,
 )
-from migronaut import (  # noqa: E402
+from migronaut import (
     ConfigInvalidError,
+    HookFailedError,
     LockAlreadyHeldError,
     LockLostError,
     MigrationExecutionFailedError,
+    MigronautError,
     run_migrations,
 )
-from migronaut.observability.telemetry import BUCKETS  # noqa: E402
+from migronaut.observability.telemetry import BUCKETS
 
 RUN = "migronaut.run"
 MIGRATION = "migronaut.migration"
@@ -320,7 +322,8 @@ def test_a_failing_hook_fails_the_migration_span_with_hook_failed(
         raise ValueError("hook bug")
 
     with make_migrator(project, telemetry=otel.config(),
-                       hooks={"before_each": before_each}) as migrator, pytest.raises(Exception):
+                       hooks={"before_each": before_each}) as migrator, \
+            pytest.raises(HookFailedError):
         migrator.up()
     migration = otel.span(MIGRATION)
     assert attrs(migration)["error.type"] == "HOOK_FAILED"
@@ -680,3 +683,155 @@ def test_opentelemetry_is_never_imported_without_telemetry(project: Any, db: Any
     assert done.returncode == 0, done.stderr
     assert done.stderr.endswith("[]")
     assert applied(db) == ["0001_a.py"]
+
+
+# ------------------------------------------------------------------------------ background
+
+BACKGROUND = """
+def migrate(doc, ctx):
+    doc["active"] = True
+    return doc
+
+background = {
+    "collection": "users",
+    "from": 0,
+    "to": 1,
+    "migrate": migrate,
+    "batch_size": 25,
+    "pause_ms": 0,
+    "slice_ms": 1000,
+    "max_parallel": 2,
+    "adaptive": False,
+    "partitions": {"min_partition_docs": 50},
+}
+"""
+
+
+def test_background_slices_and_batches_are_traced_and_measured(
+    project: Any, db: Any, otel: Otel
+) -> None:
+    """Inline mode: coordinator steps and slices nest under the migration span (lanes run in a
+    copy of the caller's context), each slice span is current while its batches read and write,
+    and the batch, document and slice metrics add up to what was migrated."""
+    db.users.insert_many([{"n": i} for i in range(120)])
+    db.users.create_index([("__v", 1), ("_id", 1)])
+    project.write_migration("0001_users_v1", BACKGROUND)
+    listener = CurrentSpans()
+    with make_migrator(project, telemetry=otel.config(), background_inline=True,
+                       client_options={"event_listeners": [listener]}) as migrator:
+        migrator.up()
+    assert db.users.count_documents({"__v": 1, "active": True}) == 120
+
+    migration = otel.span(MIGRATION)
+    coordinates = otel.spans("migronaut.background.coordinate")
+    slices = otel.spans("migronaut.background.slice")
+    assert coordinates and slices
+    for span in coordinates + slices:
+        assert parent_id(span) == migration.context.span_id
+        assert attrs(span)["migronaut.migration.name"] == "0001_users_v1.py"
+        assert attrs(span)["db.namespace"] == db.name
+    assert attrs(coordinates[-1])["migronaut.background.next"] == "done"
+    assert attrs(coordinates[-1])["migronaut.background.status"] == "completed"
+    slice_ids = {hex_id(s) for s in slices}
+    for span in slices:
+        values = attrs(span)
+        assert values["migronaut.background.slice.outcome"] in ("exhausted", "yielded")
+        assert isinstance(values["migronaut.background.partition"], str)
+        assert isinstance(values["migronaut.background.slot"], int)
+        assert span.status.status_code is StatusCode.UNSET
+    assert sum(attrs(s).get("migronaut.background.slice.migrated", 0) for s in slices) == 120
+    reads = listener.on("find", "users")  # the planner's samples, then the batches
+    writes = listener.on("update", "users")
+    assert set(writes) <= slice_ids and slice_ids <= set(reads)
+    assert set(reads) <= slice_ids | {hex_id(s) for s in coordinates}
+
+    metrics = otel.metrics()
+    (documents,) = metrics["migronaut.background.documents"]
+    assert documents.value == 120
+    assert documents.attributes == {"db.namespace": db.name,
+                                    "migronaut.background.documents.outcome": "migrated"}
+    batches = sum(attrs(s).get("migronaut.background.slice.batches", 0) for s in slices)
+    (batch,) = metrics["migronaut.background.batch.duration"]
+    assert batch.count == batches >= 120 // 25 and batch.bounds == BUCKETS
+    outcomes = {p.attributes["migronaut.background.slice.outcome"]: p.count
+                for p in metrics["migronaut.background.slice.duration"]}
+    assert sum(outcomes.values()) == len(slices)
+    for points in metrics.values():  # file names are never metric attributes
+        assert all("migronaut.migration.name" not in p.attributes for p in points)
+
+
+def test_a_slice_over_its_error_budget_ends_with_an_error_status(
+    project: Any, db: Any, otel: Otel
+) -> None:
+    db.users.insert_many([{"n": i} for i in range(40)])
+    db.users.create_index([("__v", 1), ("_id", 1)])
+    project.write_migration("0001_users_v1", BACKGROUND.replace(
+        'doc["active"] = True', 'if doc["n"] == 5:\n        raise ValueError("bad row")\n'
+        '    doc["active"] = True').replace('"max_parallel": 2,', '"max_parallel": 1,'))
+    with make_migrator(project, telemetry=otel.config(), background_inline=True) as migrator, \
+            pytest.raises(MigronautError) as info:
+        migrator.up()
+    assert info.value.code == "BACKGROUND_FAILED"
+    failed = [s for s in otel.spans("migronaut.background.slice")
+              if attrs(s)["migronaut.background.slice.outcome"] == "failed"]
+    assert len(failed) == 1
+    assert failed[0].status.status_code is StatusCode.ERROR
+    assert attrs(failed[0])["error.type"] == "BACKGROUND_FAILED"
+    assert "bad row" in (failed[0].status.description or "")
+    points = {p.attributes["migronaut.background.slice.outcome"]: p.attributes.get("error.type")
+              for p in otel.metrics()["migronaut.background.slice.duration"]}
+    assert points["failed"] == "BACKGROUND_FAILED"
+    assert attrs(otel.span(RUN))["error.type"] == "BACKGROUND_FAILED"
+
+
+def test_background_events_become_metrics(otel: Otel) -> None:
+    """The background metrics derived from the events the lanes and watchers emit anyway; the
+    events themselves still reach the listeners unchanged."""
+    from migronaut.observability.telemetry import Telemetry
+
+    telemetry = Telemetry(meter=otel.meter, namespace="app")
+    received: list[str] = []
+    emit = telemetry.observe_background(lambda event, payload: received.append(event))
+    emit("background:batch", {"partition": "p", "latencyMs": 40.5, "batchSize": 10,
+                              "counters": {"migrated": 7, "skipped": 2, "failed": 1,
+                                           "txnRetries": 3}})
+    emit("background:batch", {"partition": "p", "latencyMs": "bad", "counters": None})
+    emit("background:throttle", {"reason": "slow", "batchSize": 5, "pauseMs": 10})
+    emit("background:drift", {"collection": "users", "source": "poll", "action": "reopened"})
+    emit("background:lease:lost", {"partition": "p"})
+    emit("background:slice:start", {"partition": "p"})
+    telemetry.leases_reclaimed(2)
+    assert received == ["background:batch", "background:batch", "background:throttle",
+                        "background:drift", "background:lease:lost", "background:slice:start"]
+
+    def values(name: str) -> dict[tuple[tuple[str, Any], ...], int]:
+        return {tuple(sorted((k, v) for k, v in p.attributes.items() if k != "db.namespace")):
+                p.value or p.count for p in metrics[name]}
+
+    metrics = otel.metrics()
+    assert values("migronaut.background.batch.duration") == {(): 1}
+    assert values("migronaut.background.documents") == {
+        (("migronaut.background.documents.outcome", "migrated"),): 7,
+        (("migronaut.background.documents.outcome", "skipped"),): 2,
+        (("migronaut.background.documents.outcome", "failed"),): 1,
+    }
+    assert values("migronaut.background.transaction.retried") == {
+        (("migronaut.background.retry.reason", "transient"),): 3}
+    assert values("migronaut.background.throttled") == {
+        (("migronaut.background.throttle.reason", "slow"),): 1}
+    assert values("migronaut.background.drift.detected") == {
+        (("migronaut.background.drift.action", "reopened"),
+         ("migronaut.background.drift.source", "poll")): 1}
+    assert values("migronaut.background.lease.lost") == {(): 1}
+    assert values("migronaut.background.leases.reclaimed") == {(): 2}
+    assert all(p.attributes["db.namespace"] == "app" for ps in metrics.values() for p in ps)
+
+
+def test_without_a_meter_the_background_emitter_is_not_wrapped() -> None:
+    from migronaut.observability.telemetry import DISABLED, Telemetry
+
+    def emit(event: str, payload: dict[str, Any]) -> None:
+        pass
+
+    assert DISABLED.observe_background(emit) is emit
+    assert Telemetry(tracer=trace.NoOpTracer()).observe_background(emit) is emit

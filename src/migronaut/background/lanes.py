@@ -669,6 +669,8 @@ class _Lane:
             else:
                 outcome = self._settle(lease, part, outcome)
             traced.set({"migronaut.background.slice.outcome": outcome.outcome}, metric=True)
+            if outcome.outcome == "failed" and outcome.error is not None:
+                traced.fail(outcome.error)
             traced.set({f"migronaut.background.slice.{key}": outcome.counters.get(key)
                         for key in ("batches", "migrated")})
             return outcome

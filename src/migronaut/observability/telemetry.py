@@ -156,6 +156,9 @@ class Scope:
     def set(self, attributes: Mapping[str, Any], *, metric: bool = False) -> None:
         """Add span attributes (``metric``: to the duration point's attributes too)."""
 
+    def fail(self, error: BaseException) -> None:
+        """End with an ERROR status for a failure that is returned, not raised."""
+
 
 _NO_SCOPE = Scope()
 
@@ -182,6 +185,7 @@ class _LiveScope(Scope):
         self._span: Any = None
         self._token: Any = None
         self._started = 0.0
+        self._failure: BaseException | None = None
 
     def open(self) -> None:
         self._started = time.monotonic()
@@ -209,7 +213,11 @@ class _LiveScope(Scope):
         if span is not None:
             _guarded("span.set_attributes", lambda: span.set_attributes(values))
 
+    def fail(self, error: BaseException) -> None:
+        self._failure = error
+
     def close(self, error: BaseException | None) -> None:
+        error = error if error is not None else self._failure
         span, self._span = self._span, None
         token, self._token = self._token, None
         api = _api()
