@@ -592,6 +592,20 @@ BAD_CONFIG = [
 ]
 
 
+def test_telemetry_true_without_the_api_says_which_extra_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from migronaut.observability import telemetry as module
+
+    monkeypatch.setattr(module, "_api_modules", None)
+    monkeypatch.setattr(module, "_api_missing", True)  # as if opentelemetry-api were absent
+    with pytest.raises(ConfigInvalidError) as info:
+        module.resolve_telemetry(True, namespace="app")
+    assert info.value.message == (
+        "Invalid configuration: telemetry.tracer: True needs the OpenTelemetry API: "
+        "pip install 'migronaut[otel]'")
+
+
 @pytest.mark.parametrize(("value", "path", "problem"), BAD_CONFIG)
 def test_a_bad_telemetry_value_fails_closed_before_anything_is_written(
     project: Any, db: Any, value: Any, path: str, problem: str

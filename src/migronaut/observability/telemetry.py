@@ -44,6 +44,7 @@ __all__ = [
     "DISABLED",
     "NO_RUN",
     "RunTrace",
+    "Scope",
     "Telemetry",
     "error_type",
     "resolve_telemetry",
