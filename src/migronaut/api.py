@@ -7,6 +7,7 @@ one run at a time; a run is one lock acquisition around one command.
 
 from __future__ import annotations
 
+import functools
 import getpass
 import logging
 import os
@@ -57,6 +58,7 @@ from migronaut.errors import (
     describe_exception,
 )
 from migronaut.observability.events import EventBus, Listener
+from migronaut.observability.telemetry import NO_RUN, RunTrace, Telemetry, resolve_telemetry
 
 if TYPE_CHECKING:
     from pymongo import MongoClient
@@ -118,6 +120,7 @@ class _Run:
     reason: str | None = None
     #: Counts of a run whose outcome is not per-migration results (import, baseline): run:end.
     counts: dict[str, int] = field(default_factory=dict)
+    trace: RunTrace = NO_RUN
 
 
 class Migrator:
@@ -188,6 +191,11 @@ class Migrator:
     @property
     def hooks(self) -> Hooks:
         return normalise_hooks(self.config.hooks)
+
+    @functools.cached_property
+    def telemetry(self) -> Telemetry:
+        """The ``telemetry`` config resolved (OpenTelemetry spans and metrics; no-op unset)."""
+        return resolve_telemetry(self.config.telemetry, namespace=self.config.db_name)
 
     def connect(self) -> None:
         """Connect (idempotent) and create the changelog indexes once (never during ``audit``)."""
@@ -719,6 +727,7 @@ class Migrator:
         started: float,
     ) -> list[RunResult]:
         config = self.config
+        telemetry = self.telemetry  # a bad telemetry config fails before the lock
         if no_lock:
             self.logger.warning(
                 "⚠ Running without a lock (--no-lock) — concurrent runs are unsafe"
@@ -735,13 +744,19 @@ class Migrator:
                     extra={"event": "lock:renew-failed", "runId": run.id},
                 ),
             )
-            run.lock.acquire()  # LOCK_ALREADY_HELD propagates: no run:start, no span
+            try:
+                run.lock.acquire()  # LOCK_ALREADY_HELD propagates: no run:start, no span
+            except LockAlreadyHeldError:
+                telemetry.lock_refused(run.command)
+                raise
         self._emit("run:start", command=run.command, direction=direction)
         if run.lock is not None:
             self._emit("lock:acquired", owner=run.id, ttlMs=run.lock.ttl_ms,
                        acquireMs=run.lock.acquire_ms)
         else:
             self._emit("lock:acquired", skipped=True)
+        run.trace = telemetry.start_run(run.id, run.command, direction,
+                                        acquire_ms=run.lock.acquire_ms if run.lock else None)
         error: BaseException | None = None
         try:
             self._check_between(run)
@@ -771,6 +786,10 @@ class Migrator:
             self._emit("lock:released", skipped=True)
         applied = sum(1 for r in run.results if r.status == "applied")
         reverted = sum(1 for r in run.results if r.status == "reverted")
+        run.trace.end(error if error is not None else release_error,
+                      applied=applied, reverted=reverted,
+                      skipped=sum(1 for r in run.results if r.status == "skipped"),
+                      total=len(run.results), duration_s=time.monotonic() - started)
         duration_ms = int((time.monotonic() - started) * 1000)
         end: dict[str, Any] = {
             "command": run.command, "direction": direction, "success": error is None,
@@ -792,6 +811,7 @@ class Migrator:
         self.logger.warning("⚠ Lost the migration lock mid-run (%s)", reason,
                             extra={"event": "lock:lost", "runId": run.id})
         self._emit("lock:lost", owner=run.id, reason=reason)
+        run.trace.lock_lost(reason)
         if self.config.on_lock_lost == "abort":
             run.cancellation.cancel(
                 LockLostError(
@@ -879,7 +899,8 @@ class Migrator:
                 batch = None
                 if direction == "up":
                     batch = batches[index] if batches else (step_base or 1) + done
-                self._execute_one(run, ctx, hooks, name, direction, batch, index, total)
+                with run.trace.migration(name, direction, batch=batch, index=index, total=total):
+                    self._execute_one(run, ctx, hooks, name, direction, batch, index, total)
                 done += 1
         except BaseException as error:
             failure = error
@@ -918,6 +939,7 @@ class Migrator:
             else config.use_transaction
         )
         timeout_ms = migration.timeout_ms or config.timeout_ms
+        run.trace.migration_attributes({"migronaut.migration.transaction": use_transaction})
         checksum = self.checksum(name) or ""
         if self._progress:
             self._progress.on_start(name, direction)
@@ -1022,7 +1044,7 @@ class Migrator:
                 lock_ttl_ms=config.lock_ttl_seconds * 1000, logger=self.logger,
                 emit=lambda event, payload: self._emit(event, **payload),
                 reserved_collections=reserved, reload_migrations=config.reload_migrations,
-                executed_by=executed_by(),
+                executed_by=executed_by(), telemetry=self.telemetry,
             )
         return self._background
 
@@ -1129,10 +1151,17 @@ def run_migrations(
         deadline: float | None = None
         last_seen: Any = None
         delay = lock_poll_interval_ms / 1000
+
+        def record_wait(outcome: str, ended: float | None = None) -> None:
+            if waited:
+                migrator.telemetry.lock_wait((ended or time.monotonic()) - started, outcome)
+
         while True:
             attempts += 1
             if stop_event is not None and stop_event.is_set():
+                record_wait("aborted")
                 raise RunAbortedError("Lock wait aborted", {"attempts": attempts})
+            attempted = time.monotonic()
             try:
                 applied = migrator.up(no_lock=no_lock)
                 break
@@ -1155,14 +1184,20 @@ def run_migrations(
                     refused.context.update({
                         "timedOut": True, "attempts": attempts,
                         "waitedMs": int((now - started) * 1000)})
+                    record_wait("timeout")
                     raise
                 pause = min(delay * random.uniform(0.75, 1.25), 5.0, max(0.0, deadline - now))
                 if stop_event is not None:
                     if stop_event.wait(pause):
+                        record_wait("aborted")
                         raise RunAbortedError("Lock wait aborted", {"attempts": attempts}) from None
                 else:
                     time.sleep(pause)
                 delay = min(delay * 2, 5.0)
+            except MigronautError:
+                record_wait("failed", attempted)  # the attempt after the wait failed otherwise
+                raise
+        record_wait("acquired", attempted)
         waited_ms = int((time.monotonic() - started) * 1000) if waited else 0
         return MigrationSummary(
             applied=applied,

@@ -12,6 +12,7 @@ decided only by counting what is left, never by summing partitions.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import time
@@ -43,6 +44,7 @@ from migronaut.errors import (
     MigronautError,
     RunAbortedError,
 )
+from migronaut.observability.telemetry import DISABLED, Telemetry
 
 if TYPE_CHECKING:
     from pymongo.collection import Collection
@@ -106,6 +108,7 @@ class BackgroundEngine:
         reserved_collections: tuple[str, ...] = (),
         reload_migrations: bool = False,
         executed_by: str = "unknown",
+        telemetry: Telemetry = DISABLED,
     ) -> None:
         self.db = db
         self.store = store
@@ -113,7 +116,8 @@ class BackgroundEngine:
         self.lock_collection = lock_collection
         self.ttl_ms = lock_ttl_ms
         self.logger = logger
-        self.emit = emit
+        self.telemetry = telemetry
+        self.emit = telemetry.observe_background(emit)
         self.reserved = reserved_collections
         self.reload = reload_migrations
         self.executed_by = executed_by
@@ -153,7 +157,13 @@ class BackgroundEngine:
         except LockAlreadyHeldError:
             return Answer("busy", retry_after_ms=max(1, self.ttl_ms // 2))
         try:
-            return self._coordinate(name, driver, cancellation or Cancellation())
+            with self.telemetry.background_coordinate(name, driver=driver) as traced:
+                answer = self._coordinate(name, driver, cancellation or Cancellation())
+                traced.set({"migronaut.background.next": answer.next,
+                            "migronaut.background.reason": answer.reason,
+                            "migronaut.background.status": answer.status,
+                            "migronaut.background.lanes": answer.lanes})
+                return answer
         finally:
             lock.release(run_failed=True)
 
@@ -209,6 +219,7 @@ class BackgroundEngine:
             reaped = self.store.reap_expired_leases(name, self.ttl_ms)
             if reaped:
                 self.logger.debug("%s: reclaimed %d expired lease(s)", name, reaped)
+                self.telemetry.leases_reclaimed(reaped)
             counts = self.store.count_by_status(name, state["generation"], plan["token"])
             open_count = counts["pending"] + counts["running"]
             if open_count:
@@ -803,7 +814,7 @@ class BackgroundEngine:
                     result = run_slice(
                         store=self.store, job=job, db=self.db, owner=uuid.uuid4().hex,
                         ttl_ms=self.ttl_ms, cancellation=lane_cancel, slice_ms=slice_ms,
-                        emit=self.emit, logger=self.logger,
+                        emit=self.emit, logger=self.logger, telemetry=self.telemetry,
                     )
                 except MigronautError as error:
                     failures += 1
@@ -821,7 +832,9 @@ class BackgroundEngine:
                 if result.outcome == "busy":
                     lane_cancel.wait((result.retry_after_ms or 1000) / 1000)
 
-        threads = [threading.Thread(target=lane, name=f"migronaut-lane-{name}-{i}", daemon=True)
+        # each lane runs in a copy of this context: its slice spans nest under the caller's span
+        threads = [threading.Thread(target=contextvars.copy_context().run, args=(lane,),
+                                    name=f"migronaut-lane-{name}-{i}", daemon=True)
                    for i in range(lanes)]
         for thread in threads:
             thread.start()

@@ -85,6 +85,7 @@ from migronaut.errors import (
     TransactionsUnsupportedError,
     describe_exception,
 )
+from migronaut.observability.telemetry import DISABLED, Telemetry
 
 if TYPE_CHECKING:
     from bson.codec_options import CodecOptions
@@ -224,6 +225,7 @@ def run_slice(
     emit: Emit,
     logger: logging.Logger,
     run_id: str | None = None,
+    telemetry: Telemetry = DISABLED,
 ) -> SliceResult:
     """One lane turn on ``job`` (reference background §4.1).
 
@@ -269,6 +271,7 @@ def run_slice(
         lane = _Lane(
             store=store, job=job, db=db, state=state, owner=owner, ttl_ms=ttl_ms,
             caller=cancellation, slice_ms=slice_ms, emit=emit, logger=logger, run_id=run_id,
+            telemetry=telemetry,
         )
         return lane.run()
     except PyMongoError as error:  # claims, state moves: no lease held, nothing to count
@@ -485,6 +488,7 @@ class _Lane:
         emit: Emit,
         logger: logging.Logger,
         run_id: str | None,
+        telemetry: Telemetry,
     ) -> None:
         self.store = store
         self.job = job
@@ -497,6 +501,7 @@ class _Lane:
         self._emit = emit
         self.logger = logger
         self.run_id = run_id
+        self.telemetry = telemetry
         self.generation = int(state["generation"])
         self.plan = str(state["plan"]["token"])
         self.registration = state.get("registration")
@@ -659,16 +664,28 @@ class _Lane:
             "generation": part.generation, "partition": part.key, "slot": lease.slot,
         })
         counters: dict[str, int] = {}
-        try:
-            with _LeaseKeeper(self, lease, part.generation, str(partition.get("plan"))) as keeper:
-                if partition.get("inflight"):
-                    self._recover(lease, part, partition["inflight"], counters)
-                outcome = self._work(lease, part, keeper, controller, counters)
-                if part.unflushed:
-                    self._flush(lease, part, controller)
-        except BaseException as error:
-            return self._settle_error(lease, part, error, counters)
-        return self._settle(lease, part, outcome)
+        with self.telemetry.background_slice(
+            self.name, partition=part.key, generation=part.generation, slot=lease.slot,
+            run_id=self.run_id,
+        ) as traced:
+            try:
+                with _LeaseKeeper(self, lease, part.generation,
+                                  str(partition.get("plan"))) as keeper:
+                    if partition.get("inflight"):
+                        self._recover(lease, part, partition["inflight"], counters)
+                    outcome = self._work(lease, part, keeper, controller, counters)
+                    if part.unflushed:
+                        self._flush(lease, part, controller)
+            except BaseException as error:
+                outcome = self._settle_error(lease, part, error, counters)
+            else:
+                outcome = self._settle(lease, part, outcome)
+            traced.set({"migronaut.background.slice.outcome": outcome.outcome}, metric=True)
+            if outcome.outcome == "failed" and outcome.error is not None:
+                traced.fail(outcome.error)
+            traced.set({f"migronaut.background.slice.{key}": outcome.counters.get(key)
+                        for key in ("batches", "migrated")})
+            return outcome
 
     def _recover(
         self, lease: Lease, part: _Part, inflight: Mapping[str, Any], counters: dict[str, int]

@@ -334,7 +334,7 @@ class BackgroundRunner:
         result = run_slice(
             store=engine.store, job=job, db=engine.db, owner=uuid.uuid4().hex,
             ttl_ms=engine.ttl_ms, cancellation=self._cancel, slice_ms=self.slice_ms,
-            emit=engine.emit, logger=engine.logger,
+            emit=engine.emit, logger=engine.logger, telemetry=engine.telemetry,
         )
         outcome = str(result.outcome)
         with self._lock:

@@ -1,8 +1,13 @@
-"""Calling user code that may be a plain function or ``async def``, with an optional timeout."""
+"""Calling user code that may be a plain function or ``async def``, with an optional timeout.
+
+User code that runs on a helper thread runs in a copy of the caller's ``contextvars`` context, so
+what the caller made current (an OpenTelemetry span, a log correlation) is current there too.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import threading
 from collections.abc import Callable
@@ -33,7 +38,8 @@ def call_user(fn: Callable[..., Any], *args: Any) -> Any:
         except BaseException as error:
             box["error"] = error
 
-    thread = threading.Thread(target=target, name="migronaut-async-body")
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(target,),
+                              name="migronaut-async-body")
     thread.start()
     thread.join()
     if "error" in box:
@@ -61,7 +67,8 @@ def call_with_timeout(fn: Callable[[], Any], timeout_s: float | None) -> Any:
         except BaseException as error:
             box["error"] = error
 
-    thread = threading.Thread(target=target, name="migronaut-migration-body", daemon=True)
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(target,),
+                              name="migronaut-migration-body", daemon=True)
     thread.start()
     thread.join(timeout_s)
     if thread.is_alive():
