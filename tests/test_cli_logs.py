@@ -264,3 +264,38 @@ def test_bad_observability_settings_exit_6_and_change_nothing(
     assert message in result.json["error"]["message"]
     assert db[CHANGELOG].count_documents({}) == 0
     assert db[RUNS].count_documents({}) == 0
+
+
+SLOW = """
+import time
+
+def up(ctx):
+    ctx.db["progress"].insert_one({"at": "start"})
+    time.sleep(1)
+    ctx.logger.info("finished after the signal")
+
+def down(ctx):
+    pass
+"""
+
+
+@pytest.mark.slow
+def test_a_run_stopped_by_sigint_is_recorded_as_stopped(
+    cli_process: Any, project: Any, db: Any
+) -> None:
+    import signal
+
+    from helpers.engine import wait_until
+
+    project.write_migration("0001_slow", SLOW)
+    write_simple(project, "0002_b")
+    process = cli_process.start("up", "--reason", "hotfix")
+    wait_until(lambda: db["progress"].find_one(), timeout=60, what="the migration to start")
+    process.send_signal(signal.SIGINT)
+    assert cli_process.wait(process).exit_code == 11
+    shown = cli_process("logs", "--last", "--json").json
+    run = shown["run"]
+    assert (run["outcome"], run["reason"], run["applied"]) == ("stopped", "hotfix",
+                                                               ["0001_slow.py"])
+    assert run["error"] == {"code": "RUN_ABORTED", "message": "Received SIGINT"}
+    assert [ln["msg"] for ln in shown["lines"]] == ["finished after the signal"]

@@ -1,4 +1,4 @@
-"""The run recorder: one record per locked run (who, why, what, outcome) and its ctx.logger lines."""
+"""The run recorder: one record per locked run (who, why, what, outcome) and its log lines."""
 
 from __future__ import annotations
 
@@ -250,7 +250,8 @@ def test_requested_by_comes_from_the_environment(
     [
         ({}, ("runner", "os-user")),
         ({"GITLAB_USER_LOGIN": "gl"}, ("gl", "GITLAB_USER_LOGIN")),
-        ({"GITHUB_ACTOR": "gh", "MIGRONAUT_REQUESTED_BY": "ops"}, ("ops", "MIGRONAUT_REQUESTED_BY")),
+        ({"GITHUB_ACTOR": "gh", "MIGRONAUT_REQUESTED_BY": "ops"},
+         ("ops", "MIGRONAUT_REQUESTED_BY")),
         ({"BUILD_USER_ID": "  ", "BUILD_USER": "jenkins-jo"}, ("jenkins-jo", "BUILD_USER")),
         ({"GITHUB_ACTOR": "x" * 300}, ("x" * 128, "GITHUB_ACTOR")),
     ],

@@ -645,12 +645,6 @@ class Migrator:
                 ),
             )
             run.lock.acquire()  # LOCK_ALREADY_HELD propagates: no run:start, no span
-        run.recording = self.recorder.begin(
-            run.id, command=run.command, direction=direction, requested_by=run.requested_by,
-            reason=run.reason, locked=run.lock is not None,
-            emit=lambda line: self._emit("migration:log", **line),
-            debug=self.logger.isEnabledFor(logging.DEBUG),
-        )
         self._emit("run:start", command=run.command, direction=direction)
         if run.lock is not None:
             self._emit("lock:acquired", owner=run.id, ttlMs=run.lock.ttl_ms,
@@ -659,6 +653,12 @@ class Migrator:
             self._emit("lock:acquired", skipped=True)
         error: BaseException | None = None
         try:
+            run.recording = self.recorder.begin(
+                run.id, command=run.command, direction=direction, requested_by=run.requested_by,
+                reason=run.reason, locked=run.lock is not None,
+                emit=lambda line: self._emit("migration:log", **line),
+                debug=self.logger.isEnabledFor(logging.DEBUG),
+            )
             self._check_between(run)
             work(run)
         except BaseException as caught:

@@ -90,7 +90,8 @@ class RunLog:
         return {"run": self.run.to_dict(), "lines": to_json_value(self.lines)}
 
 
-def _check_limit(limit: Any) -> int:
+def check_limit(limit: Any) -> int:
+    """A positive number of runs to list (at most :data:`MAX_LIMIT`)."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= MAX_LIMIT:
         raise ConfigInvalidError(
             f"limit must be a positive integer of at most {MAX_LIMIT} (got {limit!r})",
@@ -112,7 +113,7 @@ def check_level(level: Any) -> int | None:
 
 def recent_runs(store: RunStore, limit: int, *, lock: LockInfo | None) -> list[RunRecord]:
     """The newest ``limit`` runs, newest first."""
-    return [RunRecord.from_document(doc, lock=lock) for doc in store.recent(_check_limit(limit))]
+    return [RunRecord.from_document(doc, lock=lock) for doc in store.recent(check_limit(limit))]
 
 
 def read_run_log(

@@ -52,7 +52,7 @@ def logs(
     level: str | None,
     limit: str | None,
 ) -> int:
-    from migronaut.observability.history import check_level
+    from migronaut.observability.history import check_level, check_limit
 
     if run_id is not None and last:
         raise ConfigInvalidError("RUN_ID and --last cannot be combined",
@@ -63,9 +63,10 @@ def logs(
             if value is not None:
                 raise ConfigInvalidError(f"{flag} needs a run: pass RUN_ID or --last",
                                          {"option": flag})
-        count = parse_int(limit, "--limit")
+        parsed = parse_int(limit, "--limit")
+        count = DEFAULT_LIMIT if parsed is None else check_limit(parsed)
         return session.run(
-            lambda migrator: migrator.runs(DEFAULT_LIMIT if count is None else count),
+            lambda migrator: migrator.runs(count),
             render=render_runs,
             to_json=lambda runs: [run.to_dict() for run in runs],
         )
