@@ -806,3 +806,27 @@ def test_lanes_never_hold_more_partitions_than_max_parallel(
         thread.join()
     assert live["most"] <= 2
     assert db.items.count_documents({"__v": 1, "__rev": 1}) == 400
+
+
+def test_userland_transform_lines_emit_background_migration_log(
+    db: Database[dict[str, Any]]
+) -> None:
+    seed(db, 3)
+
+    def chatty(doc: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        ctx.logger.info("doc %d via mongodb://u:Pw0rd@h", doc["n"],
+                        extra={"userland": True, "n": doc["n"]})
+        ctx.logger.info("plain line, no event")
+        return label(doc, ctx)
+
+    store, job = declare(db, {**BASE, "migrate": chatty})
+    events = Events()
+    run_slice(store=store, job=job, db=db, owner="lane-1", ttl_ms=60_000,
+              cancellation=Cancellation(), emit=events, logger=log, run_id="run-7")
+    lines = events.named("migration:log")
+    assert [line["data"] for line in lines] == [{"n": 0}, {"n": 1}, {"n": 2}]
+    assert [line["seq"] for line in lines] == [1, 2, 3]
+    first = lines[0]
+    assert (first["kind"], first["migration"], first["runId"], first["level"]) == (
+        "background", NAME, "run-7", "info")
+    assert first["msg"] == "doc 0 via mongodb://u:****@h"

@@ -6,8 +6,18 @@ from typing import Any
 
 import pytest
 
-from helpers.engine import Events, applied, hold_lock, make_migrator, records, write_simple
-from migronaut import LockAlreadyHeldError, MigrationExecutionFailedError
+from helpers.engine import (
+    Events,
+    applied,
+    captured_logger,
+    hold_lock,
+    make_migrator,
+    records,
+    write_simple,
+)
+from migronaut import LockAlreadyHeldError, LockLostError, MigrationExecutionFailedError
+from migronaut.errors import RunAbortedError
+from migronaut.observability.events import EVENTS
 
 
 def test_event_order_and_payloads_of_a_successful_up(project: Any, db: Any) -> None:
@@ -149,3 +159,181 @@ def test_off_removes_a_listener(project: Any, db: Any) -> None:
         migrator.on("run:start", listener).off("run:start", listener)
         migrator.up()
     assert seen == []
+
+
+# ------------------------------------------------------------------------- stop and lost lock
+
+
+def test_events_of_a_stopped_run(project: Any, db: Any) -> None:
+    write_simple(project, "0001_a", "0002_b")
+    with make_migrator(project) as migrator:
+        events = Events(migrator)
+        migrator.on("migration:success", lambda payload: migrator.stop("deploy cancelled"))
+        with pytest.raises(RunAbortedError):
+            migrator.up()
+    assert events.names == [
+        "run:start",
+        "lock:acquired",
+        "migration:start",
+        "migration:success",
+        "lock:released",
+        "run:end",
+    ]
+    end = events.of("run:end")[0]
+    assert end["success"] is False and end["error"] == "deploy cancelled"
+    assert (end["applied"], end["total"]) == (1, 1)
+    run_id = records(db)["0001_a.py"]["runId"]
+    assert {e["runId"] for e in events.items} == {run_id}
+
+
+def test_events_of_a_run_that_lost_its_lock(project: Any, db: Any) -> None:
+    project.write_migration(
+        "0001_loses_lock",
+        """
+        def up(ctx):
+            ctx.db["_migronaut_locks"].delete_one({"_id": "migronaut_lock"})
+            ctx.cancellation.wait(20)  # bounded: until the heartbeat notices
+
+        def down(ctx):
+            pass
+        """,
+    )
+    write_simple(project, "0002_b")
+    with (
+        captured_logger() as (logger, _),
+        make_migrator(project, lock_ttl_seconds=2, logger=logger) as migrator,
+    ):
+        events = Events(migrator)
+        with pytest.raises(LockLostError):
+            migrator.up()
+    assert events.names == [
+        "run:start",
+        "lock:acquired",
+        "migration:start",
+        "lock:lost",
+        "migration:success",
+        "lock:released",
+        "run:end",
+    ]
+    run_id = events.of("run:start")[0]["runId"]
+    assert events.of("lock:lost")[0] == {
+        "event": "lock:lost", "runId": run_id, "owner": run_id,
+        "reason": "another run reclaimed it",
+    }
+    end = events.of("run:end")[0]
+    assert end["success"] is False and end["error"] == "Lost the migration lock mid-run"
+
+
+# -------------------------------------------------------------------------------- migration:log
+
+USERLAND_LOGS = """
+def up(ctx):
+    ctx.logger.info("plain line, not an event")
+    ctx.logger.debug("copied %d from mongodb://u:Pw0rdLeak@h", 7,
+                     extra={"userland": True, "n": 7, "err": ValueError("dup key: { a: 1 }")})
+    ctx.logger.error("x" * 3000, extra={"userland": True})
+
+def down(ctx):
+    pass
+"""
+
+
+@pytest.mark.parametrize("logger", ["default", None])
+def test_migration_log_for_userland_lines(project: Any, db: Any, logger: Any) -> None:
+    project.write_migration("0001_logs", USERLAND_LOGS)
+    settings = {} if logger == "default" else {"logger": None}
+    with make_migrator(project, **settings) as migrator:
+        events = Events(migrator)
+        migrator.up(requested_by="alice", reason="OPS-7")
+    assert events.names.index("migration:log") > events.names.index("migration:start")
+    first, second = events.of("migration:log")  # the plain line is no event
+    run_id = events.of("run:start")[0]["runId"]
+    assert first == {
+        "event": "migration:log", "kind": "migration", "runId": run_id, "direction": "up",
+        "migration": "0001_logs.py", "batch": 1, "level": "debug",
+        "msg": "copied 7 from mongodb://u:****@h",
+        "data": {"n": 7, "err": {"name": "ValueError", "message": "dup key: { **** }"}},
+        "at": first["at"], "seq": first["seq"], "requestedBy": "alice", "reason": "OPS-7",
+    }
+    assert first["at"].tzinfo is not None
+    assert second["seq"] > first["seq"]
+    assert second["level"] == "error" and second["truncated"] is True
+    assert second["msg"] == "x" * 2048 + "…"
+
+
+def test_a_raising_listener_of_migration_log_never_breaks_the_migration(
+    project: Any, db: Any
+) -> None:
+    project.write_migration("0001_logs", USERLAND_LOGS)
+
+    def explode(payload: dict[str, Any]) -> None:
+        raise RuntimeError("listener bug")
+
+    with make_migrator(project) as migrator:
+        migrator.on("migration:log", explode)
+        results = migrator.up()
+    assert [r.status for r in results] == ["applied"]
+
+
+# --------------------------------------------------------------------- every listener contained
+
+
+def _scenario_for(event: str, project: Any) -> tuple[dict[str, Any], Any]:
+    """A run that emits ``event``: (migrator settings, action on the migrator)."""
+    if event == "migration:skipped":
+        write_simple(project, "0001_a")
+
+        def skip(migrator: Any) -> Any:
+            migrator.up()
+            return migrator.up("0001_a.py")
+
+        return {}, skip
+    if event == "migration:error":
+        project.write_migration("0001_fail", "def up(ctx):\n    raise ValueError('boom')\n\n"
+                                             "def down(ctx):\n    pass\n")
+        return {}, lambda migrator: migrator.up()
+    if event == "lock:lost":
+        project.write_migration(
+            "0001_loses_lock",
+            """
+            def up(ctx):
+                ctx.db["_migronaut_locks"].delete_one({"_id": "migronaut_lock"})
+                for _ in range(1000):  # bounded: until the lock:lost listener was called
+                    if ctx.db["called"].find_one() or ctx.cancellation.wait(0.02):
+                        break
+
+            def down(ctx):
+                pass
+            """,
+        )
+        return {"lock_ttl_seconds": 2, "on_lock_lost": "warn"}, lambda migrator: migrator.up()
+    project.write_migration("0001_logs", USERLAND_LOGS)
+    write_simple(project, "0002_b")
+    return {}, lambda migrator: migrator.up()
+
+
+@pytest.mark.parametrize("event", [*EVENTS, "*"])
+def test_a_raising_listener_of_any_event_never_changes_the_run(
+    project: Any, db: Any, event: str
+) -> None:
+    settings, action = _scenario_for(event, project)
+    called: list[str] = []
+
+    def explode(payload: dict[str, Any]) -> None:
+        called.append(payload["event"])
+        db["called"].insert_one({"event": payload["event"]})
+        raise RuntimeError("listener bug")
+
+    with captured_logger() as (logger, _), make_migrator(project, logger=logger, **settings) as m:
+        m.on(event, explode)
+        if event == "migration:error":
+            with pytest.raises(MigrationExecutionFailedError) as info:
+                action(m)
+            assert "boom" in info.value.message  # the run's own error, not the listener's
+            assert records(db)["0001_fail.py"]["status"] == "failed"
+        else:
+            results = action(m)
+            assert all(r.status in ("applied", "skipped") for r in results)
+    assert called and (event == "*" or set(called) == {event})
+    assert db["_migronaut_locks"].count_documents({}) == 0
+    assert db["_migronaut_runs"].count_documents({"outcome": "running"}) == 0

@@ -68,6 +68,9 @@ if TYPE_CHECKING:
     from migronaut.background.engine import BackgroundEngine
     from migronaut.core.adopt import Adoption
     from migronaut.core.files import MigrationModule
+    from migronaut.observability.history import RunLog, RunRecord
+    from migronaut.observability.recorder import RunRecorder, RunRecording
+    from migronaut.observability.runstore import RunStore
 
 __all__ = [
     "Migrator",
@@ -121,6 +124,7 @@ class _Run:
     #: Counts of a run whose outcome is not per-migration results (import, baseline): run:end.
     counts: dict[str, int] = field(default_factory=dict)
     trace: RunTrace = NO_RUN
+    recording: RunRecording | None = None
 
 
 class Migrator:
@@ -166,6 +170,7 @@ class Migrator:
         self._logger: logging.Logger | None = None
         self._background: BackgroundEngine | None = None
         self._directory: Path | None = None
+        self._recorder: RunRecorder | None = None
         #: Problems that did not stop a command (e.g. a config file skipped by ``create``).
         self.warnings: list[str] = []
 
@@ -306,7 +311,48 @@ class Migrator:
         run = self._run
         if run is not None:
             payload.setdefault("runId", run.id)
+            if run.recording is not None:
+                run.recording.observe(event, payload)
         self._events.emit(event, payload)
+
+    # -- run history ----------------------------------------------------------------------------
+    @property
+    def run_store(self) -> RunStore:
+        """The run records and their log lines (``runs_collection``)."""
+        from migronaut.observability.runstore import RunStore
+
+        return RunStore(self.db, self.config.runs_collection)
+
+    @property
+    def recorder(self) -> RunRecorder:
+        if self._recorder is None:
+            from migronaut.observability.recorder import RunRecorder
+
+            config = self.config
+            self._recorder = RunRecorder(
+                self.run_store if config.record_runs else None, logger=self.logger,
+                ensure_indexes=config.ensure_indexes, executed_by=executed_by(),
+                environment=config.resolved_environment,
+            )
+        return self._recorder
+
+    def runs(self, limit: int = 20) -> list[RunRecord]:
+        """The newest recorded runs, newest first (``migronaut logs``)."""
+        from migronaut.observability.history import recent_runs
+
+        with self._busy_scope():
+            return recent_runs(self.run_store, limit, lock=read_lock(self._lock_collection()))
+
+    def run_log(
+        self, run_id: str | None = None, *, migration: str | None = None, level: str | None = None
+    ) -> RunLog | None:
+        """A recorded run (by id or unique id prefix; ``None``: the newest) and its log lines,
+        optionally only one migration's and at or above ``level``."""
+        from migronaut.observability.history import read_run_log
+
+        with self._busy_scope():
+            return read_run_log(self.run_store, run_id, migration=migration, level=level,
+                                lock=read_lock(self._lock_collection()))
 
     # -- read-only commands -------------------------------------------------------------------
     def status(self, filter: StatusFilter = "all", *, checksums: bool = True) -> list[StatusRow]:
@@ -759,6 +805,12 @@ class Migrator:
                                         acquire_ms=run.lock.acquire_ms if run.lock else None)
         error: BaseException | None = None
         try:
+            run.recording = self.recorder.begin(
+                run.id, command=run.command, direction=direction, requested_by=run.requested_by,
+                reason=run.reason, locked=run.lock is not None,
+                emit=lambda line: self._emit("migration:log", **line),
+                debug=self.logger.isEnabledFor(logging.DEBUG),
+            )
             self._check_between(run)
             work(run)
         except BaseException as caught:
@@ -799,6 +851,8 @@ class Migrator:
         if error is not None:
             end["error"] = describe_exception(error)
         self._emit("run:end", **end)
+        if run.recording is not None:
+            run.recording.finish(error, duration_ms=duration_ms, total=len(run.results))
         if error is None and (applied or reverted):
             parts = [f"{applied} applied"] if applied else []
             parts += [f"{reverted} reverted"] if reverted else []
@@ -832,7 +886,10 @@ class Migrator:
     def _base_context(self, run: _Run, direction: Direction | None) -> MigrationContext:
         info = RunInfo(id=run.id, direction=direction, requested_by=run.requested_by,
                        reason=run.reason)
-        adapter = logging.LoggerAdapter(self.logger, {"runId": run.id, "direction": direction})
+        from migronaut.observability.migration_log import MigrationLogger
+
+        adapter = MigrationLogger(self.logger, {"runId": run.id, "direction": direction},
+                                  sink=run.recording.line if run.recording else None)
         return MigrationContext(db=self.db, client=self.client, cancellation=run.cancellation,
                                 logger=adapter, run=info)
 
@@ -1037,7 +1094,8 @@ class Migrator:
             store = BackgroundStore(self.db, collection=config.background_collection,
                                     ensure_indexes=config.ensure_indexes)
             reserved = (config.migrations_collection, config.lock_collection,
-                        config.converge_log_collection, *store.own_collections)
+                        config.converge_log_collection, *store.own_collections,
+                        *self.run_store.collections)
             self._background = BackgroundEngine(
                 db=self.db, store=store, directory=self.directory,
                 lock_collection=self._lock_collection(),

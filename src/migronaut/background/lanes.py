@@ -52,6 +52,7 @@ conflicts too; it also means a slow transform shrinks batches.
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
 import math
 import random
@@ -85,6 +86,7 @@ from migronaut.errors import (
     TransactionsUnsupportedError,
     describe_exception,
 )
+from migronaut.observability.migration_log import MigrationLogger, log_line
 from migronaut.observability.telemetry import DISABLED, Telemetry
 
 if TYPE_CHECKING:
@@ -515,8 +517,9 @@ class _Lane:
         self.deadline = time.monotonic() + budget_ms / 1000.0
         self.deadline_epoch_ms = int(time.time() * 1000) + budget_ms
         self.first_batch = True
-        self.user_logger = logging.LoggerAdapter(
-            logger, {"migration": self.name, "runId": run_id, "userland": True}
+        self._log_seq = itertools.count(1)
+        self.user_logger = MigrationLogger(
+            logger, {"migration": self.name, "runId": run_id}, sink=self._user_line
         )
         self.throttle = Throttle(
             name=self.name, spec=self.spec, hook=job.functions.throttle, db=db,
@@ -610,6 +613,17 @@ class _Lane:
             self._emit(event, body)
         except Exception as error:  # listeners never break work
             self.logger.debug("listener for %s failed: %s", event, error)
+
+    def _user_line(
+        self, level: int, msg: object, args: tuple[Any, ...], fields: dict[str, Any],
+        correlation: Mapping[str, Any], userland: bool,
+    ) -> None:
+        """A ``userland`` ``ctx.logger`` line of a transform or step: ``migration:log`` with
+        ``kind: 'background'`` (reference background §7.1); other lines only reach the logger."""
+        if userland:
+            self.emit("migration:log", log_line(
+                kind="background", level=level, msg=msg, args=args, fields=fields,
+                correlation=correlation, seq=next(self._log_seq)))
 
     def lose(self, lease: Lease) -> None:
         """Called by the keeper: the lease is gone; stop the lane."""

@@ -39,6 +39,7 @@ COMMAND_MODULES = (
     "migronaut.cli.commands.lock",
     "migronaut.cli.commands.adopt",
     "migronaut.cli.commands.audit",
+    "migronaut.cli.commands.logs",
     "migronaut.cli.commands.background",
     "migronaut.cli.commands.dev_server",
 )
@@ -56,6 +57,7 @@ _GLOBAL_HELP = {
     "quiet": "Errors only.",
     "no_color": "No ANSI colours (beats every colour variable).",
     "json": "Machine-readable output: one JSON document on stdout.",
+    "log_format": "Log lines as text (default) or json: one JSON object per line on stderr.",
 }
 
 
@@ -76,6 +78,8 @@ def global_options(*, hidden: bool) -> Callable[[F], F]:
             click.option("--no-color", is_flag=True, help=_GLOBAL_HELP["no_color"],
                          hidden=hidden),
             click.option("--json", is_flag=True, help=_GLOBAL_HELP["json"], hidden=hidden),
+            click.option("--log-format", metavar="text|json", help=_GLOBAL_HELP["log_format"],
+                         hidden=hidden),
             click.version_option(__version__, "-V", "--version", prog_name="migronaut",
                                  message="%(prog)s %(version)s", hidden=hidden),
         ]

@@ -1,8 +1,9 @@
 """The bridge from the ``migronaut`` logger (the engine's human lines) to the CLI's output.
 
 Installed for the duration of one command and removed afterwards, restoring the logger's level
-and propagation. Only the CLI's fallback: a ``logger`` set in the config makes the engine log
-there instead (reference core §2.3).
+and propagation. With ``--log-format json`` each record becomes one JSON line with its structured
+fields (``runId``, ``migration``, ``event``…). Only the CLI's fallback: a ``logger`` set in the
+config makes the engine log there instead (reference core §2.3).
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ class LogBridge(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
+            if self._output.log_format == "json":
+                self._emit_json(record)
+                return
             text = record.getMessage()
             if record.exc_info and self._output.enabled(DEBUG):
                 import traceback
@@ -47,6 +51,12 @@ class LogBridge(logging.Handler):
             self._output.line(level, text)
         except Exception:  # a log line must never break a run
             pass
+
+    def _emit_json(self, record: logging.LogRecord) -> None:
+        from migronaut.observability.jsonlog import JsonFormatter
+
+        formatter = JsonFormatter(tracebacks=self._output.enabled(DEBUG))
+        self._output.write(self._output.stderr, formatter.format(record))
 
     def attach(self, name: str = "migronaut") -> None:
         logger = logging.getLogger(name)

@@ -10,6 +10,8 @@ Invariants:
   one JSON document); warnings and errors always go to stderr.
 * Colour is a yes/no decision per stream (:func:`colour_enabled`); the spinner exists only on a
   TTY stderr at the normal level and never in ``--json`` mode.
+* With ``--log-format json`` every line (the CLI's and the engine's) is one JSON object on
+  stderr instead; stdout keeps only results (tables, the ``--json`` document).
 """
 
 from __future__ import annotations
@@ -114,9 +116,16 @@ class Output:
     """
 
     def __init__(
-        self, *, json_mode: bool = False, level: int = INFO, no_color_flag: bool = False
+        self,
+        *,
+        json_mode: bool = False,
+        level: int = INFO,
+        no_color_flag: bool = False,
+        log_format: str = "text",
     ) -> None:
         self.json_mode = json_mode
+        #: ``text`` (human lines) or ``json`` (machine log lines on stderr).
+        self.log_format = log_format
         self.level = level
         self.no_color_flag = no_color_flag
         self.lock = threading.RLock()
@@ -149,6 +158,9 @@ class Output:
         """One human line at ``level`` (dropped below the current level)."""
         if not self.enabled(level):
             return
+        if self.log_format == "json":
+            self.log_json(level, "migronaut.cli", text)
+            return
         stream = self.stream_for(level)
         clean = sanitize_terminal(redact(text))
         self.write(stream, paint(clean, style or _LEVEL_STYLE.get(level), self.colour(stream)))
@@ -167,18 +179,38 @@ class Output:
 
     def detail(self, text: str) -> None:
         """``--verbose`` detail of an error (cause chain, traceback): dimmed, on stderr."""
-        if self.enabled(DEBUG):
+        if self.enabled(DEBUG) and self.log_format == "json":
+            self.log_json(DEBUG, "migronaut.cli", text)
+        elif self.enabled(DEBUG):
             clean = sanitize_terminal(redact(text))
             self.write(self.stderr, paint(clean, DIM, self.colour(self.stderr)))
 
     def note(self, text: str) -> None:
         """An informational line that must stay off stdout (stdout carries data)."""
-        if self.enabled(INFO):
+        if self.enabled(INFO) and self.log_format == "json":
+            self.log_json(INFO, "migronaut.cli", text)
+        elif self.enabled(INFO):
             self.write(self.stderr, sanitize_terminal(redact(text)))
 
     def result_line(self, text: str) -> None:
         """A data line on stdout that ``--quiet`` keeps (e.g. the dev server's URI)."""
         self.write(self.stdout, sanitize_terminal(redact(text)))
+
+    def log_json(
+        self,
+        level: int,
+        logger: str,
+        text: str,
+        fields: Mapping[str, Any] | None = None,
+        *,
+        at: dt.datetime | None = None,
+        traceback: str | None = None,
+    ) -> None:
+        """One machine log line on stderr (``--log-format json``)."""
+        from migronaut.observability.jsonlog import json_log_line
+
+        self.write(self.stderr, json_log_line(level=level, logger=logger, msg=text, fields=fields,
+                                              at=at, traceback=traceback))
 
     def block(self, text: str) -> None:
         """Pre-rendered (already sanitised, possibly coloured) info text, e.g. a table."""
@@ -256,6 +288,11 @@ class Spinner:
 
     def enable(self) -> None:
         self._enabled = True
+
+    def disable(self) -> None:
+        """Stop and never show again (machine log lines must not be interleaved with it)."""
+        self.stop()
+        self._enabled = False
 
     def show(self, text: str) -> None:
         """Show (or replace) the spinner's text; starts the drawing thread on first use."""

@@ -40,6 +40,7 @@ class GlobalOptions:
     quiet: bool = False
     no_color: bool = False
     json: bool = False
+    log_format: str | None = None
 
     def merge(self, later: GlobalOptions) -> GlobalOptions:
         """These options overridden by ``later`` (given after the command name)."""
@@ -59,6 +60,11 @@ class GlobalOptions:
                 raise ConfigInvalidError(
                     f"{flags[0]} and {flags[1]} cannot be combined", {"options": flags}
                 )
+        if self.log_format is not None and self.log_format not in LOG_FORMATS:
+            raise ConfigInvalidError(
+                f"--log-format must be 'text' or 'json' (got {self.log_format!r})",
+                {"option": "--log-format"},
+            )
 
     @property
     def level(self) -> int:
@@ -68,7 +74,8 @@ class GlobalOptions:
 
     def config_flags(self) -> dict[str, Any]:
         """The flags tier of the configuration (config keys)."""
-        flags: dict[str, Any] = {"uri": self.uri, "db_name": self.db, "migrations_dir": self.dir}
+        flags: dict[str, Any] = {"uri": self.uri, "db_name": self.db, "migrations_dir": self.dir,
+                                 "log_format": self.log_format}
         if self.no_env:
             flags["env_file"] = False
         elif self.env_file is not None:
@@ -77,6 +84,18 @@ class GlobalOptions:
 
 
 GLOBAL_KEYS = tuple(f.name for f in fields(GlobalOptions))
+LOG_FORMATS = ("text", "json")
+
+
+def early_log_format(options: GlobalOptions) -> str:
+    """The log format before the config is read: ``--log-format``, else a valid
+    ``MIGRONAUT_LOG_FORMAT``, else text (the resolved config decides once it is loaded)."""
+    import os
+
+    for value in (options.log_format, os.environ.get("MIGRONAUT_LOG_FORMAT", "").strip()):
+        if value in LOG_FORMATS:
+            return value
+    return "text"
 
 
 def parse_int(value: str | None, flag: str) -> int | None:
@@ -98,9 +117,10 @@ class Session:
     def __init__(self, options: GlobalOptions) -> None:
         self.options = options
         self.out = Output(
-            json_mode=options.json, level=options.level, no_color_flag=options.no_color
+            json_mode=options.json, level=options.level, no_color_flag=options.no_color,
+            log_format=early_log_format(options),
         )
-        if not options.json and options.level == INFO:
+        if not options.json and options.level == INFO and self.out.log_format == "text":
             try:
                 if self.out.stderr.isatty():
                     self.out.spinner.enable()
@@ -155,6 +175,7 @@ class Session:
         with guard if guard is not None else nullcontext():
             migrator = self._migrator(lenient=lenient)
             try:
+                self._adopt_log_format(migrator)
                 if guard is not None:
                     guard.bind(migrator)
                 if connects:
@@ -169,6 +190,18 @@ class Session:
         elif render is not None:
             render(result, self.out)
         return exit_code(result, self.out) if exit_code is not None else 0
+
+    def _adopt_log_format(self, migrator: Migrator) -> None:
+        """The configured log format, once the config loads; a config that cannot load is
+        left to the action (it raises it, or ``audit`` reports it as a check)."""
+        from migronaut.errors import MigronautError
+
+        try:
+            self.out.log_format = migrator.config.log_format
+        except MigronautError:
+            return
+        if self.out.log_format == "json":
+            self.out.spinner.disable()
 
     def _migrator(self, *, lenient: bool) -> Migrator:
         from migronaut.api import Migrator

@@ -97,6 +97,9 @@ KEYS: tuple[KeySpec, ...] = (
     _k("background_on_drift", "enum", "reopen", choices=("reopen", "report")),
     _k("background_drift", "enum", "poll", choices=("poll", "stream", "both")),
     _k("background_shard_aware", "enum", "auto", choices=("auto", "off")),
+    _k("runs_collection", "collection", "_migronaut_runs"),
+    _k("record_runs", "bool", True),
+    _k("log_format", "enum", "text", choices=("text", "json")),
 )
 _BY_NAME = {spec.name: spec for spec in KEYS}
 _CODE_ONLY = frozenset(spec.name for spec in KEYS if spec.kind == "code")
@@ -151,6 +154,9 @@ class Config:
     background_on_drift: str = "reopen"
     background_drift: str = "poll"
     background_shard_aware: str = "auto"
+    runs_collection: str = "_migronaut_runs"
+    record_runs: bool = True
+    log_format: str = "text"
     #: Where things were read from (for ``--verbose``); not a config key.
     source: str | None = field(default=None, compare=False)
     cwd: str = field(default=".", compare=False)

@@ -89,7 +89,8 @@ class MigrationContext:
 
     def for_migration(self, **run: Any) -> MigrationContext:
         fields = {k: v for k, v in run.items()}
-        logger = logging.LoggerAdapter(
+        bind = getattr(self.logger, "bind", None)  # ctx.logger keeps its line sink
+        logger = bind(**fields) if callable(bind) else logging.LoggerAdapter(
             self.logger.logger,
             {**(self.logger.extra or {}), **{k: v for k, v in fields.items() if v is not None}},
         )

@@ -22,6 +22,7 @@ EVENTS = (
     "migration:success",
     "migration:skipped",
     "migration:error",
+    "migration:log",
     "lock:acquired",
     "lock:released",
     "lock:lost",

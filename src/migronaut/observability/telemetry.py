@@ -28,6 +28,7 @@ Invariants:
 
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
 import time
@@ -106,8 +107,9 @@ def _api() -> tuple[ModuleType, ModuleType] | None:
     """``(opentelemetry.trace, opentelemetry.context)``, or ``None`` without the API."""
     global _api_modules, _api_missing
     if _api_modules is None and not _api_missing:
-        try:
-            from opentelemetry import context, trace
+        try:  # by name: opentelemetry is a namespace package, typed only where installed
+            trace = importlib.import_module("opentelemetry.trace")
+            context = importlib.import_module("opentelemetry.context")
         except ImportError:
             _api_missing = True
         else:
@@ -537,8 +539,7 @@ def _provider(kind: str, value: Any, required: tuple[str, ...]) -> Any:
                            "pip install 'migronaut[otel]'")
         if kind == "tracer":
             return api[0].get_tracer(SCOPE, __version__)
-        from opentelemetry import metrics
-
+        metrics = importlib.import_module("opentelemetry.metrics")
         return metrics.get_meter(SCOPE, __version__)
     missing = [m for m in required if not callable(getattr(value, m, None))]
     if missing:

@@ -14,6 +14,10 @@ from migronaut.cli.session import Session, parse_int
 
 NO_LOCK_HELP = "Run without the migration lock (development only: concurrent runs are unsafe)."
 REASON_HELP = "Why this run happens; recorded on the changelog records (≤ 512 characters)."
+_REQUESTED_BY_HELP = (
+    "Who asked for this run (≤ 128 characters); default: MIGRONAUT_REQUESTED_BY, the CI user, "
+    "else the OS user (docs/observability.md)."
+)
 
 
 @command(
@@ -31,6 +35,7 @@ REASON_HELP = "Why this run happens; recorded on the changelog records (≤ 512 
 @click.option("-y", "--yes", is_flag=True, help="Confirm --force without a prompt.")
 @click.option("--no-lock", is_flag=True, help=NO_LOCK_HELP)
 @click.option("--reason", metavar="TEXT", help=REASON_HELP)
+@click.option("--requested-by", metavar="WHO", help=_REQUESTED_BY_HELP)
 def up(
     session: Session,
     file: str | None,
@@ -41,10 +46,12 @@ def up(
     yes: bool,
     no_lock: bool,
     reason: str | None,
+    requested_by: str | None,
 ) -> int:
     from migronaut.core.plan import validate_up_options
 
-    validate_up_options(file, to=to, step=step, force=force, reason=reason)
+    validate_up_options(file, to=to, step=step, force=force, reason=reason,
+                        requested_by=requested_by)
     if force and not yes and not session.confirm(
         f'are you sure you want to re-run "{file}"? [y/N] ', action="up --force"
     ):
@@ -52,7 +59,7 @@ def up(
     return session.run(
         lambda migrator: migrator.up(
             file, to=to, step=step, force=force, no_lock=no_lock,
-            strict=True if strict else None, reason=reason,
+            strict=True if strict else None, reason=reason, requested_by=requested_by,
         ),
         to_json=run_results_json,
         mutating=True,
@@ -71,6 +78,7 @@ def up(
 @click.option("--to", metavar="FILE", help="Revert everything applied after FILE (it stays).")
 @click.option("--no-lock", is_flag=True, help=NO_LOCK_HELP)
 @click.option("--reason", metavar="TEXT", help=REASON_HELP)
+@click.option("--requested-by", metavar="WHO", help=_REQUESTED_BY_HELP)
 def down(
     session: Session,
     file: str | None,
@@ -79,14 +87,17 @@ def down(
     to: str | None,
     no_lock: bool,
     reason: str | None,
+    requested_by: str | None,
 ) -> int:
     from migronaut.core.plan import validate_down_options
 
     batch_n, steps_n = parse_int(batch, "--batch"), parse_int(steps, "--steps")
-    validate_down_options(file, steps=steps_n, batch=batch_n, to=to, reason=reason)
+    validate_down_options(file, steps=steps_n, batch=batch_n, to=to, reason=reason,
+                          requested_by=requested_by)
     return session.run(
         lambda migrator: migrator.down(
-            file, steps=steps_n, batch=batch_n, to=to, no_lock=no_lock, reason=reason
+            file, steps=steps_n, batch=batch_n, to=to, no_lock=no_lock, reason=reason,
+            requested_by=requested_by,
         ),
         to_json=run_results_json,
         mutating=True,
@@ -101,12 +112,17 @@ def down(
 @click.argument("file", required=False)
 @click.option("--no-lock", is_flag=True, help=NO_LOCK_HELP)
 @click.option("--reason", metavar="TEXT", help=REASON_HELP)
-def redo(session: Session, file: str | None, no_lock: bool, reason: str | None) -> int:
+@click.option("--requested-by", metavar="WHO", help=_REQUESTED_BY_HELP)
+def redo(
+    session: Session, file: str | None, no_lock: bool, reason: str | None,
+    requested_by: str | None,
+) -> int:
     from migronaut.core.plan import validate_down_options
 
-    validate_down_options(file, reason=reason)
+    validate_down_options(file, reason=reason, requested_by=requested_by)
     return session.run(
-        lambda migrator: migrator.redo(file, no_lock=no_lock, reason=reason),
+        lambda migrator: migrator.redo(file, no_lock=no_lock, reason=reason,
+                                       requested_by=requested_by),
         to_json=run_results_json,
         mutating=True,
     )
