@@ -25,7 +25,7 @@ if TYPE_CHECKING:
         assert_reversible,
         migrate_before,
     )
-    from migronaut.testing.snapshot import CollectionSnapshot, DatabaseSnapshot, snapshot
+    from migronaut.testing.snapshots import CollectionSnapshot, DatabaseSnapshot, snapshot
 
 __all__ = [
     "CollectionSnapshot",
@@ -42,9 +42,9 @@ _LAZY = {
     "assert_all_reversible": "migronaut.testing.reversible",
     "assert_reversible": "migronaut.testing.reversible",
     "migrate_before": "migronaut.testing.reversible",
-    "CollectionSnapshot": "migronaut.testing.snapshot",
-    "DatabaseSnapshot": "migronaut.testing.snapshot",
-    "snapshot": "migronaut.testing.snapshot",
+    "CollectionSnapshot": "migronaut.testing.snapshots",
+    "DatabaseSnapshot": "migronaut.testing.snapshots",
+    "snapshot": "migronaut.testing.snapshots",
 }
 
 

@@ -27,7 +27,7 @@ def unique_name(prefix: str) -> str:
 
 def copy_database(client: MongoClient[dict[str, Any]], source: str, target: str) -> None:
     """Copy every collection of ``source`` (options, indexes, documents) into ``target``."""
-    from migronaut.testing.snapshot import collection_kind, index_specs
+    from migronaut.testing.snapshots import collection_kind, index_specs
 
     src, dst = client[source], client[target]
     views = []

@@ -2,7 +2,7 @@
 
 One check, the *cycle*, runs a pending migration ``up`` → ``down`` → ``up`` through a
 :class:`~migronaut.Migrator` and snapshots the user data around each step
-(:mod:`migronaut.testing.snapshot`). A migration is reversible when
+(:mod:`migronaut.testing.snapshots`). A migration is reversible when
 
 1. after ``down`` the data is what it was before ``up`` (``down`` restores what ``up`` changed —
    the check that catches a ``down`` that does nothing), and
@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from migronaut.errors import ConfigInvalidError, MigrationFileNotFoundError, MigronautError
-from migronaut.testing.snapshot import snapshot
+from migronaut.testing.snapshots import snapshot
 
 if TYPE_CHECKING:
     from pymongo.database import Database
@@ -43,9 +43,7 @@ def migrate_before(migrator: Migrator, name: str) -> list[RunResult]:
         migronaut_migrator.db.users.insert_one({"name": "Ada Lovelace"})
         migronaut_migrator.up("20260102000000_split_names.py")
     """
-    files, applied = _require_pending(migrator, name, "migrate_before")
-    earlier = [f for f in files if f < name and f not in applied]
-    return migrator.up(to=earlier[-1]) if earlier else []
+    return _migrate_before(migrator, name, "migrate_before")
 
 
 def assert_reversible(migrator: Migrator, name: str, *, seed: Seed | None = None) -> None:
@@ -56,7 +54,7 @@ def assert_reversible(migrator: Migrator, name: str, *, seed: Seed | None = None
     where it was never applied (the ``migronaut_migrator`` fixture, not ``migronaut_db``).
     """
     __tracebackhide__ = True
-    migrate_before(migrator, name)
+    _migrate_before(migrator, name, "assert_reversible")
     _cycle(migrator, name, seed)
 
 
@@ -133,6 +131,12 @@ def _cycle(migrator: Migrator, name: str, seed: Seed | None) -> None:
             f"{name} is not reversible: up after down did not give the data of the first up\n"
             f"{problem}"
         )
+
+
+def _migrate_before(migrator: Migrator, name: str, helper: str) -> list[RunResult]:
+    files, applied = _require_pending(migrator, name, helper)
+    earlier = [f for f in files if f < name and f not in applied]
+    return migrator.up(to=earlier[-1]) if earlier else []
 
 
 def _applied(migrator: Migrator) -> set[str]:
