@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import os
 import textwrap
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from helpers.testing_project import FILES, INDEX, NORMALISE, SPLIT, USERS, write_migrations
+from helpers.testing_project import INDEX, NORMALISE, SPLIT, USERS, write_migrations
 
 pytest_plugins = ["pytester"]
 
@@ -402,7 +401,8 @@ def test_loading_the_plugin_twice_is_harmless(
         def test_fixtures_available(migronaut_uri, pytestconfig):
             assert migronaut_uri.startswith("mongodb://")
             plugins = pytestconfig.pluginmanager
-            assert plugins.has_plugin("migronaut") and plugins.has_plugin("migronaut.testing.plugin")
+            assert plugins.has_plugin("migronaut")
+            assert plugins.has_plugin("migronaut.testing.plugin")
     """)
     result = user_project.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=180)
     result.assert_outcomes(passed=1)
