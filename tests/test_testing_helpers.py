@@ -49,10 +49,12 @@ def test_snapshot_of_a_migrator_leaves_out_its_configured_collections(project: A
                        lock_collection="locks", background_collection="bg") as migrator:
         migrator.up()
         migrator.db["bg_partitions"].insert_one({"_id": 1})
+        migrator.db["bg_images"].insert_one({"_id": 1})  # a user's, despite its name
         taken = snapshot(migrator)
-        assert sorted(taken.collections) == ["settings", "users"]
+        assert sorted(taken.collections) == ["bg_images", "settings", "users"]
         assert "changelog" in snapshot(migrator.db).collections  # a bare Database keeps it
-        assert sorted(snapshot(migrator, exclude=["settings"]).collections) == ["users"]
+        assert sorted(snapshot(migrator, exclude=["settings", "bg_images"]).collections) == [
+            "users"]
 
 
 def test_equal_data_gives_no_diff_and_compares_equal(db: Any) -> None:
@@ -222,20 +224,36 @@ def test_assert_reversible_fails_with_the_diff_when_down_restores_nothing(
     ])
 
 
-def test_a_failing_down_is_a_failed_assertion(project: Any) -> None:
-    project.write_migration("0001_one_way", '''
+@pytest.mark.parametrize(
+    ("down", "up_again", "message"),
+    [
+        ('raise RuntimeError("cannot go back")', "", "down failed: Migration down failed: "
+         "0001_one_way.py: RuntimeError: cannot go back"),
+        ("ctx.db.things.delete_one({'_id': 1})",
+         'if len(RUNS) > 1: raise RuntimeError("only once")',
+         "up failed after down: Migration up failed: 0001_one_way.py: RuntimeError: only once"),
+    ],
+    ids=["down raises", "second up raises"],
+)
+def test_a_failing_step_is_a_failed_assertion(
+    project: Any, down: str, up_again: str, message: str
+) -> None:
+    project.write_migration("0001_one_way", f"""
+        RUNS = []
+
+
         def up(ctx):
-            ctx.db.things.insert_one({"_id": 1})
+            RUNS.append(1)
+            {up_again}
+            ctx.db.things.insert_one({{"_id": 1}})
+
 
         def down(ctx):
-            raise RuntimeError("cannot go back")
-    ''')
+            {down}
+    """)
     with make_migrator(project) as migrator, pytest.raises(AssertionError) as failure:
         assert_reversible(migrator, "0001_one_way.py")
-    assert str(failure.value) == (
-        "0001_one_way.py is not reversible: down failed: Migration down failed: "
-        "0001_one_way.py: RuntimeError: cannot go back"
-    )
+    assert str(failure.value) == f"0001_one_way.py is not reversible: {message}"
 
 
 def test_an_up_that_gives_other_data_after_down_fails_the_second_check(project: Any) -> None:

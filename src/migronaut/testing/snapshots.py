@@ -157,20 +157,17 @@ def index_specs(collection: Collection[dict[str, Any]]) -> dict[str, dict[str, A
 
 
 def _database_of(target: Any) -> tuple[Database[dict[str, Any]], set[str]]:
+    """The database, and the names of migronaut's collections in it under ``target``'s config."""
     from pymongo.database import Database
 
     if isinstance(target, Database):
         return target, set()
-    config = target.config
-    own = {
-        config.migrations_collection,
-        config.lock_collection,
-        config.converge_log_collection,
-        config.background_collection,
-    }
-    background = config.background_collection + "_"
-    db = target.db
-    own.update(n for n in db.list_collection_names() if n.startswith(background))
+    from migronaut.background.store import BackgroundStore
+
+    config, db = target.config, target.db
+    background = BackgroundStore(db, collection=config.background_collection, ensure_indexes=False)
+    own = {config.migrations_collection, config.lock_collection, config.converge_log_collection,
+           *background.own_collections}
     return db, own
 
 
