@@ -117,6 +117,18 @@ def test_the_diff_names_the_first_differing_document_on_both_sides(db: Any) -> N
     )
 
 
+def test_a_document_only_after_is_shown_when_nothing_else_differs(db: Any) -> None:
+    db.users.insert_one({"_id": 1})
+    before = snapshot(db)
+    db.users.insert_one({"_id": 2, "name": "new"})
+    assert before.diff(snapshot(db)) == "\n".join([
+        "collection 'users': documents differ (1 only after, of 2)",
+        "  first difference, _id 2:",
+        "    before: (absent)",
+        "    after : {'_id': 2, 'name': 'new'}",
+    ])
+
+
 def test_a_changed_document_lists_its_changed_fields(db: Any) -> None:
     db.users.insert_one({"_id": 1, "name": "Ada Lovelace", "age": 36})
     before = snapshot(db)

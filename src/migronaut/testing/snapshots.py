@@ -24,7 +24,7 @@ Snapshots hold every document in memory: they are meant for test databases.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -244,43 +244,46 @@ def _documents_diff(
     labels: tuple[str, str],
     sides: tuple[str, str],
 ) -> list[str]:
-    only_a = [key for key in a if key not in b]
-    only_b = [key for key in b if key not in a]
-    changed = [key for key in a if key in b and not _values_equal(a[key], b[key])]
-    if not (only_a or only_b or changed):
+    changed, only_a, only_b = _split(a, b, _values_equal)
+    if not (changed or only_a or only_b):
         return []
-    counts = []
-    if changed:
-        counts.append(f"{len(changed)} changed")
-    if only_a:
-        counts.append(f"{len(only_a)} only {labels[0]}")
-    if only_b:
-        counts.append(f"{len(only_b)} only {labels[1]}")
+    counts = _describe((changed, only_a, only_b), labels, lambda keys: str(len(keys)))
     total = len(a.keys() | b.keys())
-    lines = [f"collection {name!r}: documents differ ({', '.join(counts)}, of {total})"]
-    # the first difference in _id order: the side-A order is _id order, B-only ids come after
-    first = next(key for key in (*a, *only_b) if key in only_a or key in only_b or key in changed)
+    lines = [f"collection {name!r}: documents differ ({counts}, of {total})"]
+    # the first difference in _id order: side A is in _id order, the ids only on B come after
+    differing = {*changed, *only_a}
+    first = next((key for key in a if key in differing), None)
+    if first is None:
+        first = only_b[0]
     doc_a, doc_b = a.get(first), b.get(first)
     shown_id = (doc_a if doc_a is not None else doc_b or {}).get("_id")
     lines.append(f"  first difference, _id {_shown(shown_id)}:")
     lines.append(f"    {sides[0]}: {_shown(dict(doc_a)) if doc_a is not None else '(absent)'}")
     lines.append(f"    {sides[1]}: {_shown(dict(doc_b)) if doc_b is not None else '(absent)'}")
     if doc_a is not None and doc_b is not None:
-        lines.append("    fields: " + _fields_diff(doc_a, doc_b, labels))
+        from migronaut.background.diff import bson_equal
+
+        fields = _split(doc_a, doc_b, bson_equal)
+        names = _describe(fields, labels, lambda keys: ", ".join(map(repr, keys)), sep="; ")
+        lines.append(f"    fields: {names}")
     return lines
 
 
-def _fields_diff(a: Mapping[str, Any], b: Mapping[str, Any], labels: tuple[str, str]) -> str:
-    from migronaut.background.diff import bson_equal
+def _split(
+    a: Mapping[Any, Any], b: Mapping[Any, Any], equal: Callable[[Any, Any], bool]
+) -> tuple[list[Any], list[Any], list[Any]]:
+    """The keys whose values differ, the keys only in ``a``, the keys only in ``b``."""
+    changed = [key for key in a if key in b and not equal(a[key], b[key])]
+    return changed, [key for key in a if key not in b], [key for key in b if key not in a]
 
-    parts = []
-    only_a = [k for k in a if k not in b]
-    only_b = [k for k in b if k not in a]
-    changed = [k for k in a if k in b and not bson_equal(a[k], b[k])]
-    if changed:
-        parts.append(", ".join(repr(k) for k in changed) + " changed")
-    if only_a:
-        parts.append(", ".join(repr(k) for k in only_a) + f" only {labels[0]}")
-    if only_b:
-        parts.append(", ".join(repr(k) for k in only_b) + f" only {labels[1]}")
-    return "; ".join(parts)
+
+def _describe(
+    keys: tuple[list[Any], list[Any], list[Any]],
+    labels: tuple[str, str],
+    show: Callable[[list[Any]], str],
+    sep: str = ", ",
+) -> str:
+    """``"<changed> changed, <only a> only <label a>, <only b> only <label b>"`` without the
+    empty parts, each list of keys rendered by ``show``."""
+    suffixes = ("changed", f"only {labels[0]}", f"only {labels[1]}")
+    return sep.join(f"{show(k)} {suffix}" for k, suffix in zip(keys, suffixes, strict=True) if k)
