@@ -1,0 +1,63 @@
+"""migronaut.testing — test your migrations with pytest (or any test runner).
+
+The pytest plugin (:mod:`migronaut.testing.plugin`, loaded automatically when migronaut is
+installed) gives each test a fresh database: ``migronaut_db`` with every migration applied,
+``migronaut_migrator`` with none applied. The helpers here work with or without pytest:
+
+* :func:`assert_reversible` — ``up`` → ``down`` → ``up`` of one migration leaves the data as it
+  was (``down`` restores what ``up`` changed, and a second ``up`` gives what the first gave);
+* :func:`assert_all_reversible` — the same for every pending migration, in order;
+* :func:`migrate_before` — apply what precedes a migration, to seed data in the shape it expects;
+* :func:`snapshot` — the user data of a database (:class:`DatabaseSnapshot`), comparable and
+  diffable.
+
+The user guide is ``docs/testing.md``. Imports are lazy: importing this package costs nothing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from migronaut.testing.reversible import (
+        Seed,
+        assert_all_reversible,
+        assert_reversible,
+        migrate_before,
+    )
+    from migronaut.testing.snapshots import CollectionSnapshot, DatabaseSnapshot, snapshot
+
+__all__ = [
+    "CollectionSnapshot",
+    "DatabaseSnapshot",
+    "Seed",
+    "assert_all_reversible",
+    "assert_reversible",
+    "migrate_before",
+    "snapshot",
+]
+
+_LAZY = {
+    "Seed": "migronaut.testing.reversible",
+    "assert_all_reversible": "migronaut.testing.reversible",
+    "assert_reversible": "migronaut.testing.reversible",
+    "migrate_before": "migronaut.testing.reversible",
+    "CollectionSnapshot": "migronaut.testing.snapshots",
+    "DatabaseSnapshot": "migronaut.testing.snapshots",
+    "snapshot": "migronaut.testing.snapshots",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'migronaut.testing' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
