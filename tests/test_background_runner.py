@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from helpers.background import NAME, PARTITIONS, STATES, leases, register
 from helpers.engine import Events, make_migrator, wait_until
 from migronaut import Migrator
 from migronaut.background import lanes as lanes_module
@@ -20,56 +21,10 @@ from migronaut.background.runner import BackgroundRunner, work
 from migronaut.core.context import Cancellation
 from migronaut.errors import ConfigInvalidError, MigronautError, RunAbortedError
 
-STATES = "_migronaut_background"
-PARTITIONS = "_migronaut_background_partitions"
-NAME = "0001_users_v1.py"
-
-
-def migration(*, collection: str = "users", max_parallel: int = 2, batch_size: int = 50,
-              sleep: float = 0.0, extra: str = "") -> str:
-    return f'''
-import time
-
-
-def migrate(doc, ctx):
-    if {sleep!r}:
-        time.sleep({sleep!r})
-    doc["active"] = True
-    return doc
-{extra}
-
-background = {{
-    "collection": {collection!r},
-    "from": 0,
-    "to": 1,
-    "migrate": migrate,
-    "batch_size": {batch_size},
-    "pause_ms": 0,
-    "slice_ms": 1000,
-    "max_parallel": {max_parallel},
-    "adaptive": False,
-    "partitions": {{"min_partition_docs": 50}},
-}}
-'''
-
-
-def register(project: Any, cli: Any, db: Any, *, docs: int = 200, stem: str = "0001_users_v1",
-             collection: str = "users", **options: Any) -> str:
-    db[collection].insert_many([{"n": i} for i in range(docs)])
-    db[collection].create_index([("__v", 1), ("_id", 1)])
-    project.write_migration(stem, migration(collection=collection, **options))
-    result = cli("up")
-    assert result.exit_code == 0, result.stderr
-    return f"{stem}.py"
-
 
 def status(db: Any, name: str = NAME) -> str | None:
     state = db[STATES].find_one({"_id": name}, {"status": 1})
     return None if state is None else str(state["status"])
-
-
-def leases(db: Any, name: str = NAME) -> int:
-    return int(db[PARTITIONS].count_documents({"background": name, "lease": {"$exists": True}}))
 
 
 def ours() -> set[threading.Thread]:
@@ -158,7 +113,7 @@ def test_lanes_per_migration_never_exceed_max_parallel(project: Any, cli: Any, d
 def test_serves_several_migrations_and_honours_names(project: Any, cli: Any, db: Any,
                                                      migrator: Migrator) -> None:
     register(project, cli, db, docs=60)
-    other = register(project, cli, db, docs=60, stem="0002_orders_v1", collection="orders")
+    other = register(project, cli, db, docs=60, name="0002_orders_v1", collection="orders")
     with BackgroundRunner(migrator, lanes=2, poll_interval_s=0.05, names=[other]):
         wait_until(lambda: status(db, other) == "completed", timeout=60, what="orders")
         time.sleep(0.3)

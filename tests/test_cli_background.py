@@ -11,66 +11,17 @@ from typing import Any
 
 import pytest
 
+from helpers.background import NAME, PARTITIONS, STATES, leases, migration, register
 from helpers.engine import wait_until
 
-NAME = "0001_users_v1.py"
-STATES = "_migronaut_background"
-PARTITIONS = "_migronaut_background_partitions"
 LOCKS = "_migronaut_locks"
 BAD_URI = {"MIGRONAUT_URI": "mongodb://127.0.0.1:9/?serverSelectionTimeoutMS=300"}
-
-
-def migration(*, max_parallel: int = 2, batch_size: int = 50, sleep: float = 0.0,
-              fail: bool = False, extra: str = "", collection: str = "users") -> str:
-    """A declarative background migration over ``collection`` (v0 → v1, ``active: True``)."""
-    return f'''
-import time
-
-
-def migrate(doc, ctx):
-    if {fail!r}:
-        raise ValueError("cannot migrate this one")
-    if {sleep!r}:
-        time.sleep({sleep!r})
-    doc["active"] = True
-    return doc
-{extra}
-
-background = {{
-    "collection": {collection!r},
-    "from": 0,
-    "to": 1,
-    "migrate": migrate,
-    "batch_size": {batch_size},
-    "pause_ms": 0,
-    "slice_ms": 1000,
-    "max_parallel": {max_parallel},
-    "adaptive": False,
-    "partitions": {{"min_partition_docs": 50}},
-}}
-'''
-
-
-def register(project: Any, cli: Any, db: Any, *, docs: int = 300, name: str = "0001_users_v1",
-             collection: str = "users", **options: Any) -> str:
-    """Seed ``docs`` documents, write the migration, ``up`` it; returns the registered name."""
-    if docs:
-        db[collection].insert_many([{"n": i} for i in range(docs)])
-    db[collection].create_index([("__v", 1), ("_id", 1)])
-    project.write_migration(name, migration(collection=collection, **options))
-    result = cli("up")
-    assert result.exit_code == 0, result.stderr
-    return f"{name}.py"
 
 
 def state(db: Any, name: str = NAME) -> dict[str, Any]:
     found = db[STATES].find_one({"_id": name})
     assert found is not None
     return dict(found)
-
-
-def leases(db: Any, name: str = NAME) -> int:
-    return int(db[PARTITIONS].count_documents({"background": name, "lease": {"$exists": True}}))
 
 
 def history_actions(db: Any, name: str = NAME) -> list[str]:
@@ -252,7 +203,7 @@ def test_pause_resume_cancel_retry_human_and_json(project: Any, cli: Any, db: An
     register(project, cli, db)
     paused = cli("background", "pause", NAME, "--reason", "maintenance window")
     assert paused.exit_code == 0, paused.stderr
-    assert "✔ Done — paused" in paused.stdout
+    assert paused.stdout == f"{NAME}: pause (pending → paused)\n"
     stored = state(db)
     assert stored["status"] == "paused"
     assert stored["control"]["action"] == "pause"
@@ -281,7 +232,7 @@ def test_pause_resume_cancel_retry_human_and_json(project: Any, cli: Any, db: An
     assert "Cannot pause background migration" in conflict.json["error"]["message"]
 
     retried = cli("background", "retry", NAME)
-    assert retried.exit_code == 0 and "✔ Done — pending" in retried.stdout
+    assert retried.exit_code == 0 and f"{NAME}: retry (cancelled → pending)" in retried.stdout
     assert history_actions(db)[-5:] == ["pause", "resume", "pause", "cancel", "retry"]
 
 
@@ -353,7 +304,7 @@ def test_cancel_confirmation(project: Any, cli: Any, db: Any) -> None:
     assert "needs confirmation — pass --yes in --json mode" in no_yes.json["error"]["message"]
 
     accepted = cli("background", "cancel", NAME, input="y\n")
-    assert accepted.exit_code == 0 and "✔ Done — cancelled" in accepted.stdout
+    assert accepted.exit_code == 0 and ": cancel (" in accepted.stdout
     assert state(db)["status"] == "cancelled"
 
 
@@ -549,7 +500,10 @@ def test_work_shuts_down_cleanly_on_a_signal(project: Any, cli: Any, cli_process
     worker.send_signal(sig)
     result = cli_process.wait(worker, timeout=60)
     assert result.exit_code == 0, result.stderr
-    assert f"{sig.name} received" in result.stderr
+    assert (f"⚠ {sig.name} received — stopping the worker: lanes finish the batch in flight, "
+            "checkpoint and release their leases. Press again to exit immediately.\n"
+            ) in result.stderr
+    assert "current migration" not in result.stderr
     summary = result.json["worker"]
     assert summary["lanes"] == 2 and summary["slices"] >= 1
     assert leases(db) == 0

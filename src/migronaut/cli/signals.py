@@ -43,6 +43,8 @@ class GracefulStop:
         self._lock = threading.Lock()
         #: ``"Received SIGINT"`` once a first signal arrived.
         self.requested: str | None = None
+        #: What the first signal's line says happens next (a background command says its own).
+        self.finishing = "finishing the current migration, then stopping"
 
     def bind(self, migrator: Migrator) -> None:
         """Attach the migrator a first signal must stop (latched signals apply on run start)."""
@@ -99,8 +101,7 @@ class GracefulStop:
 
     def _request(self, name: str) -> None:
         self._output.warn(
-            f"⚠ {name} received — finishing the current migration, then stopping. "
-            "Press again to exit immediately."
+            f"⚠ {name} received — {self.finishing}. Press again to exit immediately."
         )
         with self._lock:
             self.requested = f"Received {name}"

@@ -141,10 +141,8 @@ class _Stopper:
     nothing to stop; the guard is re-bound to this object, which it calls the same way.
     """
 
-    def __init__(self, cancellation: Cancellation, out: Output, note: str | None) -> None:
+    def __init__(self, cancellation: Cancellation) -> None:
         self.cancellation = cancellation
-        self.out = out
-        self.note = note
 
     def on(self, event: str, listener: Callable[[dict[str, Any]], Any]) -> None:
         pass
@@ -153,15 +151,15 @@ class _Stopper:
         pass
 
     def stop(self, reason: str) -> None:
-        if self.note and not self.cancellation.cancelled:
-            self.out.warn(self.note)
         self.cancellation.cancel(RunAbortedError(reason, {"reason": reason}))
 
 
-def _on_signal(session: Session, cancellation: Cancellation, note: str | None) -> None:
-    """Route the first SIGINT/SIGTERM of this command to ``cancellation``."""
+def _on_signal(session: Session, cancellation: Cancellation, finishing: str) -> None:
+    """Route the first SIGINT/SIGTERM of this command to ``cancellation``; ``finishing`` is
+    what the signal's line says happens next."""
     if session.guard is not None:
-        session.guard.bind(cast("Migrator", _Stopper(cancellation, session.out, note)))
+        session.guard.finishing = finishing
+        session.guard.bind(cast("Migrator", _Stopper(cancellation)))
 
 
 def _scope(scope: Mapping[str, Any] | None, group_name: str | None = None) -> dict[str, Any]:
@@ -375,7 +373,7 @@ def run(session: Session, name: str | None, all_: bool, concurrency: str | None,
     cancel = Cancellation()
 
     def action(migrator: Migrator) -> list[dict[str, Any]]:
-        _on_signal(session, cancel, "⚠ Lanes stop after the batch in flight, checkpoint and "
+        _on_signal(session, cancel, "lanes stop after the batch in flight, checkpoint and "
                                     "release their leases")
         engine = migrator.background
         if name is not None:
@@ -445,8 +443,8 @@ def _render_control(control: _Control, out: Output) -> None:
         out.info(f"✔ Repinned {sanitize_terminal(control.name)} "
                  f"(checksum {str(result.get('checksum', ''))[:12]}…){replanned}")
         return
-    done = "Done" if result.get("applied") == "changed" else "Nothing to do"
-    out.info(f"✔ {done} — {status}")
+    if result.get("applied") != "changed":  # a change is told by the engine's own line
+        out.info(f"✔ Nothing to do — {status}")
     if result.get("stopped") is False:
         out.warn("⚠ Lanes still hold leases after waiting — they stop at their next batch")
 
@@ -753,7 +751,7 @@ def watch(session: Session, collection: str | None, report: bool) -> int:
         out.info(sanitize_terminal(f"… {event.get('collection')}: {event.get('state')}"))
 
     def run_watch(migrator: Migrator) -> dict[str, Any]:
-        _on_signal(session, cancel, None)
+        _on_signal(session, cancel, "the watcher stops")
         engine = migrator.background
         options: dict[str, Any] = {"upgrade": not report, "cancellation": cancel,
                                    "on_drift": "report" if report else
@@ -1083,7 +1081,7 @@ def work(session: Session, lanes: str | None, poll: str | None) -> int:
     def serve(migrator: Migrator) -> dict[str, Any]:
         from migronaut.background.runner import work as work_loop
 
-        _on_signal(session, cancel, "⚠ Stopping the worker: lanes finish the batch in flight, "
+        _on_signal(session, cancel, "stopping the worker: lanes finish the batch in flight, "
                                     "checkpoint and release their leases")
         migrator.background.store.ready()  # connect; fail fast on a bad URI or missing indexes
         session.out.spinner.stop()
