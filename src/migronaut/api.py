@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
-from migronaut.core.changelog import Changelog, ChangelogWrite, applied_write, reverted_write
+from migronaut.core.changelog import Changelog, applied_write, reverted_write
 from migronaut.core.config import DEFAULT_LOGGER, Config, load_config
 from migronaut.core.context import Cancellation, MigrationContext, RunInfo
 from migronaut.core.files import ChecksumCache, discover, load_migration, resolve_file
@@ -1044,17 +1044,15 @@ class Migrator:
         self._emit("migration:start", migration=name, direction=direction, batch=batch)
         started = time.monotonic()
 
-        def change() -> ChangelogWrite:
-            if direction == "up":
-                return applied_write({
-                    "name": name, "batch": batch, "status": "applied",
-                    "checksum": checksum, "environment": config.resolved_environment,
-                    "executedBy": executed_by(), "duration": outcome_ms(),
-                    "runId": run.id, "description": migration.description,
-                    "requestedBy": run.requested_by, "reason": run.reason,
-                    "kind": "background" if migration.background is not None else None,
-                })
-            return reverted_write(name, requested_by=run.requested_by, reason=run.reason)
+        def applied_record() -> dict[str, Any]:
+            return {
+                "name": name, "batch": batch, "status": "applied",
+                "checksum": checksum, "environment": config.resolved_environment,
+                "executedBy": executed_by(), "duration": outcome_ms(),
+                "runId": run.id, "description": migration.description,
+                "requestedBy": run.requested_by, "reason": run.reason,
+                "kind": "background" if migration.background is not None else None,
+            }
 
         def recorded(matched: int) -> None:
             if direction == "down" and matched == 0:
@@ -1064,11 +1062,18 @@ class Migrator:
                 )
 
         def record(session: ClientSession | None) -> None:
-            recorded(self.changelog.write(change(), session).matched_count)
+            if direction == "up":
+                self.changelog.mark_applied(applied_record(), session)
+            else:
+                recorded(self.changelog.mark_reverted(
+                    name, session, requested_by=run.requested_by, reason=run.reason
+                ).matched_count)
 
         async def record_async(session: AsyncClientSession) -> None:
+            change = applied_write(applied_record()) if direction == "up" else \
+                reverted_write(name, requested_by=run.requested_by, reason=run.reason)
             collection = session.client[config.db_name or ""][config.migrations_collection]
-            recorded((await change().apply_async(collection, session)).matched_count)
+            recorded((await change.apply_async(collection, session)).matched_count)
 
         def outcome_ms() -> int:
             return int((time.monotonic() - started) * 1000)
