@@ -24,8 +24,8 @@ from helpers.engine import (
     applied,
     calls,
     hold_lock,
-    records,
     recording_body,
+    records,
     write_simple,
 )
 from migronaut import (
