@@ -404,3 +404,14 @@ def test_stop_from_another_task_aborts_the_run(project: Any, db: Any) -> None:
 
     asyncio.run(main())
     assert applied(db) == ["0001_gated.py"]
+
+
+def test_migrator_twins_an_injected_client_for_async_bodies(
+    project: Any, db: Any, client: Any
+) -> None:
+    write_async(project, "0001_async")
+    with Migrator(client=client, db_name=project.db_name, cwd=project.path,
+                  env_file=False) as migrator:
+        migrator.up()
+    assert applied(db) == ["0001_async.py"]
+    assert client.admin.command("ping")["ok"] == 1  # the injected client stays open
