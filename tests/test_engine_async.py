@@ -278,7 +278,7 @@ def test_the_wrong_client_type_is_a_config_error(make: Any, project: Any, db: An
         assert calls(db) == [] and CHANGELOG not in db.list_collection_names()
     finally:
         if probe.is_async:
-            wrong.close()  # an AsyncMongoClient that never connected needs no close
+            wrong.close()  # (the AsyncMongoClient of the other case never connected)
 
 
 # ------------------------------------------------------------- AsyncMigrator on a loop
