@@ -314,11 +314,11 @@ def test_async_migration_bodies_are_awaited(project: Any, db: Any) -> None:
 
         async def up(ctx):
             await asyncio.sleep(0)
-            ctx.db["things"].insert_one({"m": "async"})
+            await ctx.db["things"].insert_one({"m": "async"})  # async colour: AsyncDatabase
 
         async def down(ctx):
             await asyncio.sleep(0)
-            ctx.db["things"].delete_many({"m": "async"})
+            await ctx.db["things"].delete_many({"m": "async"})
     """,
     )
     with make_migrator(project) as migrator:

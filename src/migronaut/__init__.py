@@ -41,6 +41,7 @@ from migronaut.errors import (
 )
 
 if TYPE_CHECKING:
+    from migronaut.aio import AsyncMigrator, arun_migrations
     from migronaut.api import Migrator, ProgressReporter, pending_migrations, run_migrations
     from migronaut.background.runner import BackgroundRunner
     from migronaut.core.config import Config, load_config
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXIT_CODES",
+    "AsyncMigrator",
     "AuditCheck",
     "AuditReport",
     "BackgroundConflictError",
@@ -104,12 +106,15 @@ __all__ = [
     "StatusRow",
     "TransactionsUnsupportedError",
     "__version__",
+    "arun_migrations",
     "load_config",
     "pending_migrations",
     "run_migrations",
 ]
 
 _LAZY = {
+    "AsyncMigrator": "migronaut.aio",
+    "arun_migrations": "migronaut.aio",
     "BackgroundRunner": "migronaut.background.runner",
     "Migrator": "migronaut.api",
     "ProgressReporter": "migronaut.api",

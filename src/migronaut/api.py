@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
-from migronaut.core.changelog import Changelog
+from migronaut.core.changelog import Changelog, applied_write, reverted_write
 from migronaut.core.config import DEFAULT_LOGGER, Config, load_config
 from migronaut.core.context import Cancellation, MigrationContext, RunInfo
 from migronaut.core.files import ChecksumCache, discover, load_migration, resolve_file
@@ -62,11 +62,13 @@ from migronaut.observability.telemetry import NO_RUN, RunTrace, Telemetry, resol
 
 if TYPE_CHECKING:
     from pymongo import MongoClient
+    from pymongo.asynchronous.client_session import AsyncClientSession
     from pymongo.client_session import ClientSession
     from pymongo.database import Database
 
     from migronaut.background.engine import BackgroundEngine
     from migronaut.core.adopt import Adoption
+    from migronaut.core.async_bridge import AsyncBridge
     from migronaut.core.files import MigrationModule
     from migronaut.observability.history import RunLog, RunRecord
     from migronaut.observability.recorder import RunRecorder, RunRecording
@@ -125,6 +127,8 @@ class _Run:
     counts: dict[str, int] = field(default_factory=dict)
     trace: RunTrace = NO_RUN
     recording: RunRecording | None = None
+    #: Where this run's ``async def`` bodies run (made on first use, closed with the run).
+    bridge: AsyncBridge | None = None
 
 
 class Migrator:
@@ -211,17 +215,9 @@ class Migrator:
         from pymongo.errors import PyMongoError
 
         if config.client is not None:
-            client, owned = config.client, False
+            client, owned = self._injected_client(config.client)
         else:
-            # migronaut's defaults never override what the URI itself sets (pymongo keyword
-            # arguments win over URI options, so only pass a default the URI does not name).
-            query = (config.uri or "").partition("?")[2].lower()
-            options: dict[str, Any] = {
-                key: value
-                for key, value in (("serverSelectionTimeoutMS", 10_000), ("appname", "migronaut"))
-                if f"{key.lower()}=" not in query
-            }
-            options.update(config.client_options or {})
+            options = self._client_options()
             weak = [k for k in ("tlsInsecure", "tlsAllowInvalidCertificates",
                                 "tlsAllowInvalidHostnames") if options.get(k)]
             if weak:
@@ -249,6 +245,47 @@ class Migrator:
                 f"Failed to connect to MongoDB: {describe_exception(error)}", cause=error
             ) from error
         self.logger.debug("Connected to MongoDB (db: %s)", config.db_name)
+
+    def _client_options(self) -> dict[str, Any]:
+        """The client's keyword arguments: migronaut's defaults never override what the URI
+        sets (pymongo keyword arguments win over URI options), then ``client_options``."""
+        config = self.config
+        query = (config.uri or "").partition("?")[2].lower()
+        options: dict[str, Any] = {
+            key: value
+            for key, value in (("serverSelectionTimeoutMS", 10_000), ("appname", "migronaut"))
+            if f"{key.lower()}=" not in query
+        }
+        options.update(config.client_options or {})
+        return options
+
+    def _injected_client(self, client: Any) -> tuple[MongoClient[dict[str, Any]], bool]:
+        """The engine's client from the ``client`` config key (``AsyncMigrator`` overrides)."""
+        from pymongo import MongoClient
+
+        if not isinstance(client, MongoClient):
+            hint = " (use AsyncMigrator for an AsyncMongoClient)" \
+                if type(client).__name__ == "AsyncMongoClient" else ""
+            raise ConfigInvalidError(
+                f"Invalid configuration: client must be a pymongo MongoClient, got "
+                f"{type(client).__name__}{hint}",
+                {"issues": [{"path": "client", "message": "must be a pymongo MongoClient"}]},
+            )
+        return client, False
+
+    def _new_bridge(self) -> AsyncBridge:
+        """Where ``async def`` bodies of a run go: a private loop, with an ``AsyncMongoClient``
+        of the same URI and options (or a twin of the injected client) made for the run."""
+        from pymongo import AsyncMongoClient
+
+        from migronaut.core.async_bridge import AsyncBridge, twin_client
+
+        config = self.config
+        if config.client is not None:
+            injected = config.client
+            return AsyncBridge(client_factory=lambda: twin_client(injected, AsyncMongoClient))
+        options = self._client_options()
+        return AsyncBridge(client_factory=lambda: AsyncMongoClient(config.uri, **options))
 
     def close(self) -> None:
         """Disconnect; an injected client is never closed."""
@@ -762,6 +799,8 @@ class Migrator:
             finally:
                 with self._state_lock:
                     self._run = None
+                if run.bridge is not None:
+                    run.bridge.close()
 
     def _run_with_lock(
         self,
@@ -890,8 +929,10 @@ class Migrator:
 
         adapter = MigrationLogger(self.logger, {"runId": run.id, "direction": direction},
                                   sink=run.recording.line if run.recording else None)
+        if run.bridge is None:
+            run.bridge = self._new_bridge()
         return MigrationContext(db=self.db, client=self.client, cancellation=run.cancellation,
-                                logger=adapter, run=info)
+                                logger=adapter, run=info, bridge=run.bridge)
 
     def _up(
         self, run: _Run, file: str | None, *, to: str | None, step: bool, force: bool,
@@ -1003,28 +1044,36 @@ class Migrator:
         self._emit("migration:start", migration=name, direction=direction, batch=batch)
         started = time.monotonic()
 
+        def applied_record() -> dict[str, Any]:
+            return {
+                "name": name, "batch": batch, "status": "applied",
+                "checksum": checksum, "environment": config.resolved_environment,
+                "executedBy": executed_by(), "duration": outcome_ms(),
+                "runId": run.id, "description": migration.description,
+                "requestedBy": run.requested_by, "reason": run.reason,
+                "kind": "background" if migration.background is not None else None,
+            }
+
+        def recorded(matched: int) -> None:
+            if direction == "down" and matched == 0:
+                self.logger.warning(
+                    "⚠ Warning  Changelog record for %s was not 'applied' — revert not "
+                    "recorded", name, extra={"event": "changelog:revert-miss"},
+                )
+
         def record(session: ClientSession | None) -> None:
             if direction == "up":
-                self.changelog.mark_applied(
-                    {
-                        "name": name, "batch": batch, "status": "applied",
-                        "checksum": checksum, "environment": config.resolved_environment,
-                        "executedBy": executed_by(), "duration": outcome_ms(),
-                        "runId": run.id, "description": migration.description,
-                        "requestedBy": run.requested_by, "reason": run.reason,
-                        "kind": "background" if migration.background is not None else None,
-                    },
-                    session,
-                )
+                self.changelog.mark_applied(applied_record(), session)
             else:
-                result = self.changelog.mark_reverted(
+                recorded(self.changelog.mark_reverted(
                     name, session, requested_by=run.requested_by, reason=run.reason
-                )
-                if result.matched_count == 0:
-                    self.logger.warning(
-                        "⚠ Warning  Changelog record for %s was not 'applied' — revert not "
-                        "recorded", name, extra={"event": "changelog:revert-miss"},
-                    )
+                ).matched_count)
+
+        async def record_async(session: AsyncClientSession) -> None:
+            change = applied_write(applied_record()) if direction == "up" else \
+                reverted_write(name, requested_by=run.requested_by, reason=run.reason)
+            collection = session.client[config.db_name or ""][config.migrations_collection]
+            recorded((await change.apply_async(collection, session)).matched_count)
 
         def outcome_ms() -> int:
             return int((time.monotonic() - started) * 1000)
@@ -1037,7 +1086,8 @@ class Migrator:
         try:
             outcome = execute(body, ctx, name=name, direction=direction,
                               use_transaction=use_transaction, timeout_ms=timeout_ms,
-                              record=record, batch=batch, sessions=sessions)
+                              record=record, batch=batch, sessions=sessions,
+                              record_async=record_async)
         except MigronautError as error:
             duration = outcome_ms()
             if self._progress:
@@ -1168,6 +1218,7 @@ def run_migrations(
     on_migrator: Callable[[Migrator], None] | None = None,
     config_path: str | os.PathLike[str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
+    _make_migrator: Callable[..., Migrator] = Migrator,
     **overrides: Any,
 ) -> MigrationSummary:
     """Apply every pending migration — the one call for application start-up.
@@ -1185,7 +1236,7 @@ def run_migrations(
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                   or value <= 0 or value > 2**31 - 1):
             raise ConfigInvalidError(f"{option} must be a positive integer", {"option": option})
-    migrator = Migrator(config, config_path=config_path, cwd=cwd, **overrides)
+    migrator = _make_migrator(config, config_path=config_path, cwd=cwd, **overrides)
     finished = threading.Event()
     if stop_event is not None:
         # The stop event also stops a run between migrations (reference core §8.4), not only

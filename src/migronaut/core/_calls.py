@@ -13,6 +13,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from migronaut.core.context import MigrationContext
+
 __all__ = ["TimedOut", "call_user", "call_with_timeout"]
 
 
@@ -21,7 +23,16 @@ class TimedOut(Exception):
 
 
 def call_user(fn: Callable[..., Any], *args: Any) -> Any:
-    """Call ``fn``; when it returns an awaitable, run it to completion on a fresh event loop."""
+    """Call ``fn``; when it returns an awaitable, run it to completion.
+
+    An ``async def`` given a :class:`MigrationContext` that carries a bridge runs on the bridge's
+    loop with the async-coloured context; any other awaitable runs on a fresh event loop.
+    """
+    if inspect.iscoroutinefunction(fn):
+        bridge = next((a.bridge for a in args
+                       if isinstance(a, MigrationContext) and a.bridge is not None), None)
+        if bridge is not None:
+            return bridge.call(fn, *args)
     result = fn(*args)
     if not inspect.isawaitable(result):
         return result

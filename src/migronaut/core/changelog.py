@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pymongo.asynchronous.client_session import AsyncClientSession
+    from pymongo.asynchronous.collection import AsyncCollection
     from pymongo.client_session import ClientSession
     from pymongo.collection import Collection
     from pymongo.results import UpdateResult
 
-__all__ = ["INDEXES", "Changelog"]
+__all__ = ["INDEXES", "Changelog", "ChangelogWrite", "applied_write", "reverted_write"]
 
 APPLIED = "applied"
 REVERTED = "reverted"
@@ -115,8 +118,11 @@ class Changelog:
         self, record: Mapping[str, Any], session: ClientSession | None = None
     ) -> None:
         """Upsert by name: never an insert, so re-applies, redo and import meet the unique index."""
-        self.collection.update_one(
-            {"name": record["name"]}, applied_update(record), upsert=True, session=session
+        self.write(applied_write(record), session)
+
+    def write(self, change: ChangelogWrite, session: ClientSession | None = None) -> UpdateResult:
+        return self.collection.update_one(
+            change.filter, change.update, upsert=change.upsert, session=session
         )
 
     def mark_applied_bulk(self, records: Iterable[Mapping[str, Any]]) -> None:
@@ -134,18 +140,8 @@ class Changelog:
         requested_by: str | None = None,
         reason: str | None = None,
     ) -> UpdateResult:
-        fields: dict[str, Any] = {"status": REVERTED}
-        unset: dict[str, str] = {}
-        for key, value in (("revertRequestedBy", requested_by), ("revertReason", reason)):
-            if value is not None:
-                fields[key] = value
-            else:
-                unset[key] = ""
-        update: dict[str, Any] = {"$set": fields, "$currentDate": {"revertedAt": True}}
-        if unset:
-            update["$unset"] = unset
-        return self.collection.update_one(
-            {"name": name, "status": APPLIED}, update, session=session
+        return self.write(
+            reverted_write(name, requested_by=requested_by, reason=reason), session
         )
 
     def mark_failed(self, record: Mapping[str, Any]) -> None:
@@ -195,3 +191,42 @@ def applied_update(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     unset = ["revertedAt", "failedAt", "error"]
     unset += [key for key in _ACTOR_FIELDS if record.get(key) is None]
     return [{"$set": fields}, {"$unset": unset}]
+
+
+@dataclass(frozen=True)
+class ChangelogWrite:
+    """One changelog update, described, so a sync and an async transaction apply the same one."""
+
+    filter: dict[str, Any]
+    update: Any
+    upsert: bool = False
+
+    async def apply_async(
+        self, collection: AsyncCollection[dict[str, Any]], session: AsyncClientSession
+    ) -> UpdateResult:
+        """Apply it inside an async body's transaction (``AsyncClientSession``)."""
+        return await collection.update_one(
+            self.filter, self.update, upsert=self.upsert, session=session
+        )
+
+
+def applied_write(record: Mapping[str, Any]) -> ChangelogWrite:
+    """``mark_applied`` as data: upsert by name."""
+    return ChangelogWrite({"name": record["name"]}, applied_update(record), upsert=True)
+
+
+def reverted_write(
+    name: str, *, requested_by: str | None = None, reason: str | None = None
+) -> ChangelogWrite:
+    """``mark_reverted`` as data: flip an applied record to reverted, with the actor fields."""
+    fields: dict[str, Any] = {"status": REVERTED}
+    unset: dict[str, str] = {}
+    for key, value in (("revertRequestedBy", requested_by), ("revertReason", reason)):
+        if value is not None:
+            fields[key] = value
+        else:
+            unset[key] = ""
+    update: dict[str, Any] = {"$set": fields, "$currentDate": {"revertedAt": True}}
+    if unset:
+        update["$unset"] = unset
+    return ChangelogWrite({"name": name, "status": APPLIED}, update)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from migronaut.errors import MigronautError, RunAbortedError
@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from pymongo import MongoClient
     from pymongo.client_session import ClientSession
     from pymongo.database import Database
+
+    from migronaut.core.async_bridge import AsyncBridge
 
 __all__ = ["Cancellation", "MigrationContext", "RunInfo"]
 
@@ -74,7 +76,9 @@ class MigrationContext:
     """The single argument of ``up(ctx)``, ``down(ctx)`` and every hook.
 
     ``session`` is set only inside a transaction: pass ``session=ctx.session`` to every operation
-    that must be part of it.
+    that must be part of it. An ``async def`` body or hook gets the async colour: ``db``,
+    ``client`` and ``session`` are pymongo's ``AsyncDatabase``, ``AsyncMongoClient`` and
+    ``AsyncClientSession`` (see docs/async.md).
     """
 
     db: Database[dict[str, Any]]
@@ -83,6 +87,8 @@ class MigrationContext:
     logger: logging.LoggerAdapter[logging.Logger]
     run: RunInfo
     session: ClientSession | None = None
+    #: Where ``async def`` bodies run (set by the migrator for its runs); internal.
+    bridge: AsyncBridge | None = field(default=None, repr=False, compare=False)
 
     def with_session(self, session: ClientSession | None) -> MigrationContext:
         return replace(self, session=session)

@@ -9,8 +9,9 @@ the record is written right after the body; a crash in between re-runs the migra
 
 from __future__ import annotations
 
+import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,7 @@ from migronaut.errors import (
 )
 
 if TYPE_CHECKING:
+    from pymongo.asynchronous.client_session import AsyncClientSession
     from pymongo.client_session import ClientSession
 
 __all__ = ["Execution", "execute"]
@@ -48,11 +50,14 @@ def execute(
     record: Callable[[ClientSession | None], None],
     batch: int | None = None,
     sessions: list[ClientSession] | None = None,
+    record_async: Callable[[AsyncClientSession], Awaitable[None]] | None = None,
 ) -> Execution:
     """Run ``body(ctx)`` and ``record(session)``; raise the typed error on any failure.
 
     ``sessions`` receives the transaction's session, so a failure handler can give the
-    ``on_error`` hook the same context the body had.
+    ``on_error`` hook the same context the body had. An ``async def`` body in a transaction runs
+    in an async transaction on ``ctx.bridge``, and ``record_async`` writes its changelog record in
+    that same transaction.
     """
     outcome = Execution()
     timeout_s = timeout_ms / 1000 if timeout_ms else None
@@ -80,9 +85,30 @@ def execute(
 
             session.with_transaction(callback)
 
+    def run_async_transaction() -> None:
+        assert ctx.bridge is not None and record_async is not None
+        bridge = ctx.bridge
+
+        async def callback(s: AsyncClientSession, client: Any) -> None:
+            outcome.attempts += 1
+            started = time.monotonic()
+            await body(bridge.coloured(ctx, s).for_migration(attempt=outcome.attempts))
+            outcome.duration_ms = int((time.monotonic() - started) * 1000)
+            if timed_out:  # the same commit guard as the sync transaction's
+                raise MigrationTimeoutError("timed out before commit")
+            await record_async(s)
+
+        bridge.transaction(callback)
+
+    if not use_transaction:
+        run = run_plain
+    elif inspect.iscoroutinefunction(body) and ctx.bridge is not None:
+        run = run_async_transaction
+    else:
+        run = run_transaction
     timed_out = False
     try:
-        call_with_timeout(run_transaction if use_transaction else run_plain, timeout_s)
+        call_with_timeout(run, timeout_s)
     except TimedOut:
         timed_out = True
         error = MigrationTimeoutError(
