@@ -158,7 +158,7 @@ SPAN_RECORDING = """
 {prefix}def up(ctx):
     from opentelemetry import trace
     span = format(trace.get_current_span().get_span_context().span_id, "016x")
-    ctx.db["seen"].insert_one({{"where": "body", "span": span}}, session=ctx.session)
+    {wait}ctx.db["seen"].insert_one({{"where": "body", "span": span}}, session=ctx.session)
 
 def down(ctx):
     pass
@@ -252,7 +252,7 @@ def test_the_migration_span_is_current_in_hooks_body_and_changelog_write(
     prefix = "async " if mode == "async" else ""
     extra = {"timeout": "timeout_ms = 30_000\n\n", "transaction": "use_transaction = True\n\n"}
     project.write_migration("0001_traced", extra.get(mode, "") + SPAN_RECORDING.format(
-        prefix=prefix))
+        prefix=prefix, wait="await " if mode == "async" else ""))
     listener = CurrentSpans()
     hooks = {"before_all": span_hook("before_all"), "before_each": span_hook("before_each"),
              "after_each": span_hook("after_each"), "after_all": span_hook("after_all")}
