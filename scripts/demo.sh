@@ -7,7 +7,8 @@
 # starts `migronaut dev-server` (in memory) unless MIGRONAUT_URI points at a MongoDB, then applies
 # the migrations (the last one registers a background migration), runs the background migration
 # with two lanes, shows the statuses, rolls the newest migration back (which reverts the
-# background migration's documents) and shows the status again.
+# background migration's documents), shows the status again, the recorded runs (`logs`) and the
+# health checks (`audit`).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=scripts/_python.sh
@@ -50,3 +51,5 @@ step migronaut down --steps 1
 step migronaut background run 20260101090500_orders_total_cents.py
 step migronaut status
 step migronaut dry-run up
+step migronaut logs --limit 5
+step migronaut audit
