@@ -415,6 +415,10 @@ def test_background_passes_while_pending_and_once_completed(
     assert cli("background", "run", B1).exit_code == 0
     assert background(cli) == finding("pass", "1 background migration(s): 1 completed")
 
+    assert cli("down").exit_code == 0  # re-registered in the revert direction
+    assert cli("background", "run", B1).exit_code == 0
+    assert background(cli) == finding("pass", "1 background migration(s): 1 reverted")
+
 
 def test_background_pending_for_long_warns_and_paused_warns(
     cli: Any, project: Any, db: Any

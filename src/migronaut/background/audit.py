@@ -34,8 +34,8 @@ __all__ = ["STALL_MINUTES", "audit_background"]
 
 #: Pending, stalled or leaderless this long is worth a warning (reference background App. A).
 STALL_MINUTES: Final = 15
-_STATUS_ORDER: Final = ("blocked", "pending", "running", "paused", "completed", "failed",
-                        "cancelled")
+_STATUS_ORDER: Final = ("blocked", "pending", "running", "paused", "completed", "reverted",
+                        "failed", "cancelled")
 #: Statuses in which a worker still needs the pinned file.
 _NEEDS_FILE: Final = (*OPEN_STATUSES, "failed")
 
@@ -177,8 +177,13 @@ def audit_background(
     if failures or warnings:
         return AuditCheck("background", "fail" if failures else "warn",
                           "; ".join(failures + warnings))
-    counts = {status: sum(1 for s in states if s.get("status") == status)
-              for status in _STATUS_ORDER}
+    counts = {status: sum(1 for s in states if _label(s) == status) for status in _STATUS_ORDER}
     summary = ", ".join(f"{n} {status}" for status, n in counts.items() if n)
     return AuditCheck("background", "pass", f"{len(states)} background migration(s)"
                       + (f": {summary}" if summary else ""))
+
+
+def _label(state: Mapping[str, Any]) -> str:
+    """The status as the summary counts it: a completed revert (``down``) is ``reverted``."""
+    status = str(state.get("status"))
+    return "reverted" if status == "completed" and state.get("direction") == "revert" else status
