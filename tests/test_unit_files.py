@@ -274,3 +274,22 @@ def test_modules_are_cached_per_path_unless_reloaded(tmp_path: Path) -> None:
     path.write_text("VALUE = 2\ndef up(ctx): return VALUE\ndef down(ctx): pass\n")
     assert load_migration(path).up(None) == 1
     assert load_migration(path, reload=True).up(None) == 2
+
+
+def test_a_reload_runs_the_file_as_it_is_now_never_a_stale_bytecode_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Same second, same size: a ``.pyc`` would look fresh. Nothing is written beside the file."""
+    import os
+    import sys
+
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    path = write(
+        tmp_path, "0001_d.py", "VALUE = 1\ndef up(ctx): return VALUE\ndef down(ctx): pass\n"
+    )
+    stat = path.stat()
+    assert load_migration(path, reload=True).up(None) == 1
+    path.write_text("VALUE = 2\ndef up(ctx): return VALUE\ndef down(ctx): pass\n")
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the same mtime, the same size
+    assert load_migration(path, reload=True).up(None) == 2
+    assert not (path.parent / "__pycache__").exists()

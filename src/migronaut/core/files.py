@@ -151,7 +151,14 @@ def _module_name(path: Path) -> str:
 
 
 def load_module(path: Path, name: str | None = None, *, reload: bool = False) -> ModuleType:
-    """Execute a Python file by path (no package import needed) and cache it per path."""
+    """Execute a Python file by path (no package import needed) and cache it per path.
+
+    The source is compiled from the file every time, never from a ``__pycache__`` ``.pyc``: a
+    bytecode cache is judged fresh by the source's whole-second mtime and size, so a file edited
+    within the same second to the same length (``VALUE = 1`` → ``VALUE = 2``) would run the old
+    code — and the code that runs must be the one whose checksum was recorded. Nothing is written
+    into the user's migrations directory either.
+    """
     path = path.resolve()
     with _module_lock:
         if not reload and path in _module_cache:
@@ -165,7 +172,8 @@ def load_module(path: Path, name: str | None = None, *, reload: bool = False) ->
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module
         try:
-            spec.loader.exec_module(module)
+            code = compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+            exec(code, module.__dict__)
         except BaseException:
             sys.modules.pop(module_name, None)
             raise
