@@ -15,6 +15,7 @@ from pymongo.errors import AutoReconnect
 from helpers.engine import (
     LOCK_ID,
     LOCKS,
+    LOSES_LOCK_AND_WAITS,
     Events,
     applied,
     calls,
@@ -312,19 +313,7 @@ def test_failing_renewals_lose_the_lock_at_the_deadline(
 
 
 def test_on_lock_lost_warn_keeps_going(project: Any, db: Any) -> None:
-    project.write_migration(
-        "0001_loses_lock",
-        """
-        def up(ctx):
-            ctx.db["_migronaut_locks"].delete_one({"_id": "migronaut_lock"})
-            for _ in range(1000):  # bounded: until the lock:lost listener has written its mark
-                if ctx.db["lost"].find_one() or ctx.cancellation.wait(0.02):
-                    break
-
-        def down(ctx):
-            pass
-    """,
-    )
+    project.write_migration("0001_loses_lock", LOSES_LOCK_AND_WAITS)
     write_simple(project, "0002_b")
     with (
         captured_logger() as (logger, handler),

@@ -11,6 +11,7 @@ from pymongo import monitoring
 
 from helpers.engine import (
     LOCKS,
+    LOSES_LOCK_AND_WAITS,
     Events,
     applied,
     calls,
@@ -168,19 +169,7 @@ def test_a_run_that_lost_its_lock_is_recorded_as_lock_lost(project: Any, db: Any
 
 
 def test_a_lost_lock_under_warn_is_a_success_that_says_so(project: Any, db: Any) -> None:
-    project.write_migration(
-        "0001_loses_lock",
-        """
-        def up(ctx):
-            ctx.db["_migronaut_locks"].delete_one({"_id": "migronaut_lock"})
-            for _ in range(1000):  # bounded: until the lock:lost listener has written its mark
-                if ctx.db["lost"].find_one() or ctx.cancellation.wait(0.02):
-                    break
-
-        def down(ctx):
-            pass
-        """,
-    )
+    project.write_migration("0001_loses_lock", LOSES_LOCK_AND_WAITS)
     with (
         captured_logger() as (logger, _),
         make_migrator(project, lock_ttl_seconds=2, on_lock_lost="warn", logger=logger) as m,

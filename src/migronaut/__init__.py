@@ -7,6 +7,8 @@ The public surface is what this module exports; everything else is internal. Hea
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from migronaut._version import __version__
@@ -138,16 +140,25 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'migronaut' has no attribute {name!r}")
-    import importlib
+def _lazy_exports(
+    package: str, names: Mapping[str, str], namespace: dict[str, Any], public: Sequence[str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """The module ``__getattr__``/``__dir__`` of ``package`` (here and ``migronaut.testing``):
+    ``names`` maps a public name to its module; the value is cached in ``namespace`` — imports
+    stay cheap (the CLI's start-up budget) while the curated names live on the package."""
 
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    def __getattr__(name: str) -> Any:
+        module = names.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        namespace[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(public)
+
+    return __getattr__, __dir__
 
 
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = _lazy_exports("migronaut", _LAZY, globals(), __all__)

@@ -188,3 +188,17 @@ def write_text(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(textwrap.dedent(text), encoding="utf-8")
     return path
+
+
+#: A migration that deletes the migration lock, then waits (bounded) until a ``lock:lost``
+#: listener of the test has written a document into ``lost`` (or the run cancels it).
+LOSES_LOCK_AND_WAITS = """
+def up(ctx):
+    ctx.db["_migronaut_locks"].delete_one({"_id": "migronaut_lock"})
+    for _ in range(1000):  # bounded: until the lock:lost listener has written its mark
+        if ctx.db["lost"].find_one() or ctx.cancellation.wait(0.02):
+            break
+
+def down(ctx):
+    pass
+"""

@@ -16,7 +16,9 @@ The user guide is ``docs/testing.md``. Imports are lazy: importing this package 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from migronaut import _lazy_exports
 
 if TYPE_CHECKING:
     from migronaut.testing.reversible import (
@@ -48,16 +50,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'migronaut.testing' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = _lazy_exports("migronaut.testing", _LAZY, globals(), __all__)
