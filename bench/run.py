@@ -1,7 +1,7 @@
 """migronaut's benchmark: the "Speed and size" figures of PRODUCT.md beside the peers', in one run.
 
     .venv-3.13/bin/python bench/run.py [--quick] [--markdown] [--peers-venv DIR] [--no-peers]
-        [--background-only] [--background-batch B] [--profile]
+        [--background-only] [--background-batch B] [--rounds R] [--profile]
 
 Run it with the interpreter of an environment where migronaut is installed (``.venv-3.13``, the
 one ``bash scripts/test.sh`` creates, also has the dev server's ``mongoeco``). It
@@ -13,9 +13,10 @@ one ``bash scripts/test.sh`` creates, also has the dev server's ``mongoeco``). I
 3. times ``--version``/``--help`` of each CLI (median of several subprocess runs), ``status``
    over 1,000 applied migrations and ``up`` of 500 trivial migrations, each in a fresh process
    (``bench/_driver.py``) against a fresh database, counting every command sent;
-4. migrates the same N documents (1,500 and 4,500; batch size 100) with the background engine
-   (1 lane, then 4 lanes) and with a hand-written ``find`` + ``bulk_write`` loop, each in a fresh
-   process against a freshly seeded database: wall, client CPU per document, round trips per
+4. migrates the same N documents (1,500 and 4,500; batch size 500, the engine's default) with
+   the background engine (1 lane, then 4 lanes) and with a hand-written ``find`` +
+   ``bulk_write`` loop, each in a fresh process against a freshly seeded database, ``--rounds``
+   timed passes each (the median reported): wall, client CPU per document, round trips per
    batch and peak memory;
 5. prints machine facts, the exact command, ONE side-by-side table and the background table, and
    writes ``bench/results/latest.json`` and ``bench/results/latest.md`` (git-ignored).
@@ -77,9 +78,9 @@ class Sizes:
 
 
 FULL = Sizes(status_files=1000, up_migrations=500, status_repeats=5, cli_runs=15,
-             background_docs=(1500, 4500), background_batch=100)
+             background_docs=(1500, 4500), background_batch=500)
 QUICK = Sizes(status_files=200, up_migrations=100, status_repeats=3, cli_runs=5,
-              background_docs=(500, 1500), background_batch=100)
+              background_docs=(500, 1500), background_batch=500)
 
 #: background variants: (label, driver variant, lanes = max_parallel = drive concurrency)
 BACKGROUND_VARIANTS = (
@@ -838,7 +839,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--background-only", action="store_true",
                         help="run only the background-migration section (no peers needed)")
     parser.add_argument("--background-batch", type=int, default=None, metavar="B",
-                        help="batch size of the background section (default: 100)")
+                        help="batch size of the background section (default: 500, the "
+                             "engine's default)")
+    parser.add_argument("--rounds", type=int, default=3, metavar="R",
+                        help="timed passes per background variant; the median is reported "
+                             "(default: 3)")
     parser.add_argument("--profile", action="store_true",
                         help="also run each background variant once more under cProfile "
                              "(CPU clock) and write bench/results/profile-*.txt")
@@ -855,6 +860,8 @@ def main(argv: list[str] | None = None) -> int:
     batch = args.background_batch or sizes.background_batch
     if batch < 1:
         parser.error("--background-batch must be at least 1")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
 
     peers_python: Path | None = None
     peers_problem = "skipped (--no-peers)"
@@ -876,7 +883,8 @@ def main(argv: list[str] | None = None) -> int:
         facts = machine_facts(peers_python, server)
         if not args.background_only:
             measure_workloads(figures, me, peers_python, peers_problem, server, sizes)
-        figures["background"] = measure_background(me, server, sizes, batch, args.profile)
+        figures["background"] = measure_background(me, server, sizes, batch, args.profile,
+                                                   args.rounds)
     finally:
         server.close()
 
@@ -948,18 +956,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 BACKGROUND_METHOD = (
-    "each variant runs in a fresh process against a fresh database seeded from the bench "
-    "process (N documents {_id: ObjectId, x: i} + the version index {__v: 1, _id: 1}). The "
-    "driver imports migronaut before measuring, then makes a timed pass (wall, "
-    "time.process_time() of the driver process = client CPU only: the dev server is another "
-    "process; every command counted with its thread), resets the collection (migronaut's "
-    "collections dropped, x2/__v/__rev unset) and makes a second pass under tracemalloc for "
-    "the peak memory. A batch = the commands a lane (or the loop) sends from one batch read "
-    "(find sorted by _id, limit = batch size) to its next; 'steady state' is the median "
-    "batch, and its CPU is that thread's own time.thread_time(). One-off commands are those "
-    "of `up` (registration), of the calling thread in `drive` (planning, coordination), of a "
-    "lane before its first read (first claim), and of the lease keepers' timers (control "
-    "read every 1 s, renewal every ttl/2).")
+    "each variant runs in a fresh process against a fresh database seeded from the bench process "
+    "(N documents {_id: ObjectId, x: i} + the version index {__v: 1, _id: 1}). The driver imports "
+    "migronaut before measuring, then makes --rounds timed passes (wall, time.process_time() of "
+    "the driver process = client CPU only: the dev server is another process; every command "
+    "counted with its thread), each followed by a reset of the collection (migronaut's collections"
+    " dropped, x2/__v/__rev unset); the pass of median process CPU is reported (the machine is "
+    "shared: one pass can be slowed by a neighbour) and the steady-state median is taken over the "
+    "batches of every pass. Then a last pass under tracemalloc gives the peak memory. A batch = "
+    "the commands a lane (or the loop) sends from one batch read (find sorted by _id, limit = "
+    "batch size) to its next; 'steady state' is the median batch, and its CPU is that thread's own"
+    " time.thread_time(). One-off commands are those of `up` (registration), of the calling thread"
+    " in `drive` (planning, coordination), of a lane before its first read (first claim), and of "
+    "the lease keepers' timers (control read every 1 s, renewal every ttl/2).")
 
 
 def measure_clis(me: Path, peers_python: Path | None, peers_problem: str | None,
@@ -1013,7 +1022,7 @@ def measure_workloads(figures: dict[str, Any], me: Path, peers_python: Path | No
 
 
 def measure_background(me: Path, server: Server, sizes: Sizes, batch: int,
-                       profile: bool) -> dict[str, Any]:
+                       profile: bool, rounds: int = 3) -> dict[str, Any]:
     """Each size, each variant: a fresh process on a freshly seeded database."""
     if importlib.util.find_spec("migronaut.background.lanes") is None:
         why = "skipped (migronaut.background.lanes is not importable: engine not built yet)"
@@ -1026,7 +1035,7 @@ def measure_background(me: Path, server: Server, sizes: Sizes, batch: int,
             out[str(n)][label] = run_driver(
                 me, "background", server.uri, n, 1, 900.0,
                 extra={"variant": variant, "lanes": lanes, "batch_size": batch,
-                       "profile": profile},
+                       "profile": profile, "rounds": rounds},
                 seed=seed_background(n))
     return out
 

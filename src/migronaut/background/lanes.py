@@ -12,9 +12,10 @@ Invariants:
   fenced-out lane commits nothing. Counters are added to the slice's only after their checkpoint
   succeeded, so a lost batch is never counted (the next holder replays it; the version filter
   makes the replay a no-op).
-* **An application write is never lost.** Each document is written with a guarded ``UpdateOne``
-  (``{_id, version, revision}`` as read) carrying only the fields the transform changed; an
-  unmatched write is re-read, classified and re-transformed up to ``maxConflictRetries`` rounds.
+* **An application write is never lost.** Each document is written with a guarded update
+  statement (``{_id, version, revision}`` as read) carrying only the fields the transform
+  changed; an unmatched write is re-read, classified and re-transformed up to
+  ``maxConflictRetries`` rounds.
 * **A stop is not a failure.** An error while the caller's cancellation is set ends the slice as
   ``stopped``; only other errors count against ``maxSliceFailures``.
 * **Document data never leaves the batch.** Error texts stored on partitions or emitted in events
@@ -23,7 +24,9 @@ Invariants:
 
 Hot path (steady state, plain batches): exactly three round trips per batch on the lane's thread —
 the read (``find`` sorted by ``_id`` with ``limit`` = batch size and a matching cursor batch size,
-so no ``getMore``), one unordered ``bulk_write`` and the checkpoint. Two decisions keep it there:
+so no ``getMore``), one unordered ``update`` command and the checkpoint (both data commands go
+through :mod:`migronaut.background.wire`, which spends the least client CPU per document).
+Two decisions keep it there:
 
 * **Control reads live on the heartbeat thread.** The reference reads the state (status,
   generation, plan token) before every batch, a fourth round trip. Here the lease keeper — the
@@ -71,6 +74,7 @@ from migronaut.background.diff import DocumentProblem, copy_document, guard_filt
 from migronaut.background.planner import scope_filter
 from migronaut.background.store import SCHEMA, BackgroundStore, Lease
 from migronaut.background.throttle import AdaptiveController, Throttle, controller_for
+from migronaut.background.wire import guarded_updates, read_batch
 from migronaut.core._calls import call_user
 from migronaut.core.context import Cancellation
 from migronaut.core.topology import refuses_transactions
@@ -928,19 +932,11 @@ class _Lane:
     ) -> list[_D]:
         from pymongo.errors import OperationFailure
 
-        def cursor(hint: str | None) -> list[_D]:
-            found = coll.find(query, session=session).sort("_id", 1).limit(limit)
-            found = found.batch_size(limit)
-            if max_time_ms is not None:
-                found = found.max_time_ms(max_time_ms)
-            if hint is not None:
-                found = found.hint(hint)
-            return list(found)
-
         if self.hint is None:
-            return cursor(None)
+            return read_batch(coll, query, limit, session=session, max_time_ms=max_time_ms)
         try:
-            return cursor(self.hint)
+            return read_batch(coll, query, limit, hint=self.hint, session=session,
+                              max_time_ms=max_time_ms)
         except OperationFailure as error:
             if error.code != 2 or "hint" not in str(error).lower():
                 raise
@@ -949,7 +945,7 @@ class _Lane:
                 _version_indexes.pop(
                     (id(self.db.client), self.db.name, self.coll.name, self.field), None)
             self.hint = None
-            return cursor(None)
+            return read_batch(coll, query, limit, session=session, max_time_ms=max_time_ms)
 
     # -- transforms -----------------------------------------------------------------------
     def _context(self, part: _Part, attempt: int = 1,
@@ -963,9 +959,7 @@ class _Lane:
     def _prepare(
         self, stored: Sequence[dict[str, Any]], ctx: TransformContext
     ) -> tuple[list[dict[str, Any]], list[Any], list[_DocError]]:
-        """Transform copies; return (stored docs written, update ops, document errors)."""
-        from pymongo import UpdateOne
-
+        """Transform copies; return (stored docs written, guarded update statements, errors)."""
         results = self._transform([copy_document(doc) for doc in stored], ctx)
         if self.signal.cancelled:  # stopped mid-batch: write nothing, the next holder replays
             self.signal.raise_if_cancelled()
@@ -984,7 +978,7 @@ class _Lane:
                 errors.append(_DocError(doc.get("_id"), update.reason, update.message))
                 continue
             written.append(doc)
-            ops.append(UpdateOne(guard_filter(doc, field_, revision, occ), update))
+            ops.append({"q": guard_filter(doc, field_, revision, occ), "u": update})
         return written, ops, errors
 
     def _transform(self, copies: list[dict[str, Any]], ctx: TransformContext) -> list[Any]:
@@ -1098,30 +1092,23 @@ class _Lane:
         errors: list[_DocError],
         counters: dict[str, int],
     ) -> list[Any]:
-        """One unordered guarded bulk write; returns the ids to re-transform."""
-        from pymongo.errors import BulkWriteError
+        """One unordered guarded ``update`` command; returns the ids to re-transform."""
+        from pymongo.errors import WriteError
 
         if not ops:
             return []
+        outcome = guarded_updates(self.write_coll, ops)
         failed_at: set[int] = set()
-        try:
-            result = self.write_coll.bulk_write(ops, ordered=False)
-            matched = result.matched_count
-        except BulkWriteError as error:
-            details = error.details
-            if details.get("writeConcernErrors"):
-                raise
-            for item in details.get("writeErrors", ()):
-                code = item.get("code")
-                if code not in DOCUMENT_WRITE_CODES:
-                    raise
-                index = int(item["index"])
-                failed_at.add(index)
-                errors.append(_DocError(written[index].get("_id"), "write",
-                                        _write_error_message(item)))
-            matched = int(details.get("nMatched", 0))
+        for item in outcome.write_errors:
+            code = item.get("code")
+            if code not in DOCUMENT_WRITE_CODES:
+                raise WriteError(str(item.get("errmsg", "write error")), code, dict(item))
+            index = int(item["index"])
+            failed_at.add(index)
+            errors.append(_DocError(written[index].get("_id"), "write",
+                                    _write_error_message(item)))
         pending = [doc for i, doc in enumerate(written) if i not in failed_at]
-        if matched >= len(pending):
+        if outcome.matched >= len(pending):
             counters["migrated"] += len(pending)
             return []
         return self._classify(pending, counters)
@@ -1271,7 +1258,7 @@ class _Lane:
         last_read: list[Any],
     ) -> _Batch:
         from pymongo import ReadPreference, WriteConcern
-        from pymongo.errors import BulkWriteError
+        from pymongo.errors import WriteError
         from pymongo.read_concern import ReadConcern
 
         assert self.transaction is not None
@@ -1304,19 +1291,20 @@ class _Lane:
                 if errors:
                     raise _DocumentFailure(errors)
                 if ops:
-                    try:
-                        result = self.coll.bulk_write(ops, ordered=False, session=session)
-                    except BulkWriteError as error:
-                        refused = [
-                            _DocError(written[int(item["index"])].get("_id"), "write",
-                                      _write_error_message(item))
-                            for item in error.details.get("writeErrors", ())
-                            if item.get("code") in DOCUMENT_WRITE_CODES
-                        ]
-                        if refused:
-                            raise _DocumentFailure(refused) from error
-                        raise
-                    if result.matched_count < len(ops):
+                    outcome = guarded_updates(self.coll, ops, session=session)
+                    refused = [
+                        _DocError(written[int(item["index"])].get("_id"), "write",
+                                  _write_error_message(item))
+                        for item in outcome.write_errors
+                        if item.get("code") in DOCUMENT_WRITE_CODES
+                    ]
+                    if refused:
+                        raise _DocumentFailure(refused)
+                    if outcome.write_errors:
+                        item = outcome.write_errors[0]
+                        raise WriteError(str(item.get("errmsg", "write error")),
+                                         item.get("code"), dict(item))
+                    if outcome.matched < len(ops):
                         raise _Conflict("a guarded write matched nothing")
                 latency_ms = (time.monotonic() - started) * 1000.0
                 counters = {"scanned": len(kept), "migrated": len(ops), "failed": len(failed),

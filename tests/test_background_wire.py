@@ -1,0 +1,178 @@
+"""The lanes' data commands (migronaut.background.wire) against the server, over the wire.
+
+The retry is exercised through a real TCP proxy in front of the server that forwards the first
+``update`` command and then cuts the connection instead of passing its reply back — the server
+applied it, the client cannot know — which is what a dropped connection looks like to the driver.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from bson.raw_bson import RawBSONDocument
+from pymongo import MongoClient, WriteConcern
+from pymongo.database import Database
+from pymongo.errors import DocumentTooLarge, OperationFailure
+from pymongo.uri_parser import parse_uri
+
+from migronaut.background.diff import guard_filter, stamped_diff
+from migronaut.background.wire import guarded_updates, read_batch
+
+
+def _statement(doc: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    result = {**doc, **changes}
+    update = stamped_diff(doc, result, version_field="__v", revision_field="__rev",
+                          target_version=1)
+    assert isinstance(update, dict)
+    return {"q": guard_filter(doc, "__v", "__rev", "revision"), "u": update}
+
+
+def test_read_batch_returns_the_first_documents_by_id_decoded_with_the_collections_codec(
+    db: Database[dict[str, Any]],
+) -> None:
+    db.docs.insert_many([{"_id": i, "x": i, "__v": 1 if i % 3 == 0 else 0} for i in range(30)])
+    got = read_batch(db.docs, {"__v": 0, "_id": {"$gt": 4}}, 5)
+    assert [d["_id"] for d in got] == [5, 7, 8, 10, 11]
+    assert all(type(d) is dict for d in got)
+    raw = read_batch(db.docs.with_options(
+        codec_options=db.codec_options.with_options(document_class=RawBSONDocument)), {}, 3)
+    assert [type(d) for d in raw] == [RawBSONDocument] * 3 and raw[2]["_id"] == 2
+    db.docs.create_index([("__v", 1), ("_id", 1)], name="by_version")
+    assert [d["_id"] for d in read_batch(db.docs, {"__v": 1}, 3, hint="by_version")] == [0, 3, 6]
+
+
+def test_guarded_updates_count_matches_and_report_write_errors_by_statement_index(
+    db: Database[dict[str, Any]],
+) -> None:
+    db.docs.insert_many([{"_id": i, "x": i} for i in range(6)])
+    db.docs.create_index("email", unique=True, sparse=True)
+    docs = list(db.docs.find().sort("_id", 1))
+    statements = [_statement(d, x2=d["x"] * 2) for d in docs]
+    statements[2] = _statement(docs[2], email="same@example.com")
+    statements[4] = _statement(docs[4], email="same@example.com")  # duplicate key
+    db.docs.update_one({"_id": 5}, {"$set": {"__rev": 7}})  # an application write: no match
+    outcome = guarded_updates(db.docs, statements)
+    assert outcome.matched == 4
+    assert [(e["index"], e["code"]) for e in outcome.write_errors] == [(4, 11000)]
+    after = {d["_id"]: d for d in db.docs.find()}
+    assert [after[i].get("__v") for i in range(6)] == [1, 1, 1, 1, None, None]
+    assert after[0]["x2"] == 0 and after[3]["__rev"] == 1 and after[5]["__rev"] == 7
+
+
+def test_a_command_over_the_size_limit_is_split_and_error_indexes_stay_those_of_the_input(
+    db: Database[dict[str, Any]],
+) -> None:
+    big = "x" * (1024 * 1024)
+    db.docs.insert_many([{"_id": i} for i in range(20)])
+    db.docs.create_index("tag", unique=True, sparse=True)
+    statements = [_statement({"_id": i}, blob=big) for i in range(20)]
+    statements[3] = _statement({"_id": 3}, tag="t")
+    statements[17] = _statement({"_id": 17}, tag="t")  # in the second half: index kept
+    with pytest.raises(DocumentTooLarge):  # what the driver refuses, sent whole
+        db.command({"update": "docs", "updates": statements, "ordered": False})
+    outcome = guarded_updates(db.docs, statements)
+    assert outcome.matched == 19
+    assert [(e["index"], e["code"]) for e in outcome.write_errors] == [(17, 11000)]
+    assert db.docs.count_documents({"__v": 1}) == 19
+    assert db.docs.count_documents({"blob": big}) == 18
+
+
+def test_one_statement_that_is_too_large_by_itself_is_the_drivers_error(
+    db: Database[dict[str, Any]],
+) -> None:
+    db.docs.insert_one({"_id": 1})
+    with pytest.raises(DocumentTooLarge):
+        guarded_updates(db.docs, [_statement({"_id": 1}, blob="y" * (17 * 1024 * 1024))])
+    assert db.docs.find_one({"_id": 1}) == {"_id": 1}
+
+
+def test_a_write_concern_the_server_cannot_satisfy_is_raised_not_counted(
+    db: Database[dict[str, Any]], server_hello: dict[str, Any],
+) -> None:
+    db.docs.insert_one({"_id": 1})
+    unsatisfiable = db.docs.with_options(write_concern=WriteConcern(w=50, wtimeout=200))
+    with pytest.raises(OperationFailure) as raised:  # WriteConcernError or the command's error
+        guarded_updates(unsatisfiable, [_statement({"_id": 1}, x=1)])
+    assert raised.value.code in {100, 9, 2, 64}
+
+
+class _CuttingProxy:
+    """A TCP proxy that forwards one ``update`` but cuts the connection instead of its reply."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.armed = threading.Event()
+        self.cut = threading.Event()
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            threading.Thread(target=self._pipe, args=(client, server, True), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(server, client, False), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket, upstream: bool) -> None:
+        try:
+            while data := source.recv(1 << 16):
+                if not upstream and self.armed.is_set() and not self.cut.is_set():
+                    self.cut.set()  # the reply to the update: dropped, and the connection cut
+                    break
+                sink.sendall(data)
+                if upstream and b"update\x00" in data and not self.armed.is_set():
+                    self.armed.set()
+        except OSError:
+            pass
+        finally:
+            self._close(source, sink)
+
+    @staticmethod
+    def _close(*socks: socket.socket) -> None:
+        for sock in socks:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+    def close(self) -> None:
+        self.closed = True
+        self.listener.close()
+
+
+@pytest.fixture
+def proxied(mongo_uri: str, db_name: str) -> Iterator[tuple[_CuttingProxy, Database[Any]]]:
+    host, port = parse_uri(mongo_uri)["nodelist"][0]
+    proxy = _CuttingProxy(host, port)
+    client: MongoClient[dict[str, Any]] = MongoClient(
+        f"mongodb://127.0.0.1:{proxy.port}/?directConnection=true", retryWrites=False,
+        serverSelectionTimeoutMS=5000)
+    try:
+        yield proxy, client[db_name]
+    finally:
+        client.close()
+        proxy.close()
+
+
+def test_a_connection_cut_after_the_update_is_retried_once_and_the_replay_matches_nothing(
+    db: Database[dict[str, Any]], proxied: tuple[_CuttingProxy, Database[Any]],
+) -> None:
+    proxy, through = proxied
+    db.docs.insert_many([{"_id": i, "x": i} for i in range(10)])
+    statements = [_statement({"_id": i, "x": i}, x2=i * 2) for i in range(10)]
+    outcome = guarded_updates(through.docs, statements)
+    assert proxy.cut.is_set()  # the first attempt's connection was cut after it was sent
+    # the first attempt applied everything; the replay is guarded by version and revision, so
+    # it matches nothing and nothing is applied twice (the lane re-reads unmatched documents)
+    assert outcome.matched == 0 and outcome.write_errors == []
+    assert [d["__rev"] for d in db.docs.find().sort("_id", 1)] == [1] * 10
