@@ -5,12 +5,14 @@
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from bson import Int64, MaxKey, MinKey
 
 from conftest import Project
 from helpers.background import NAME, STATES, migration
@@ -133,3 +135,238 @@ def test_sharded_and_standalone_exclude_each_other(capsys: pytest.CaptureFixture
     assert main(["--sharded", "--standalone", "--port", "0"]) == 6
     error = capsys.readouterr().err
     assert "--standalone and --sharded exclude each other" in error
+
+
+# ------------------------------------------------------------------------- planning (§5)
+
+VERSION_MATCH = {"__v": {"$in": [None, 0]}}
+
+
+def spec(**overrides: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "mode": "declarative", "collection": "c", "field": "__v", "from": 0, "to": 1,
+        "maxParallel": 4, "batchSize": 50, "shardConcurrency": 1,
+        "partitions": {"overPartition": 4, "maxPartitions": 256, "minPartitionDocs": 50,
+                       "sampleSize": 10_000},
+    }
+    base.update(overrides)
+    return base
+
+
+def populate(db: Any, key: dict[str, Any], docs: int = 400, *, index: bool = True,
+             collection: str = "c") -> None:
+    db[collection].insert_many([{"_id": i, "k": i, "g": i % 7} for i in range(docs)])
+    if index:
+        from migronaut.background.sharding import sharded_version_index
+
+        db[collection].create_index(sharded_version_index("__v", key))
+
+
+def plan_for(db: Any, *, shard_aware: str = "auto", **overrides: Any) -> Any:
+    import logging
+
+    from migronaut.background.sharding import plan_collection
+
+    return plan_collection(db, VERSION_MATCH, spec(**overrides), hint=None,
+                           shard_aware=shard_aware, logger=logging.getLogger("test.sharding"),
+                           name="0001_x.py")
+
+
+def covered(db: Any, plan: Any, key: dict[str, Any]) -> list[int]:
+    """Which documents each partition's key range holds, checked to cover each exactly once."""
+    from migronaut.background.sharding import sharded_version_index
+
+    index = sharded_version_index("__v", key)
+    seen: list[int] = []
+    for partition in plan.partitions:
+        scope = partition["scope"]
+        assert scope["kind"] == "key-range"
+        low = [("__v", None), *scope["min"].items()] + ([("_id", MinKey())]
+                                                         if "_id" not in key else [])
+        high = [("__v", None), *scope["max"].items()] + ([("_id", MinKey())]
+                                                          if "_id" not in key else [])
+        seen += [d["_id"] for d in db.c.find({}).hint(index).min(low).max(high)]
+    return sorted(seen)
+
+
+
+
+def test_chunk_runs_become_groups_with_per_shard_targets(sharded_client: Any, db: Any,
+                                                         db_name: str) -> None:
+    from helpers.sharding import ranged_chunks, seed_shard_metadata
+
+    key = {"k": 1}
+    populate(db, key)
+    # a, a, b, b, a, a, b, b: four runs, two per shard
+    value = seed_shard_metadata(sharded_client, f"{db_name}.c", key,
+                                ranged_chunks(key, [50, 100, 150, 200, 250, 300, 350], run=2))
+    plan = plan_for(db)
+    assert plan.partitioner == "shard" and plan.method == "chunks"
+    assert plan.epoch == {"uuid": value, "key": key}
+    assert plan.sharding["mode"] == "chunks" and plan.sharding["shardKey"] == key
+    assert plan.sharding["hashed"] is False
+    groups = [p["group"] for p in plan.partitions]
+    assert set(groups) == {"shard-a", "shard-b"}
+    # per shard min(8, 4 × 1, T=16) = 4 over two runs → 2 pieces a run, 8 partitions
+    assert len(plan.partitions) == 8 and groups.count("shard-a") == 4
+    assert plan.sharding["groups"] == {"shard-a": 4, "shard-b": 4}
+    assert covered(db, plan, key) == list(range(400))
+    estimates = [p["estimate"] for p in plan.partitions]
+    assert estimates == sorted(estimates, reverse=True)
+    assert plan.estimate == 400 and not plan.at_least
+
+
+
+def test_runs_beyond_max_partitions_merge_into_ungrouped_blocks(sharded_client: Any, db: Any,
+                                                                db_name: str) -> None:
+    from helpers.sharding import ranged_chunks, seed_shard_metadata
+
+    key = {"k": 1}
+    populate(db, key)
+    seed_shard_metadata(sharded_client, f"{db_name}.c", key,
+                        ranged_chunks(key, [50, 100, 150, 200, 250, 300, 350]))  # 8 runs
+    plan = plan_for(db, partitions={"overPartition": 4, "maxPartitions": 3,
+                                    "minPartitionDocs": 50})
+    assert plan.degraded == "ungrouped"
+    assert len(plan.partitions) == 3
+    assert all("group" not in p for p in plan.partitions)
+    assert covered(db, plan, key) == list(range(400))
+
+
+def test_hashed_first_field_splits_the_hash_range_arithmetically() -> None:
+    """The dev server cannot build a compound hashed index (so a hashed key plans untargeted
+    there — see the ``sharded_cluster`` test); the slicing itself is pure arithmetic."""
+    from helpers.sharding import HASH_MAX, HASH_MIN, hashed_chunks
+    from migronaut.background.shard_planner import split_hashed
+
+    key = {"k": "hashed", "g": 1}
+    chunks = hashed_chunks(key, 2)
+    pieces = [piece for low, high, _ in chunks for piece in split_hashed(key, low, high, 4, 100.0)]
+    assert len(pieces) == 8 and all(estimate == 25.0 for _, _, estimate in pieces)
+    assert isinstance(pieces[0][0]["k"], MinKey) and isinstance(pieces[-1][1]["k"], MaxKey)
+    for (_, left_max, _), (right_min, _, _) in itertools.pairwise(pieces):
+        assert left_max == right_min  # no gap, no overlap
+        assert type(right_min["k"]) is Int64 and isinstance(right_min["g"], MinKey)
+    span = HASH_MAX - HASH_MIN + 1
+    assert [int(low["k"]) for low, _, _ in pieces[1:]] == [
+        HASH_MIN + span * i // 8 for i in range(1, 8)]
+    narrow = split_hashed(key, {"k": Int64(0), "g": MinKey()}, {"k": Int64(7), "g": MinKey()},
+                          4, 10.0)
+    assert len(narrow) == 1  # narrower than 2 × parts hash values: kept whole
+
+
+def test_empty_collection_is_an_empty_plan(sharded_client: Any, db: Any, db_name: str) -> None:
+    from helpers.sharding import ranged_chunks, seed_shard_metadata
+
+    key = {"k": 1}
+    db.c.create_index([("__v", 1), ("k", 1), ("_id", 1)])
+    seed_shard_metadata(sharded_client, f"{db_name}.c", key, ranged_chunks(key, [10]))
+    plan = plan_for(db)
+    assert (plan.method, plan.partitions, plan.partitioner) == ("empty", [], "shard")
+    assert plan.sharding["mode"] == "empty"
+
+
+def test_unreadable_chunks_plan_one_sampled_run(sharded_client: Any, db: Any,
+                                                db_name: str) -> None:
+    from helpers.sharding import seed_shard_metadata
+
+    key = {"k": 1}
+    populate(db, key)
+    seed_shard_metadata(sharded_client, f"{db_name}.c", key, None)
+    plan = plan_for(db)
+    assert plan.method == "sampled" and plan.sharding["mode"] == "sampled"
+    assert len(plan.partitions) == 4  # min(8, 4 × 1, 16) pieces of the one run
+    assert all("group" not in p for p in plan.partitions)
+    def low(partition: dict[str, Any]) -> int:
+        value = partition["scope"]["min"]["k"]
+        return -1 if isinstance(value, MinKey) else int(value)
+
+    bounds = sorted(plan.partitions, key=low)
+    assert isinstance(bounds[0]["scope"]["min"]["k"], MinKey)
+    assert isinstance(bounds[-1]["scope"]["max"]["k"], MaxKey)
+    assert covered(db, plan, key) == list(range(400))
+
+
+def test_chunks_by_ns_before_5_0(sharded_client: Any, db: Any, db_name: str) -> None:
+    from helpers.sharding import ranged_chunks, seed_shard_metadata
+
+    key = {"k": 1}
+    populate(db, key)
+    seed_shard_metadata(sharded_client, f"{db_name}.c", key, ranged_chunks(key, [200]),
+                        by_ns=True)
+    plan = plan_for(db)
+    assert plan.method == "chunks"
+    assert {p["group"] for p in plan.partitions} == {"shard-a", "shard-b"}
+
+
+@pytest.mark.parametrize("situation", ["unsplittable", "unsharded", "off", "step"])
+def test_selection_rows_that_use_id_ranges(situation: str, sharded_client: Any, db: Any,
+                                           db_name: str) -> None:
+    from helpers.sharding import ranged_chunks, seed_shard_metadata
+    from migronaut.background.sharding import select_partitioner
+
+    key = {"_id": 1} if situation == "unsplittable" else {"k": 1}
+    populate(db, key)
+    if situation != "unsharded":
+        seed_shard_metadata(sharded_client, f"{db_name}.c", key, ranged_chunks(key, [200]),
+                            extra={"unsplittable": True} if situation == "unsplittable" else {})
+    import logging
+
+    chosen = select_partitioner(
+        db, spec(mode="step") if situation == "step" else spec(),
+        shard_aware="off" if situation == "off" else "auto",
+        logger=logging.getLogger("test"), name="x")
+    assert chosen.mode == "off"
+    if situation != "step":
+        plan = plan_for(db, shard_aware="off" if situation == "off" else "auto")
+        assert plan.partitioner == "id" and plan.epoch is None and plan.sharding is None
+
+
+def test_not_a_mongos_uses_id_ranges(client: Any) -> None:
+    """The session's ordinary dev server: shard metadata is never consulted."""
+    import logging
+
+    from migronaut.background.sharding import select_partitioner
+
+    chosen = select_partitioner(client["t_not_sharded"], spec(), shard_aware="auto",
+                                logger=logging.getLogger("test"), name="x")
+    assert chosen.mode == "off"
+
+
+def test_missing_sharded_version_index_runs_untargeted_with_key(
+        sharded_client: Any, db: Any, db_name: str, caplog: pytest.LogCaptureFixture) -> None:
+    from helpers.sharding import ranged_chunks, seed_shard_metadata
+
+    key = {"k": 1}
+    populate(db, key, index=False)
+    db.c.create_index([("__v", 1), ("_id", 1)])
+    value = seed_shard_metadata(sharded_client, f"{db_name}.c", key, ranged_chunks(key, [200]))
+    with caplog.at_level("WARNING"):
+        plan = plan_for(db)
+        plan_for(db)
+    assert plan.partitioner == "id"
+    assert plan.sharding == {"mode": "untargeted", "hashed": False, "shardKey": key}
+    assert plan.epoch == {"uuid": value, "key": key}
+    warnings = [r.getMessage() for r in caplog.records if "sharded version index" in
+                r.getMessage()]
+    assert len(warnings) == 1
+    assert "{__v: 1, k: 1, _id: 1}" in warnings[0]
+
+
+def test_unreadable_shard_metadata_runs_untargeted_without_key(
+        sharded_client: Any, db: Any, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Code 13 cannot be produced by the dev server (its users' roles are not enforced): the
+    read's answer is stubbed, the selection and its warning are real."""
+    from migronaut.background import sharding
+
+    populate(db, {"k": 1})
+    monkeypatch.setattr(sharding, "read_shard_facts", lambda db, collection: "unauthorized")
+    monkeypatch.setattr(sharding, "_warned", set())
+    with caplog.at_level("WARNING"):
+        plan = plan_for(db)
+        plan_for(db)
+    assert plan.partitioner == "id" and plan.epoch is None
+    assert plan.sharding == {"mode": "untargeted", "hashed": False}
+    warnings = [r.getMessage() for r in caplog.records if "clusterMonitor" in r.getMessage()]
+    assert len(warnings) == 1
