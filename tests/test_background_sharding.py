@@ -370,3 +370,91 @@ def test_unreadable_shard_metadata_runs_untargeted_without_key(
     assert plan.sharding == {"mode": "untargeted", "hashed": False}
     warnings = [r.getMessage() for r in caplog.records if "clusterMonitor" in r.getMessage()]
     assert len(warnings) == 1
+
+
+# ------------------------------------------------------------------- group slots (§4.2 step 5)
+
+
+def grouped_plan(db: Any, groups: list[str | None]) -> Any:
+    from migronaut.background.store import BackgroundStore
+
+    store = BackgroundStore(db)
+    store.ready()
+    partitions = [{"scope": {"kind": "key-range", "min": {}, "max": {}}, "estimate": 1,
+                   **({"group": g} if g else {})} for g in groups]
+    store.insert_plan("m", 1, "tok", partitions)
+    return store
+
+
+def test_racing_claims_never_exceed_shard_concurrency(db: Any) -> None:
+    """Eight threads claim at once, three rounds: each group (and the ungrouped ``#k`` slots)
+    gets exactly ``shardConcurrency`` = 2 live leases, the other claimers end exhausted."""
+    import threading
+
+    store = grouped_plan(db, ["shard-a"] * 6 + ["shard-b"] * 6 + [None] * 3)
+    start, claimed = threading.Barrier(9), threading.Barrier(9)
+    results: list[Any] = []
+    lock = threading.Lock()
+
+    def lane() -> None:
+        for _ in range(3):
+            start.wait()
+            got = store.claim("m", generation=1, plan="tok", max_parallel=8, ttl_ms=60_000,
+                              owner="t", shard_concurrency=2)
+            with lock:
+                results.append(got)
+            claimed.wait()
+
+    threads = [threading.Thread(target=lane) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    partitions = db["_migronaut_background_partitions"]
+    for _ in range(3):
+        results.clear()
+        start.wait()
+        claimed.wait()
+        held: dict[str, int] = {}
+        for doc in partitions.find({"background": "m", "lease": {"$exists": True}}):
+            held[doc.get("group") or ""] = held.get(doc.get("group") or "", 0) + 1
+        assert held == {"shard-a": 2, "shard-b": 2, "": 2}
+        assert sorted(r for r in results if isinstance(r, str)) == ["exhausted"] * 2
+        slots = sorted(r.group_slot for r in results if not isinstance(r, str))
+        assert slots == ["#0", "#1", "shard-a#0", "shard-a#1", "shard-b#0", "shard-b#1"]
+        for lease in results:
+            if not isinstance(lease, str):
+                store.release(lease)
+    for thread in threads:
+        thread.join()
+
+
+def test_claims_on_a_full_shard_end_exhausted(db: Any) -> None:
+    import threading
+
+    store = grouped_plan(db, ["shard-a"] * 5)
+    barrier = threading.Barrier(4)
+    results: list[Any] = []
+
+    def lane() -> None:
+        barrier.wait()
+        results.append(store.claim("m", generation=1, plan="tok", max_parallel=4,
+                                   ttl_ms=60_000, owner="t", shard_concurrency=1))
+
+    threads = [threading.Thread(target=lane) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    leases = [r for r in results if not isinstance(r, str)]
+    assert len(leases) == 1 and leases[0].group_slot == "shard-a#0"
+    assert sorted(r for r in results if isinstance(r, str)) == ["exhausted"] * 3
+    stored = db["_migronaut_background_partitions"].find_one({"lease": {"$exists": True}})
+    assert stored["lease"]["groupSlot"] == "shard-a#0" and stored["lease"]["slot"] in range(4)
+
+
+def test_ungrouped_partitions_share_hash_slots_and_max_parallel_caps_the_total(db: Any) -> None:
+    store = grouped_plan(db, [None, None, None, "shard-a", "shard-a"])
+    claims = [store.claim("m", generation=1, plan="tok", max_parallel=3, ttl_ms=60_000,
+                          owner="t", shard_concurrency=2) for _ in range(4)]
+    leases = [c for c in claims[:3] if not isinstance(c, str)]
+    assert sorted(lease.group_slot for lease in leases) == ["#0", "#1", "shard-a#0"]
+    assert claims[3] == "busy"  # maxParallel 3: every slot held

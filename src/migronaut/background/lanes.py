@@ -506,6 +506,7 @@ class _Lane:
         self.telemetry = telemetry
         self.generation = int(state["generation"])
         self.plan = str(state["plan"]["token"])
+        self.partitioner = str(state["plan"].get("partitioner") or "id")
         self.registration = state.get("registration")
         self.state_bad_ids: list[Any] = list(state.get("badIds") or [])
         self.direction = job.direction
@@ -640,6 +641,8 @@ class _Lane:
         counters: dict[str, int] = {}
         worked = False
         max_parallel = int(self.spec.get("maxParallel", 1) or 1)
+        shard_concurrency = (int(self.spec.get("shardConcurrency", 1) or 1)
+                             if self.partitioner == "shard" else None)
         while True:
             if self.caller.cancelled:
                 return SliceResult("stopped", counters)
@@ -648,6 +651,7 @@ class _Lane:
             claimed = self.store.claim(
                 self.name, generation=self.generation, plan=self.plan,
                 max_parallel=max_parallel, ttl_ms=self.ttl_ms, owner=self.owner,
+                shard_concurrency=shard_concurrency,
             )
             if claimed == "exhausted":
                 return SliceResult("exhausted", counters)
