@@ -458,3 +458,255 @@ def test_ungrouped_partitions_share_hash_slots_and_max_parallel_caps_the_total(d
     leases = [c for c in claims[:3] if not isinstance(c, str)]
     assert sorted(lease.group_slot for lease in leases) == ["#0", "#1", "shard-a#0"]
     assert claims[3] == "busy"  # maxParallel 3: every slot held
+
+
+# --------------------------------------------------------------- end to end (lanes, writes)
+
+
+def sharded_users(sharded_client: Any, db: Any, db_name: str, *, docs: int = 400,
+                  key: dict[str, Any] | None = None, index: bool = True) -> Any:
+    """``c``: ``docs`` documents keyed ``k`` (and ``n`` for the transforms), sharded on ``key``
+    over four chunk runs (a, a, b, b, a, a, b, b)."""
+    from helpers.sharding import ranged_chunks, seed_shard_metadata
+    from migronaut.background.sharding import sharded_version_index
+
+    key = key or {"k": 1}
+    db.c.insert_many([{"_id": i, "k": (i * 37) % docs, "n": i} for i in range(docs)]
+                     + [{"_id": docs, "n": docs}])  # one without a shard key: the null chunk
+    if index:
+        db.c.create_index(sharded_version_index("__v", key))
+    step = docs // 8
+    return seed_shard_metadata(sharded_client, f"{db_name}.c", key,
+                               ranged_chunks(key, [step * i for i in range(1, 8)], run=2))
+
+
+def sharded_file(*, transform: str = 'doc["active"] = True', extra: str = "") -> str:
+    return f'''
+def migrate(doc, ctx):
+    {transform}
+    return doc
+
+
+background = {{
+    "collection": "c",
+    "from": 0,
+    "to": 1,
+    "migrate": migrate,
+    "batch_size": 20,
+    "pause_ms": 0,
+    "slice_ms": 1000,
+    "max_parallel": 4,
+    "shard_concurrency": 2,
+    "adaptive": False,
+    "partitions": {{"min_partition_docs": 20}},
+    {extra}
+}}
+'''
+
+
+def test_sharded_migration_end_to_end(project: Project, cli: Any, db: Any,
+                                      sharded_client: Any, db_name: str) -> None:
+    value = sharded_users(sharded_client, db, db_name)
+    project.write_migration("0001_users_v1", sharded_file())
+    assert cli("up").exit_code == 0
+    result = cli("background", "run", NAME, "--concurrency", "4")
+    assert result.exit_code == 0, result.stderr
+    assert db.c.count_documents({}) == 401
+    assert db.c.count_documents({"__v": 1, "active": True, "__rev": 1}) == 401
+    state = db[STATES].find_one({"_id": NAME})
+    assert state["status"] == "completed" and state["pass"] == 1
+    assert state["totals"]["migrated"] == 401
+    plan = state["plan"]
+    assert plan["partitioner"] == "shard" and plan["method"] == "chunks"
+    assert plan["epoch"] == {"uuid": value, "key": {"k": 1}}
+    # per shard min(8, overPartition 4 × shardConcurrency 2, T 16) = 8 over its two runs
+    assert plan["sharding"]["groups"] == {"shard-a": 8, "shard-b": 8}
+    partitions = list(db["_migronaut_background_partitions"].find({"background": NAME}))
+    assert {p["group"] for p in partitions} == {"shard-a", "shard-b"}
+    assert all(p["status"] == "done" and p["scope"]["kind"] == "key-range" for p in partitions)
+    # each document read once: the key ranges do not overlap
+    assert sum(p["counters"].get("scanned", 0) for p in partitions) == 401
+
+
+def test_writes_carry_the_shard_key_and_reads_use_the_index_bounds(
+        project: Project, db: Any, sharded_client: Any, sharded_uri: str, db_name: str) -> None:
+    from pymongo import MongoClient, monitoring
+
+    from helpers.engine import make_migrator
+
+    class Commands(monitoring.CommandListener):
+        def __init__(self) -> None:
+            self.seen: list[Any] = []
+
+        def started(self, event: Any) -> None:
+            self.seen.append(event)
+
+        def succeeded(self, event: Any) -> None:
+            pass
+
+        def failed(self, event: Any) -> None:
+            pass
+
+    sharded_users(sharded_client, db, db_name, docs=120)
+    project.write_migration("0001_users_v1", sharded_file())
+    listener = Commands()
+    watched: MongoClient[dict[str, Any]] = MongoClient(sharded_uri, event_listeners=[listener])
+    try:
+        migrator = make_migrator(project, client=watched)
+        migrator.up()
+        migrator.background.drive(NAME, concurrency=2)
+    finally:
+        watched.close()
+    events = [e for e in listener.seen if e.database_name == db_name]
+    updates = [u for e in events if e.command_name == "update" and e.command["update"] == "c"
+               for u in e.command["updates"]]
+    assert len(updates) == 121
+    assert all("k" in u["q"] and "_id" in u["q"] and "__v" in u["q"] for u in updates)
+    keyless = [u for u in updates if u["q"]["_id"] == 120]
+    assert keyless[0]["q"]["k"] is None  # missing shard key → null
+    finds = [e.command for e in events if e.command_name == "find" and e.command["find"] == "c"
+             and "min" in e.command]
+    assert finds and all(f["hint"] == {"__v": 1, "k": 1, "_id": 1} for f in finds)
+    assert all(list(f["sort"]) == ["__v", "k", "_id"] for f in finds)
+    assert {f["min"]["__v"] for f in finds} == {None, 0}  # version 0: null region, then 0
+
+
+def test_a_transform_changing_the_shard_key_is_a_document_error(
+        project: Project, cli: Any, db: Any, sharded_client: Any, db_name: str) -> None:
+    sharded_users(sharded_client, db, db_name, docs=80)
+    project.write_migration("0001_users_v1", sharded_file(
+        transform='''doc["active"] = True
+    if doc["n"] == 7:
+        doc["k"] = doc["k"] + 1
+    if doc["n"] == 8:
+        doc["k"] = float(doc["k"])  # the same number: not a change''',
+        extra='"max_document_errors": 5,'))
+    assert cli("up").exit_code == 0
+    result = cli("background", "run", NAME)
+    assert result.exit_code == 0, result.stderr
+    assert "__v" not in db.c.find_one({"_id": 7})
+    assert db.c.find_one({"_id": 8})["__v"] == 1
+    state = db[STATES].find_one({"_id": NAME})
+    assert state["badIds"] == [7]
+    errors = [e for e in state["docErrors"] if e["reason"] == "shard-key-changed"]
+    assert errors and errors[0]["error"] == (
+        "the transform changed the shard key field 'k' — a background migration never moves a "
+        "document to another shard; use an ordinary (transactional) migration or "
+        "reshardCollection to change shard-key values")
+
+
+def test_untargeted_with_key_guards_and_targets_writes(
+        project: Project, cli: Any, db: Any, sharded_client: Any, db_name: str) -> None:
+    """No sharded version index: ``_id`` ranges, but writes still carry the key and the
+    shard-key guard still applies."""
+    sharded_users(sharded_client, db, db_name, docs=60, index=False)
+    db.c.create_index([("__v", 1), ("_id", 1)])
+    project.write_migration("0001_users_v1", sharded_file(
+        transform='''doc["active"] = True
+    if doc["n"] == 3:
+        doc["k"] = "moved"''', extra='"max_document_errors": 5,'))
+    assert cli("up").exit_code == 0
+    result = cli("background", "run", NAME)
+    assert result.exit_code == 0, result.stderr
+    assert "no sharded version index {__v: 1, k: 1, _id: 1}" in result.stderr
+    state = db[STATES].find_one({"_id": NAME})
+    assert state["plan"]["partitioner"] == "id"
+    assert state["plan"]["sharding"] == {"mode": "untargeted", "hashed": False,
+                                         "shardKey": {"k": 1}}
+    assert state["badIds"] == [3]
+    assert state["docErrors"][-1]["reason"] == "shard-key-changed"
+    assert db.c.count_documents({"__v": 1}) == 60
+
+
+def test_transactional_batches_on_key_ranges(project: Project, cli: Any, db: Any,
+                                            sharded_client: Any, db_name: str) -> None:
+    sharded_users(sharded_client, db, db_name, docs=100)
+    project.write_migration("0001_users_v1", sharded_file(extra='"transaction": True,'))
+    assert cli("up").exit_code == 0
+    result = cli("background", "run", NAME)
+    assert result.exit_code == 0, result.stderr
+    assert db.c.count_documents({"__v": 1, "__rev": 1}) == 101
+    partitions = list(db["_migronaut_background_partitions"].find({"background": NAME}))
+    assert sum(p["counters"].get("scanned", 0) for p in partitions) == 101
+
+
+# ----------------------------------------------------------------- key-range reads (units)
+
+
+def key_ranges(key: dict[str, Any], source: int = 0) -> Any:
+    from migronaut.background.key_ranges import KeyRanges
+    from migronaut.background.sharding import sharded_version_index
+
+    return KeyRanges(key, dict(sharded_version_index("__v", key)), "__v", source, VERSION_MATCH)
+
+
+def test_ranged_reads_walk_null_then_zero_with_a_keyset_cursor() -> None:
+    reader = key_ranges({"k": 1, "g": 1})
+    scope = {"min": {"k": 10, "g": MinKey()}, "max": {"k": 20, "g": MinKey()}}
+    first = reader.read(scope, {})
+    assert first.min == [("__v", None), ("k", 10), ("g", MinKey()), ("_id", MinKey())]
+    assert first.max == [("__v", None), ("k", 20), ("g", MinKey()), ("_id", MinKey())]
+    assert first.sort == [("__v", 1), ("k", 1), ("g", 1), ("_id", 1)]
+    assert first.filter == {"$and": [VERSION_MATCH, {"k": {"$gte": 10, "$lt": 20}}]}
+    last = {"_id": 5, "k": 12, "n": 1}  # no g: indexed as null
+    cursor = reader.advance({}, last=last, full=True)
+    assert cursor == {"region": 0, "tuple": {"_id": 5, "k": 12, "g": None}}
+    resumed = reader.read(scope, cursor)
+    assert resumed.min == [("__v", None), ("k", 12), ("g", None), ("_id", 5)]
+    assert {"_id": {"$nin": [5]}} in resumed.filter["$and"]
+    assert reader.advance(cursor, last=None, full=False) == {"region": 1}
+    assert reader.read(scope, {"region": 1}).min[0] == ("__v", 0)
+    assert reader.advance({"region": 1}, last=None, full=False) is None
+    assert key_ranges({"k": 1}, source=2).advance({}, last=None, full=False) is None
+
+
+def test_targeting_predicate_rules() -> None:
+    reader = key_ranges({"k": 1, "g": 1})
+
+    def targeting(low: Any, high: Any, g: Any = MinKey()) -> Any:
+        query = reader.read({"min": {"k": low, "g": MinKey()}, "max": {"k": high, "g": g}},
+                            {}).filter
+        return query["$and"][1] if "$and" in query else None
+
+    assert targeting(1, 5) == {"k": {"$gte": 1, "$lt": 5}}
+    assert targeting(1, 5, g=7) == {"k": {"$gte": 1, "$lte": 5}}  # the next chunk may hold k=5
+    assert targeting(MinKey(), 5) is None
+    assert targeting(1, MaxKey()) is None
+    assert targeting(1, "a") is None  # different value classes
+    hashed = key_ranges({"k": "hashed"}).read(
+        {"min": {"k": Int64(1)}, "max": {"k": Int64(9)}}, {})
+    assert hashed.filter == VERSION_MATCH and hashed.sort is None
+
+
+def test_hashed_partitions_drain_and_move_on_past_100_stuck() -> None:
+    from migronaut.background.key_ranges import STUCK_MAX
+
+    reader = key_ranges({"k": "hashed"})
+    scope = {"min": {"k": Int64(-10)}, "max": {"k": Int64(10)}}
+    cursor = reader.advance({}, last={"_id": 1, "k": 3}, full=True, stuck=[4, 5])
+    assert cursor == {"region": 0, "stuck": [4, 5]}
+    again = reader.read(scope, cursor)
+    assert again.min[1] == ("k", Int64(-10))  # restarts at the range start
+    assert {"_id": {"$nin": [4, 5]}} in again.filter["$and"]
+    crowded = reader.advance(cursor, last={"_id": 9}, full=True,
+                             stuck=list(range(100, 100 + STUCK_MAX)))
+    assert crowded == {"region": 1}  # more than 100 stuck: the next region
+    assert reader.advance({"region": 1, "stuck": [1]}, last=None, full=False) is None
+
+
+def test_shard_key_guard_compares_numbers_by_value() -> None:
+    from bson import Decimal128
+
+    from migronaut.background.key_ranges import changed_key_field
+
+    fields = ["k", "a.b"]
+    before = {"k": Int64(5), "a": {"b": "x"}}
+    assert changed_key_field(before, {"k": 5, "a": {"b": "x"}}, fields) is None
+    assert changed_key_field(before, {"k": 5.0, "a": {"b": "x"}}, fields) is None
+    assert changed_key_field(before, {"k": Decimal128("5"), "a": {"b": "x"}}, fields) is None
+    assert changed_key_field(before, {"k": 6, "a": {"b": "x"}}, fields) == "k"
+    assert changed_key_field(before, {"k": "5", "a": {"b": "x"}}, fields) == "k"
+    assert changed_key_field(before, {"k": True, "a": {"b": "x"}}, fields) == "k"
+    assert changed_key_field(before, {"k": 5, "a": {"b": "y"}}, fields) == "a.b"
+    assert changed_key_field({"k": 1}, {"k": 1, "a": None}, fields) is None  # missing == null
+    assert changed_key_field({"k": float("nan")}, {"k": float("nan")}, ["k"]) == "k"
