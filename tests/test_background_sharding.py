@@ -663,9 +663,9 @@ def test_ranged_reads_walk_null_then_zero_with_a_keyset_cursor() -> None:
 def test_targeting_predicate_rules() -> None:
     reader = key_ranges({"k": 1, "g": 1})
 
-    def targeting(low: Any, high: Any, g: Any = MinKey()) -> Any:
-        query = reader.read({"min": {"k": low, "g": MinKey()}, "max": {"k": high, "g": g}},
-                            {}).filter
+    def targeting(low: Any, high: Any, g: Any = None) -> Any:
+        upper = {"k": high, "g": MinKey() if g is None else g}
+        query = reader.read({"min": {"k": low, "g": MinKey()}, "max": upper}, {}).filter
         return query["$and"][1] if "$and" in query else None
 
     assert targeting(1, 5) == {"k": {"$gte": 1, "$lt": 5}}
