@@ -710,3 +710,59 @@ def test_shard_key_guard_compares_numbers_by_value() -> None:
     assert changed_key_field(before, {"k": 5, "a": {"b": "y"}}, fields) == "a.b"
     assert changed_key_field({"k": 1}, {"k": 1, "a": None}, fields) is None  # missing == null
     assert changed_key_field({"k": float("nan")}, {"k": float("nan")}, ["k"]) == "k"
+
+
+# ------------------------------------------------------------------------------- reshard (§5)
+
+
+def test_reshard_mid_run_replans_the_same_pass(project: Project, cli: Any, db: Any,
+                                               sharded_client: Any, db_name: str) -> None:
+    """The transform reshards the collection (a new uuid) at its 50th document and slows down:
+    lanes answer stale, the coordinator replans the pass from its start with the new epoch."""
+    old = sharded_users(sharded_client, db, db_name, docs=200)
+    marker = project.path / "resharded"
+    project.write_migration("0001_users_v1", sharded_file(transform=f'''doc["active"] = True
+    import os, pathlib, time
+    if not pathlib.Path({str(marker)!r}).exists():
+        if doc["n"] % 4 == 1:
+            from pymongo import MongoClient
+            import sys
+            sys.path.insert(0, {str(Path(__file__).parent)!r})
+            from helpers.sharding import reshard
+            with MongoClient(os.environ["MIGRONAUT_URI"]) as client:
+                reshard(client, os.environ["MIGRONAUT_DB"] + ".c")
+            pathlib.Path({str(marker)!r}).write_text("x")
+    else:
+        time.sleep(0.02)''', extra='"max_parallel": 2,'))
+    assert cli("up").exit_code == 0
+    result = cli("background", "run", NAME, "--concurrency", "2")
+    assert result.exit_code == 0, result.stderr
+    assert marker.exists()
+    state = db[STATES].find_one({"_id": NAME})
+    assert state["status"] == "completed"
+    assert state["pass"] == 1 and state["generation"] >= 2
+    new = sharded_client.config.collections.find_one({"_id": f"{db_name}.c"})["uuid"]
+    assert new != old and state["plan"]["epoch"]["uuid"] == new
+    assert db.c.count_documents({"__v": 1, "active": True, "__rev": 1}) == 201
+    # replanned while documents were left: the lanes stopped on the stale epoch
+    assert state["plan"]["estimate"] > 0 and state["plan"]["method"] == "chunks"
+
+
+def test_epoch_is_stale_when_the_uuid_or_the_key_changes(sharded_client: Any, db: Any,
+                                                         db_name: str) -> None:
+    from helpers.sharding import ranged_chunks, reshard, seed_shard_metadata
+    from migronaut.background.sharding import epoch_is_stale
+
+    key = {"k": 1}
+    value = seed_shard_metadata(sharded_client, f"{db_name}.c", key, ranged_chunks(key, [5]))
+    epoch = {"uuid": value, "key": key}
+    assert not epoch_is_stale(db, "c", epoch)
+    assert not epoch_is_stale(db, "c", None)
+    sharded_client.config.collections.update_one(
+        {"_id": f"{db_name}.c"}, {"$set": {"key": {"k": 1, "g": 1}}})  # refineCollectionShardKey
+    assert epoch_is_stale(db, "c", epoch)
+    fresh = reshard(sharded_client, f"{db_name}.c", key=key)
+    assert epoch_is_stale(db, "c", epoch)
+    assert not epoch_is_stale(db, "c", {"uuid": fresh, "key": key})
+    sharded_client.config.collections.delete_one({"_id": f"{db_name}.c"})
+    assert epoch_is_stale(db, "c", {"uuid": fresh, "key": key})  # no longer sharded

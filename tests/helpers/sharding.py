@@ -20,6 +20,7 @@ __all__ = [
     "clear_shard_metadata",
     "hashed_chunks",
     "ranged_chunks",
+    "reshard",
     "seed_shard_metadata",
 ]
 
@@ -96,12 +97,14 @@ def seed_shard_metadata(
 
 
 def reshard(client: Any, namespace: str, *, key: Mapping[str, Any] | None = None) -> Binary:
-    """What resharding does to the metadata: a new uuid (and optionally a new key)."""
+    """What resharding does to the metadata: a new uuid, the chunks under it (and optionally
+    a new key)."""
     value = Binary.from_uuid(uuid_module.uuid4())
     fields: dict[str, Any] = {"uuid": value}
     if key is not None:
         fields["key"] = dict(key)
-    client.config.collections.update_one({"_id": namespace}, {"$set": fields})
+    before = client.config.collections.find_one_and_update({"_id": namespace}, {"$set": fields})
+    client.config.chunks.update_many({"uuid": before["uuid"]}, {"$set": {"uuid": value}})
     return value
 
 

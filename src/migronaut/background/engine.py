@@ -209,7 +209,9 @@ class BackgroundEngine:
                 self.store.set_open_partitions(name, state["generation"], "superseded")
                 if self.store.live_leases(name, self.ttl_ms):
                     return Answer("wait", reason="replan-draining", retry_after_ms=1000)
-                self.store.update_state(name, {"phase": "replan"}, {"phase": "partition"})
+                answer = self._plan_pass(state, job)  # phase 'replan': the same pass
+                if answer is not None:
+                    return answer
                 continue
             if state.get("phase") != "process" or not plan or plan.get("match") != \
                     self._match_hash(job):

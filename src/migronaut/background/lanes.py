@@ -672,6 +672,8 @@ class _Lane:
                 return SliceResult("stopped", counters)
             if worked and time.monotonic() >= self.deadline:
                 return SliceResult("yielded", counters)
+            if worked and self.resharded():  # (the keeper also checks, once a second)
+                return SliceResult("stale", counters)
             claimed = self.store.claim(
                 self.name, generation=self.generation, plan=self.plan,
                 max_parallel=max_parallel, ttl_ms=self.ttl_ms, owner=self.owner,
