@@ -616,6 +616,8 @@ def test_untargeted_with_key_guards_and_targets_writes(
     assert state["badIds"] == [3]
     assert state["docErrors"][-1]["reason"] == "shard-key-changed"
     assert db.c.count_documents({"__v": 1}) == 60
+    status = cli("background", "status").stdout
+    assert f"{NAME}: sharded — untargeted · key {{k: 1}}" in status
 
 
 def test_transactional_batches_on_key_ranges(project: Project, cli: Any, db: Any,
@@ -766,3 +768,35 @@ def test_epoch_is_stale_when_the_uuid_or_the_key_changes(sharded_client: Any, db
     assert not epoch_is_stale(db, "c", {"uuid": fresh, "key": key})
     sharded_client.config.collections.delete_one({"_id": f"{db_name}.c"})
     assert epoch_is_stale(db, "c", {"uuid": fresh, "key": key})  # no longer sharded
+
+
+# -------------------------------------------------------------------------------- status (§6.2)
+
+
+def test_status_shows_the_sharding(project: Project, cli: Any, db: Any, sharded_client: Any,
+                                   db_name: str) -> None:
+    sharded_users(sharded_client, db, db_name, docs=80)
+    project.write_migration("0001_users_v1", sharded_file())
+    assert cli("up").exit_code == 0
+    assert cli("background", "run", NAME, "--once").exit_code == 0
+    human = cli("background", "status")
+    assert human.exit_code == 0, human.stderr
+    assert f"{NAME}: sharded — chunks · key {{k: 1}} · shard-a 8, shard-b 8" in human.stdout
+    view = cli("background", "status", "--json").json["background"][0]
+    assert view["sharding"] == {"mode": "chunks", "shardKey": {"k": 1}, "hashed": False,
+                                "groups": {"shard-a": 8, "shard-b": 8}}
+    rows = cli("background", "status", NAME, "--partitions", "--json").json["partitions"]
+    assert {row["scope"]["group"] for row in rows} == {"shard-a", "shard-b"}
+    assert all(row["scope"]["kind"] == "key-range" and row["group"] for row in rows)
+    table = cli("background", "status", NAME, "--partitions")
+    assert "key range @shard-a" in table.stdout
+
+
+def test_status_of_an_unsharded_collection_has_no_sharding(project: Project, cli: Any,
+                                                           db: Any) -> None:
+    db.c.insert_many([{"n": i} for i in range(10)])
+    project.write_migration("0001_users_v1", sharded_file())
+    assert cli("up").exit_code == 0
+    assert cli("background", "run", NAME).exit_code == 0
+    assert "sharding" not in cli("background", "status", "--json").json["background"][0]
+    assert "sharded —" not in cli("background", "status").stdout

@@ -663,6 +663,9 @@ class BackgroundEngine:
             counts["total"] = sum(v for k, v in counts.items() if k != "leased")
             view["plan"] = {k: plan[k] for k in ("method", "estimate", "atLeast", "partitions",
                                                   "degraded") if k in plan}
+            if plan.get("sharding"):
+                view["sharding"] = {k: plan["sharding"][k] for k in (
+                    "mode", "shardKey", "hashed", "groups") if k in plan["sharding"]}
         if state.get("coordinator"):
             view["coordinator"] = state["coordinator"]
         if state.get("previous"):
@@ -699,6 +702,8 @@ class BackgroundEngine:
                 "claims": partition.get("claims", 0), "reclaims": partition.get("reclaims", 0),
                 "failures": partition.get("failures", 0),
             }
+            if partition.get("group") is not None:
+                row["group"] = partition["group"]
             if lease:
                 row["lease"] = {k: lease.get(k) for k in ("slot", "owner", "host", "pid",
                                                            "renewedAt")}
