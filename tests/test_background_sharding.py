@@ -800,3 +800,27 @@ def test_status_of_an_unsharded_collection_has_no_sharding(project: Project, cli
     assert cli("background", "run", NAME).exit_code == 0
     assert "sharding" not in cli("background", "status", "--json").json["background"][0]
     assert "sharded —" not in cli("background", "status").stdout
+
+
+def test_a_conflicting_application_write_is_retried_on_key_ranges(
+        project: Project, cli: Any, db: Any, sharded_client: Any, db_name: str) -> None:
+    """The application bumps document 5's revision while its batch is being transformed: the
+    guarded write misses, the re-read (by ``_id`` and shard key) finds it still at the source
+    version, and the next round migrates it."""
+    sharded_users(sharded_client, db, db_name, docs=60)
+    marker = project.path / "bumped"
+    project.write_migration("0001_users_v1", sharded_file(transform=f'''doc["active"] = True
+    import os, pathlib
+    if doc["n"] == 5 and not pathlib.Path({str(marker)!r}).exists():
+        from pymongo import MongoClient
+        with MongoClient(os.environ["MIGRONAUT_URI"]) as client:
+            client[os.environ["MIGRONAUT_DB"]].c.update_one(
+                {{"_id": 5}}, {{"$set": {{"__rev": 7, "app": True}}}})
+        pathlib.Path({str(marker)!r}).write_text("x")'''))
+    assert cli("up").exit_code == 0
+    result = cli("background", "run", NAME)
+    assert result.exit_code == 0, result.stderr
+    doc = db.c.find_one({"_id": 5})
+    assert doc["__v"] == 1 and doc["__rev"] == 8 and doc["app"] is True and doc["active"]
+    state = db[STATES].find_one({"_id": NAME})
+    assert state["totals"]["retried"] == 1 and state["totals"]["migrated"] == 61

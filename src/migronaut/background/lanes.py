@@ -1194,7 +1194,7 @@ class _Lane:
 
     def _classify(self, pending: list[dict[str, Any]], counters: dict[str, int]) -> list[Any]:
         """Re-read unmatched candidates: which writes landed, which to retry (§4.4)."""
-        now = self._landed([doc["_id"] for doc in pending])
+        now = self._landed([doc["_id"] for doc in pending], pending)
         retry: list[Any] = []
         for doc in pending:
             current = now.get(_id_key(doc["_id"]))
@@ -1215,13 +1215,21 @@ class _Lane:
                 counters["skipped"] += 1
         return retry
 
-    def _landed(self, ids: list[Any]) -> dict[str, dict[str, Any]]:
-        """The version (and revision) of documents now, by id key: which writes landed."""
+    def _landed(self, ids: list[Any], docs: Sequence[Mapping[str, Any]] = ()
+                ) -> dict[str, dict[str, Any]]:
+        """The version (and revision) of documents now, by id key: which writes landed.
+
+        With the documents as read, a sharded collection is asked by ``$or`` of ``{_id,
+        …shard key}`` so each lookup goes to one shard.
+        """
         projection = {self.field: 1}
         if self.revision_field is not None:
             projection[self.revision_field] = 1
-        return {_id_key(doc["_id"]): doc
-                for doc in self.coll.find({"_id": {"$in": ids}}, projection)}
+        query: dict[str, Any] = {"_id": {"$in": ids}}
+        if self.shard_fields and docs:
+            query = {"$or": [{"_id": doc["_id"], **key_values(doc, self.shard_fields)}
+                             for doc in docs]}
+        return {_id_key(doc["_id"]): doc for doc in self.coll.find(query, projection)}
 
     def _checkpoint(
         self,
