@@ -480,12 +480,15 @@ def sharded_users(sharded_client: Any, db: Any, db_name: str, *, docs: int = 400
                                ranged_chunks(key, [step * i for i in range(1, 8)], run=2))
 
 
-def sharded_file(*, transform: str = 'doc["active"] = True', extra: str = "") -> str:
+def sharded_file(*, transform: str = 'doc["active"] = True', extra: str = "",
+                 functions: str = "") -> str:
+    """The migration file: ``transform`` is the body of ``migrate`` (before ``return doc``),
+    ``extra`` more spec entries, ``functions`` more top-level code."""
     return f'''
 def migrate(doc, ctx):
     {transform}
     return doc
-
+{functions}
 
 background = {{
     "collection": "c",
@@ -824,3 +827,24 @@ def test_a_conflicting_application_write_is_retried_on_key_ranges(
     assert doc["__v"] == 1 and doc["__rev"] == 8 and doc["app"] is True and doc["active"]
     state = db[STATES].find_one({"_id": NAME})
     assert state["totals"]["retried"] == 1 and state["totals"]["migrated"] == 61
+
+
+def test_revert_walks_the_version_1_region(project: Project, cli: Any, db: Any,
+                                           sharded_client: Any, db_name: str) -> None:
+    sharded_users(sharded_client, db, db_name, docs=100)
+    project.write_migration("0001_users_v1", sharded_file(extra='"revert": revert,', functions='''
+def revert(doc, ctx):
+    doc.pop("active", None)
+    return doc
+'''))
+    assert cli("up").exit_code == 0
+    assert cli("background", "run", NAME).exit_code == 0
+    assert db.c.count_documents({"__v": 1}) == 101
+    assert cli("down").exit_code == 0
+    run = cli("background", "run", NAME, "--json")
+    assert run.exit_code == 0, run.stderr
+    assert run.json["background"][0]["totals"]["migrated"] == 101
+    assert run.json["background"][0]["sharding"]["mode"] == "chunks"
+    assert db.c.count_documents({"__v": {"$exists": True}}) == 0
+    assert db.c.count_documents({"active": {"$exists": True}}) == 0
+    assert db.c.count_documents({"__rev": 2}) == 101
