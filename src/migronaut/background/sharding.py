@@ -181,7 +181,7 @@ def select_partitioner(
     facts = read_shard_facts(db, collection)
     if facts == "unauthorized":
         _warn_once(
-            logger, ("unauthorized", id(db.client)),
+            logger, ("unauthorized",),
             "⚠ %s: cannot read the shard metadata (config.collections, config.chunks) — "
             "background migrations need the clusterMonitor role to plan by shard; running "
             "untargeted on _id ranges", name,
