@@ -217,6 +217,21 @@ def test_chunk_runs_become_groups_with_per_shard_targets(sharded_client: Any, db
 
 
 
+def test_a_capped_count_is_at_least_and_one_lane_keeps_runs_whole(
+        sharded_client: Any, db: Any, db_name: str) -> None:
+    from helpers.sharding import ranged_chunks, seed_shard_metadata
+
+    key = {"k": 1}
+    populate(db, key)
+    seed_shard_metadata(sharded_client, f"{db_name}.c", key,
+                        ranged_chunks(key, [50, 100, 150, 200, 250, 300, 350], run=2))
+    plan = plan_for(db, maxParallel=1)  # T = 1: the count stops at 1 × minPartitionDocs
+    assert plan.at_least and plan.estimate == 50
+    assert len(plan.partitions) == 4  # one per run
+    assert [p["group"] for p in plan.partitions].count("shard-a") == 2
+    assert covered(db, plan, key) == list(range(400))
+
+
 def test_runs_beyond_max_partitions_merge_into_ungrouped_blocks(sharded_client: Any, db: Any,
                                                                 db_name: str) -> None:
     from helpers.sharding import ranged_chunks, seed_shard_metadata
