@@ -13,6 +13,9 @@ Fixtures:
     the URI, a pymongo ``MongoClient`` on it, and the server's ``hello`` reply.
 ``db_name``, ``db``
     a unique database name per test (``t_<12 hex>``) and its pymongo ``Database``; dropped after.
+``sharded_uri``, ``sharded_client`` (session, started only when a test asks)
+    a second dev server that answers like a mongos (``--sharded``) and a client on it; tests put
+    shard metadata into its ``config`` database (``tests/helpers/sharding.py``).
 ``project``
     a project directory under ``tmp_path`` (:class:`Project`) wired to ``mongo_uri``/``db_name``.
 ``cli``
@@ -26,7 +29,8 @@ removed (only the harness's own :data:`HARNESS_VARIABLES` stay), so a real confi
 leaks into a test; ``project`` then sets ``MIGRONAUT_URI``/``MIGRONAUT_DB`` to the test's values.
 
 Markers (declared in ``pyproject.toml``): ``real_mongodb`` tests are skipped unless
-``MIGRONAUT_TEST_URI`` is set; ``replica_set`` tests are skipped when ``hello`` has no ``setName``.
+``MIGRONAUT_TEST_URI`` is set; ``replica_set`` tests are skipped when ``hello`` has no ``setName``;
+``sharded_cluster`` tests are skipped unless ``MIGRONAUT_TEST_URI`` is a real mongos.
 """
 
 from __future__ import annotations
@@ -104,6 +108,35 @@ def server_hello(client: MongoClient[dict[str, Any]]) -> dict[str, Any]:
     return reply
 
 
+@pytest.fixture(scope="session")
+def sharded_uri() -> Iterator[str]:
+    """The URI of a dev server answering like a mongos, started the first time a test asks."""
+    from migronaut.devserver import start_subprocess
+    from migronaut.errors import MigronautError
+
+    try:
+        server = start_subprocess(sharded=True)
+    except MigronautError as error:
+        if os.environ.get(TEST_URI_VARIABLE, "").strip():  # a real server, maybe no mongoeco
+            pytest.skip(f"cannot start the sharded dev server: {error.message}")
+        pytest.fail(f"cannot start the sharded dev server: {error.message}", pytrace=False)
+    with server:
+        # without directConnection the driver discovers the mongos (a Sharded topology)
+        yield server.uri.replace("directConnection=true", "directConnection=false")
+
+
+@pytest.fixture(scope="session")
+def sharded_client(sharded_uri: str) -> Iterator[MongoClient[dict[str, Any]]]:
+    """A pymongo client on the simulated mongos."""
+    from pymongo import MongoClient
+
+    mongo: MongoClient[dict[str, Any]] = MongoClient(sharded_uri, serverSelectionTimeoutMS=15_000)
+    try:
+        yield mongo
+    finally:
+        mongo.close()
+
+
 @pytest.fixture
 def db_name(client: MongoClient[dict[str, Any]]) -> Iterator[str]:
     """A database name unique to this test; the database is dropped after the test."""
@@ -131,13 +164,19 @@ def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(autouse=True)
 def _server_requirements(request: pytest.FixtureRequest) -> None:
-    """Skip ``real_mongodb`` / ``replica_set`` tests the current server cannot serve."""
+    """Skip ``real_mongodb`` / ``replica_set`` / ``sharded_cluster`` tests the current server
+    cannot serve."""
     if request.node.get_closest_marker("real_mongodb") and not os.environ.get(TEST_URI_VARIABLE):
         pytest.skip(f"needs a real MongoDB: set {TEST_URI_VARIABLE} (the dev server is not one)")
     if request.node.get_closest_marker("replica_set"):
         hello: dict[str, Any] = request.getfixturevalue("server_hello")
         if not hello.get("setName"):
             pytest.skip("needs a replica set: the server's hello reports no setName")
+    if request.node.get_closest_marker("sharded_cluster"):
+        if not os.environ.get(TEST_URI_VARIABLE):
+            pytest.skip(f"needs a real sharded cluster: set {TEST_URI_VARIABLE} to a mongos")
+        if request.getfixturevalue("server_hello").get("msg") != "isdbgrid":
+            pytest.skip(f"needs a real sharded cluster: {TEST_URI_VARIABLE} is not a mongos")
 
 
 # ----------------------------------------------------------------------------------- project

@@ -207,6 +207,18 @@ def test_dev_server_redacts_the_password_and_stops_on_sigterm(
     assert data.exists()
 
 
+@pytest.mark.slow
+@needs_embedded
+def test_dev_server_sharded_answers_like_a_mongos(cli_process: Any) -> None:
+    process = cli_process.start("dev-server", "--sharded")
+    uri = read_uri(process)
+    with connect(uri) as client:
+        hello = client.admin.command("hello")
+        assert hello["msg"] == "isdbgrid" and "setName" not in hello
+    process.send_signal(signal.SIGTERM)
+    assert cli_process.wait(process, timeout=30).exit_code == 0
+
+
 def test_dev_server_without_the_extra_exits_6(
     cli: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -225,6 +237,7 @@ def test_dev_server_without_the_extra_exits_6(
         (("--port", "abc"), "--port must be a positive integer (got 'abc')"),
         (("--port", "70000"), "--port must be between 0 and 65535 (got '70000')"),
         (("--auth", "nopassword"), "--auth must be 'user:password'"),
+        (("--standalone", "--sharded"), "--standalone and --sharded exclude each other"),
     ],
 )
 def test_dev_server_bad_flags_exit_6(cli: Any, args: tuple[str, ...], message: str) -> None:

@@ -1153,6 +1153,7 @@ class Migrator:
                 emit=lambda event, payload: self._emit(event, **payload),
                 reserved_collections=reserved, reload_migrations=config.reload_migrations,
                 executed_by=executed_by(), telemetry=self.telemetry,
+                shard_aware=config.background_shard_aware,
             )
         return self._background
 

@@ -15,7 +15,8 @@ Invariants:
 
 It is a development convenience, never a production store (see ``docs/`` for its known limits).
 
-Run it directly with ``python -m migronaut.devserver --port N [--path F] [--auth user:pass]``.
+Run it directly with ``python -m migronaut.devserver --port N [--path F] [--auth user:pass]
+[--standalone | --sharded]``.
 """
 
 from __future__ import annotations
@@ -99,13 +100,16 @@ def serve(
     path: str | None = None,
     auth: tuple[str, str] | None = None,
     standalone: bool = False,
+    sharded: bool = False,
     on_ready: Callable[[str], None],
 ) -> None:
     """Serve a MongoDB-compatible endpoint until SIGINT or SIGTERM, then close it and return.
 
     ``port=0`` picks a free port; ``path`` persists the data to that SQLite file (memory
     otherwise); ``auth`` requires SCRAM-SHA-256 with that user and password; ``standalone``
-    refuses transactions exactly as a standalone ``mongod`` does (error 20). ``on_ready`` is
+    refuses transactions exactly as a standalone ``mongod`` does (error 20); ``sharded`` answers
+    ``hello`` like a ``mongos`` (a test aid: the shard metadata is whatever is put in the
+    ``config`` database, the data lives on one node). ``on_ready`` is
     called once with the connection URI (it carries the password: redact it before printing).
     Must run in the main thread, which receives the signals.
     """
@@ -125,6 +129,11 @@ def serve(
         )
     if auth is not None and not (auth[0] and auth[1]):
         raise ConfigInvalidError("dev server auth needs a non-empty user and password")
+    if standalone and sharded:
+        raise ConfigInvalidError(
+            "--standalone and --sharded exclude each other (a mongos runs transactions)",
+            {"flag": "--sharded"},
+        )
     if path is not None:
         parent = Path(path).expanduser().resolve().parent
         if not parent.is_dir():
@@ -145,6 +154,8 @@ def serve(
         )
         if standalone:
             _refuse_transactions(server)
+        if sharded:
+            _answer_as_mongos(server)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         installed = _install_signal_handlers(loop, stop)
@@ -186,12 +197,7 @@ def _refuse_transactions(server: Any) -> None:
     """
     from mongoeco.errors import OperationFailure
 
-    executor: Any = getattr(server, "_executor", None)
-    original = getattr(executor, "execute_prepared", None)
-    if executor is None or original is None:
-        raise ConfigInvalidError(
-            "--standalone is not supported by this mongoeco version", {"flag": "--standalone"}
-        )
+    executor, original = _executor_of(server, "--standalone")
 
     async def execute_prepared(context: Any) -> Any:
         body = getattr(context, "raw_body", None) or {}
@@ -200,6 +206,87 @@ def _refuse_transactions(server: Any) -> None:
         return await original(context)
 
     executor.execute_prepared = execute_prepared
+
+
+#: The handshake commands whose reply says what kind of server this is.
+_HELLO_COMMANDS: Final = frozenset({"hello", "isMaster", "ismaster"})
+#: Reply fields a mongos never sends (they would make the driver see a replica set member).
+_NOT_ON_MONGOS: Final = (
+    "setName", "hosts", "passives", "arbiters", "primary", "me", "setVersion", "electionId",
+    "secondary", "arbiterOnly", "hidden", "topologyVersion",
+)
+
+
+def _executor_of(server: Any, flag: str) -> tuple[Any, Any]:
+    """mongoeco's command executor and its ``execute_prepared`` (internal: checked so a newer
+    mongoeco fails loudly with ``CONFIG_INVALID`` instead of silently ignoring ``flag``)."""
+    executor: Any = getattr(server, "_executor", None)
+    original = getattr(executor, "execute_prepared", None)
+    if executor is None or original is None:
+        raise ConfigInvalidError(
+            f"{flag} is not supported by this mongoeco version", {"flag": flag}
+        )
+    return executor, original
+
+
+def _answer_as_mongos(server: Any) -> None:
+    """Make ``server`` answer ``hello``/``isMaster`` like a mongos (``msg: "isdbgrid"``).
+
+    Drivers then see a Sharded topology; everything else is served by the one node as before.
+    mongoeco ignores a ``find``'s ``min``/``max`` index bounds, which sharded background reads
+    rely on, so they are applied here as the equivalent filter (see :func:`_index_bounds`).
+    """
+    executor, original = _executor_of(server, "--sharded")
+
+    async def execute_prepared(context: Any) -> Any:
+        command = getattr(context, "command_document", None)
+        if getattr(context, "command_name", None) == "find" and isinstance(command, dict):
+            _index_bounds(command)
+        reply = await original(context)
+        if getattr(context, "command_name", None) in _HELLO_COMMANDS and isinstance(reply, dict):
+            for name in _NOT_ON_MONGOS:
+                reply.pop(name, None)
+            reply["msg"] = "isdbgrid"
+        return reply
+
+    executor.execute_prepared = execute_prepared
+
+
+def _index_bounds(command: dict[str, Any]) -> None:
+    """Rewrite a ``find``'s ``min`` (inclusive) / ``max`` (exclusive) into its filter.
+
+    The bounds are index-key tuples compared field by field in BSON order, exactly what
+    ``$expr`` comparisons do (a missing field indexes as ``null``). Bounds on a hashed index
+    compare hash values, which cannot be computed here: those are left alone (and ignored).
+    """
+    hint = command.get("hint")
+    bounds = [(name, command.get(name)) for name in ("min", "max")]
+    if not any(isinstance(bound, dict) for _, bound in bounds) or (
+        isinstance(hint, dict) and "hashed" in hint.values()
+    ):
+        return
+    conditions: list[Any] = []
+    for name, bound in bounds:
+        if isinstance(bound, dict) and bound:
+            command.pop(name)
+            conditions.append(_tuple_compare(list(bound.items()), "$gt" if name == "min"
+                                             else "$lt", inclusive=name == "min"))
+    found = command.get("filter") or {}
+    command["filter"] = {"$and": [found, *({"$expr": c} for c in conditions)]}
+
+
+def _tuple_compare(bound: list[tuple[str, Any]], operator: str, *, inclusive: bool) -> Any:
+    """``$expr`` for "the document's key tuple is ``operator`` ``bound``" (lexicographic)."""
+    def value(name: str) -> Any:
+        return {"$ifNull": ["$" + name, None]}
+
+    branches: list[Any] = []
+    for index, (name, limit) in enumerate(bound):
+        equal = [{"$eq": [value(prior), {"$literal": at}]} for prior, at in bound[:index]]
+        branches.append({"$and": [*equal, {operator: [value(name), {"$literal": limit}]}]})
+    if inclusive:
+        branches.append({"$and": [{"$eq": [value(n), {"$literal": at}]} for n, at in bound]})
+    return {"$or": branches}
 
 
 def _install_signal_handlers(
@@ -307,6 +394,7 @@ def start_subprocess(
     path: str | None = None,
     auth: tuple[str, str] | None = None,
     standalone: bool = False,
+    sharded: bool = False,
     timeout: float = 30.0,
 ) -> DevServerProcess:
     """Start ``python -m migronaut.devserver`` and wait (up to ``timeout`` s) for its URI line.
@@ -322,6 +410,8 @@ def start_subprocess(
         argv += ["--path", str(path)]
     if standalone:
         argv.append("--standalone")
+    if sharded:
+        argv.append("--sharded")
     shown = list(argv)  # for error messages: the password masked
     if auth is not None:
         argv += ["--auth", f"{auth[0]}:{auth[1]}"]
@@ -420,6 +510,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--standalone", action="store_true", help="refuse transactions like a standalone mongod"
     )
+    parser.add_argument(
+        "--sharded", action="store_true",
+        help="answer like a mongos (test aid: shard metadata is what you put in 'config')",
+    )
     args = parser.parse_args(argv)
 
     def announce(uri: str) -> None:
@@ -433,6 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             path=args.path,
             auth=auth,
             standalone=args.standalone,
+            sharded=args.sharded,
             on_ready=announce,
         )
     except MigronautError as error:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from migronaut.background.job import BackgroundJob, load_job
-from migronaut.background.planner import plan_id_ranges
+from migronaut.background.sharding import epoch_is_stale, plan_collection
 from migronaut.background.store import (
     COUNTERS,
     DOC_ERRORS_KEPT,
@@ -109,6 +109,7 @@ class BackgroundEngine:
         reload_migrations: bool = False,
         executed_by: str = "unknown",
         telemetry: Telemetry = DISABLED,
+        shard_aware: str = "auto",
     ) -> None:
         self.db = db
         self.store = store
@@ -121,6 +122,8 @@ class BackgroundEngine:
         self.reserved = reserved_collections
         self.reload = reload_migrations
         self.executed_by = executed_by
+        #: the config's ``background_shard_aware``: ``auto`` plans sharded collections by shard
+        self.shard_aware = shard_aware
         self._warned: set[str] = set()
         self._transactions: bool | None = None
 
@@ -206,13 +209,20 @@ class BackgroundEngine:
                 self.store.set_open_partitions(name, state["generation"], "superseded")
                 if self.store.live_leases(name, self.ttl_ms):
                     return Answer("wait", reason="replan-draining", retry_after_ms=1000)
-                self.store.update_state(name, {"phase": "replan"}, {"phase": "partition"})
+                answer = self._plan_pass(state, job)  # phase 'replan': the same pass
+                if answer is not None:
+                    return answer
                 continue
             if state.get("phase") != "process" or not plan or plan.get("match") != \
                     self._match_hash(job):
                 answer = self._plan_pass(state, job)
                 if answer is not None:
                     return answer
+                continue
+            if epoch_is_stale(self.db, str(job.spec.get("collection")), plan.get("epoch")):
+                self.logger.info("%s: the collection was resharded — replanning the pass", name)
+                self.store.update_state(name, {"generation": state["generation"]},
+                                        {"phase": "replan"})
                 continue
             if state["status"] == "pending":
                 self._move(name, "plan")
@@ -273,9 +283,9 @@ class BackgroundEngine:
             plan = Plan(partitions=[{"scope": {"kind": "step"}, "estimate": 0}], method="step")
             meta = {"method": "step", "estimate": 0, "partitioner": "step"}
         else:
-            collection = self.db[str(job.spec["collection"])]
-            plan = plan_id_ranges(collection, job.match(state.get("badIds")), job.spec,
-                                  hint=self.version_hint(job))
+            plan = plan_collection(self.db, job.match(state.get("badIds")), job.spec,
+                                   hint=self.version_hint(job), shard_aware=self.shard_aware,
+                                   logger=self.logger, name=name)
             meta = plan.meta()
         self.store.insert_plan(name, generation, token, plan.partitions)
         previous = (state.get("plan") or {}).get("token")
@@ -653,6 +663,9 @@ class BackgroundEngine:
             counts["total"] = sum(v for k, v in counts.items() if k != "leased")
             view["plan"] = {k: plan[k] for k in ("method", "estimate", "atLeast", "partitions",
                                                   "degraded") if k in plan}
+            if plan.get("sharding"):
+                view["sharding"] = {k: plan["sharding"][k] for k in (
+                    "mode", "shardKey", "hashed", "groups") if k in plan["sharding"]}
         if state.get("coordinator"):
             view["coordinator"] = state["coordinator"]
         if state.get("previous"):
@@ -689,6 +702,8 @@ class BackgroundEngine:
                 "claims": partition.get("claims", 0), "reclaims": partition.get("reclaims", 0),
                 "failures": partition.get("failures", 0),
             }
+            if partition.get("group") is not None:
+                row["group"] = partition["group"]
             if lease:
                 row["lease"] = {k: lease.get(k) for k in ("slot", "owner", "host", "pid",
                                                            "renewedAt")}

@@ -71,7 +71,9 @@ import bson
 from bson.raw_bson import RawBSONDocument
 
 from migronaut.background.diff import DocumentProblem, copy_document, guard_filter, stamped_diff
+from migronaut.background.key_ranges import KeyRanges, changed_key_field, shard_key_message
 from migronaut.background.planner import scope_filter
+from migronaut.background.sharding import epoch_is_stale, key_values
 from migronaut.background.store import SCHEMA, BackgroundStore, Lease
 from migronaut.background.throttle import AdaptiveController, Throttle, controller_for
 from migronaut.background.wire import guarded_updates, read_batch
@@ -279,6 +281,8 @@ def run_slice(
             caller=cancellation, slice_ms=slice_ms, emit=emit, logger=logger, run_id=run_id,
             telemetry=telemetry,
         )
+        if lane.resharded():
+            return SliceResult("stale")
         return lane.run()
     except PyMongoError as error:  # claims, state moves: no lease held, nothing to count
         if cancellation.cancelled:
@@ -456,7 +460,10 @@ class _LeaseKeeper:
         except Exception as error:  # the checkpoint is fenced anyway; try again next second
             self._lane.logger.debug("control read failed: %s", type(error).__name__)
             return
-        self._lane.control = _control_outcome(doc, self._generation, self._plan)
+        outcome = _control_outcome(doc, self._generation, self._plan)
+        if outcome is None and self._lane.resharded():
+            outcome = "stale"
+        self._lane.control = outcome
 
 
 def _control_outcome(doc: Mapping[str, Any] | None, generation: int, plan: str) -> str | None:
@@ -510,6 +517,10 @@ class _Lane:
         self.telemetry = telemetry
         self.generation = int(state["generation"])
         self.plan = str(state["plan"]["token"])
+        self.partitioner = str(state["plan"].get("partitioner") or "id")
+        #: ``{uuid, key}`` of a sharded collection: a reshard makes the plan stale
+        self.epoch: Mapping[str, Any] | None = state["plan"].get("epoch")
+        self.sharding: Mapping[str, Any] = state["plan"].get("sharding") or {}
         self.registration = state.get("registration")
         self.state_bad_ids: list[Any] = list(state.get("badIds") or [])
         self.direction = job.direction
@@ -574,7 +585,15 @@ class _Lane:
         self.write_coll: Collection[dict[str, Any]] = base.with_options(
             write_concern=WriteConcern(**dict(spec.get("writeConcern") or {"w": "majority"}))
         )
-        self.hint = self._version_index()
+        key = self.sharding.get("shardKey")
+        #: shard-key fields: added to every guarded write, and guarded against changes
+        self.shard_fields: list[str] = list(key) if key else []
+        self.key_ranges: KeyRanges | None = None
+        if self.partitioner == "shard" and key and self.sharding.get("index"):
+            self.key_ranges = KeyRanges(key, self.sharding["index"], self.field, self.source,
+                                        self.match)
+        # key ranges read through the sharded version index; only _id ranges need this one
+        self.hint = self._version_index() if self.key_ranges is None else None
 
     def _version_index(self) -> str | None:
         """The version index's name when the collection has one (looked up once per process)."""
@@ -629,6 +648,12 @@ class _Lane:
                 kind="background", level=level, msg=msg, args=args, fields=fields,
                 correlation=correlation, seq=next(self._log_seq)))
 
+    def resharded(self) -> bool:
+        """Whether the collection was resharded since the plan (its epoch is stale)."""
+        if not self.epoch:
+            return False
+        return epoch_is_stale(self.db, str(self.spec.get("collection")), self.epoch)
+
     def lose(self, lease: Lease) -> None:
         """Called by the keeper: the lease is gone; stop the lane."""
         self.lost = True
@@ -644,14 +669,19 @@ class _Lane:
         counters: dict[str, int] = {}
         worked = False
         max_parallel = int(self.spec.get("maxParallel", 1) or 1)
+        shard_concurrency = (int(self.spec.get("shardConcurrency", 1) or 1)
+                             if self.partitioner == "shard" else None)
         while True:
             if self.caller.cancelled:
                 return SliceResult("stopped", counters)
             if worked and time.monotonic() >= self.deadline:
                 return SliceResult("yielded", counters)
+            if worked and self.resharded():  # (the keeper also checks, once a second)
+                return SliceResult("stale", counters)
             claimed = self.store.claim(
                 self.name, generation=self.generation, plan=self.plan,
                 max_parallel=max_parallel, ttl_ms=self.ttl_ms, owner=self.owner,
+                shard_concurrency=shard_concurrency,
             )
             if claimed == "exhausted":
                 return SliceResult("exhausted", counters)
@@ -913,18 +943,37 @@ class _Lane:
             return {"$and": [self.match, {"_id": condition}]}
         return {**self.match, "_id": condition}
 
+    def _read_batch(
+        self, coll: Collection[_D], part: _Part, limit: int,
+        session: ClientSession | None = None, max_time_ms: int | None = None,
+    ) -> list[_D]:
+        """The partition's next batch: by ``_id`` range, or through the sharded version index
+        with exact index bounds for a key range (reference §5)."""
+        if self.key_ranges is None or part.scope.get("kind") != "key-range":
+            return self._find(coll, self._batch_query(part), limit, session, max_time_ms)
+        read = self.key_ranges.read(part.scope, part.cursor)
+        return read_batch(coll, read.filter, limit, hint=read.hint, sort=read.sort,
+                          bounds=(read.min, read.max), session=session, max_time_ms=max_time_ms)
+
+    def _advance(self, part: _Part, docs: Sequence[Mapping[str, Any]], full: bool,
+                 stuck: Sequence[Any] = ()) -> bool:
+        """Move the partition's cursor past a batch; ``True`` when the partition is done."""
+        if self.key_ranges is not None and part.scope.get("kind") == "key-range":
+            moved = self.key_ranges.advance(part.cursor, last=docs[-1] if docs else None,
+                                            full=full, stuck=stuck)
+            if moved is not None:
+                part.cursor = moved
+            return moved is None
+        if docs:
+            part.cursor = {"lastId": docs[-1]["_id"]}
+        return not full
+
     def _read(
         self, query: Mapping[str, Any], limit: int, session: ClientSession | None = None,
         max_time_ms: int | None = None,
     ) -> list[dict[str, Any]]:
         """One batch: ``limit`` documents by ``_id`` (one round trip, no ``getMore``)."""
         return self._find(self.coll, query, limit, session, max_time_ms)
-
-    def _read_raw(
-        self, query: Mapping[str, Any], limit: int, session: ClientSession | None = None,
-        max_time_ms: int | None = None,
-    ) -> list[RawBSONDocument]:
-        return self._find(self.raw_coll, query, limit, session, max_time_ms)
 
     def _find(
         self, coll: Collection[_D], query: Mapping[str, Any], limit: int,
@@ -967,18 +1016,28 @@ class _Lane:
         ops: list[Any] = []
         errors: list[_DocError] = []
         field_, revision, target, occ = self.field, self.revision_field, self.target, self.occ
+        shard_fields = self.shard_fields
         for doc, result in zip(stored, results, strict=True):
             if isinstance(result, BaseException):
                 errors.append(_DocError(doc.get("_id"), "transform",
                                         _user_message(result, doc.get("_id"))))
                 continue
+            if shard_fields and isinstance(result, Mapping):
+                changed = changed_key_field(doc, result, shard_fields)
+                if changed is not None:
+                    errors.append(_DocError(doc.get("_id"), "shard-key-changed",
+                                            shard_key_message(changed)))
+                    continue
             update = stamped_diff(doc, result, version_field=field_, revision_field=revision,
                                   target_version=target)
             if isinstance(update, DocumentProblem):
                 errors.append(_DocError(doc.get("_id"), update.reason, update.message))
                 continue
             written.append(doc)
-            ops.append({"q": guard_filter(doc, field_, revision, occ), "u": update})
+            guard = guard_filter(doc, field_, revision, occ)
+            if shard_fields:  # targets the owning shard, never an orphan
+                guard.update(key_values(doc, shard_fields))
+            ops.append({"q": guard, "u": update})
         return written, ops, errors
 
     def _transform(self, copies: list[dict[str, Any]], ctx: TransformContext) -> list[Any]:
@@ -1026,7 +1085,7 @@ class _Lane:
         holder counts from (:meth:`_recover`) — totals stay exact — at 3 round trips a batch.
         """
         started = time.monotonic()
-        docs = self._read(self._batch_query(part), limit)
+        docs = self._read_batch(self.coll, part, limit)
         counters = {"scanned": len(docs), "migrated": 0, "skipped": 0, "conflicts": 0,
                     "retried": 0, "failed": 0, "batches": 1}
         errors: list[_DocError] = []
@@ -1035,6 +1094,7 @@ class _Lane:
         max_rounds = int(self.spec.get("maxConflictRetries", 3))
         rounds = 0
         flushed_s = 0.0
+        left: list[Any] = []
         while candidates:
             written, ops, doc_errors = self._prepare(candidates, ctx)
             errors.extend(doc_errors)
@@ -1048,6 +1108,7 @@ class _Lane:
                 break
             if rounds >= max_rounds:
                 counters["conflicts"] += len(retry)
+                left = retry
                 break
             rounds += 1
             counters["retried"] += len(retry)
@@ -1058,12 +1119,12 @@ class _Lane:
         if controller is not None:
             self._report(controller.record(latency_ms, overloaded=self.throttle.take_lagged()))
         counters["failed"] = len(errors)
-        if docs:
-            part.cursor = {"lastId": docs[-1]["_id"]}
+        exhausted = self._advance(part, docs, len(docs) >= limit,
+                                  [*(e.id for e in errors), *left])
         _add(part.pending, counters)
         part.pending_errors.extend(errors)
         over = self._over_budget(part.pending_errors if errors else ())
-        done = len(docs) < limit and over is None
+        done = exhausted and over is None
         if done or over is not None:
             self._flush(lease, part, controller, done=done)
             keeper.touch()
@@ -1115,7 +1176,7 @@ class _Lane:
 
     def _classify(self, pending: list[dict[str, Any]], counters: dict[str, int]) -> list[Any]:
         """Re-read unmatched candidates: which writes landed, which to retry (§4.4)."""
-        now = self._landed([doc["_id"] for doc in pending])
+        now = self._landed([doc["_id"] for doc in pending], pending)
         retry: list[Any] = []
         for doc in pending:
             current = now.get(_id_key(doc["_id"]))
@@ -1136,13 +1197,21 @@ class _Lane:
                 counters["skipped"] += 1
         return retry
 
-    def _landed(self, ids: list[Any]) -> dict[str, dict[str, Any]]:
-        """The version (and revision) of documents now, by id key: which writes landed."""
+    def _landed(self, ids: list[Any], docs: Sequence[Mapping[str, Any]] = ()
+                ) -> dict[str, dict[str, Any]]:
+        """The version (and revision) of documents now, by id key: which writes landed.
+
+        With the documents as read, a sharded collection is asked by ``$or`` of ``{_id,
+        …shard key}`` so each lookup goes to one shard.
+        """
         projection = {self.field: 1}
         if self.revision_field is not None:
             projection[self.revision_field] = 1
-        return {_id_key(doc["_id"]): doc
-                for doc in self.coll.find({"_id": {"$in": ids}}, projection)}
+        query: dict[str, Any] = {"_id": {"$in": ids}}
+        if self.shard_fields and docs:
+            query = {"$or": [{"_id": doc["_id"], **key_values(doc, self.shard_fields)}
+                             for doc in docs]}
+        return {_id_key(doc["_id"]): doc for doc in self.coll.find(query, projection)}
 
     def _checkpoint(
         self,
@@ -1272,7 +1341,7 @@ class _Lane:
                 max_commit_time_ms=timeout_ms,
             )
             try:
-                raws = self._read_raw(self._batch_query(part), size, session, timeout_ms)
+                raws = self._read_batch(self.raw_coll, part, size, session, timeout_ms)
                 kept: list[RawBSONDocument] = []
                 total = 0
                 for raw in raws:
@@ -1310,10 +1379,11 @@ class _Lane:
                 counters = {"scanned": len(kept), "migrated": len(ops), "failed": len(failed),
                             "batches": 1, "txnRetries": txn_retries}
                 over = self._over_budget(failed)
-                done = not cut and len(raws) < size and over is None
                 cursor_before = part.cursor
-                if kept:
-                    part.cursor = {"lastId": _raw_id(kept[-1])}
+                last = [decode(kept[-1].raw, options)] if kept else []
+                exhausted = self._advance(part, last, cut or len(raws) >= size,
+                                          [e.id for e in failed])
+                done = exhausted and over is None
                 try:
                     self._checkpoint(lease, part, counters, failed, controller, done, session)
                     _commit(session)
@@ -1343,7 +1413,10 @@ class _Lane:
     ) -> _Batch:
         """A one-document batch that keeps conflicting: leave it to the next pass."""
         counters = {"scanned": 1, "conflicts": 1, "batches": 1, "txnRetries": txn_retries}
-        part.cursor = {"lastId": doc_id}
+        if self.key_ranges is not None and part.scope.get("kind") == "key-range":
+            part.cursor = {**part.cursor, "stuck": [*(part.cursor.get("stuck") or ()), doc_id]}
+        else:
+            part.cursor = {"lastId": doc_id}
         self._checkpoint(lease, part, counters, (), controller, False)
         keeper.touch()
         return _Batch(counters, 0.0, limit, False)

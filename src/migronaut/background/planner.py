@@ -51,14 +51,22 @@ class Plan:
     estimate: int = 0
     at_least: bool = False
     degraded: str | None = None
+    #: ``'id'`` or ``'shard'`` (reference §5)
+    partitioner: str = "id"
+    #: ``{uuid, key}`` of a sharded collection whose key is known (stale after a reshard)
+    epoch: dict[str, Any] | None = None
+    #: ``{mode, shardKey?, hashed, groups?, index?}`` on a sharded collection
+    sharding: dict[str, Any] | None = None
 
     def meta(self) -> dict[str, Any]:
         out: dict[str, Any] = {"method": self.method, "estimate": self.estimate,
-                               "partitioner": "id", "epoch": None}
+                               "partitioner": self.partitioner, "epoch": self.epoch}
         if self.at_least:
             out["atLeast"] = True
         if self.degraded:
             out["degraded"] = self.degraded
+        if self.sharding is not None:
+            out["sharding"] = self.sharding
         return out
 
 

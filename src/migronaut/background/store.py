@@ -503,16 +503,15 @@ class BackgroundStore:
         ttl_ms: int,
         owner: str,
         rng: Any = None,
+        shard_concurrency: int | None = None,
     ) -> Lease | str:
         """Claim a partition and a free slot in one atomic write.
 
         Returns the :class:`Lease`, ``"exhausted"`` (no claimable partition) or ``"busy"`` (no
         free slot, or every free slot lost to a racing claimer). Expired leases are reaped first.
+        ``shard_concurrency`` (sharded plans) also takes a group slot, see :meth:`_claim_grouped`.
         """
         import random
-
-        from pymongo import ReturnDocument
-        from pymongo.errors import DuplicateKeyError
 
         self.ready()
         self.reap_expired_leases(name, ttl_ms)
@@ -520,40 +519,104 @@ class BackgroundStore:
         if not free:
             return "busy"
         start = (rng or random).randrange(len(free))
-        host, pid = socket.gethostname(), os.getpid()
-        for slot in free[start:] + free[:start]:
-            token = uuid.uuid4().hex
-            lease = {
-                "slot": literal(slot), "token": literal(token), "owner": literal(owner),
-                "host": literal(host), "pid": literal(pid), "ttlMs": literal(ttl_ms),
-                "renewedAt": "$$NOW", "claimedAt": "$$NOW",
-            }
-            try:
-                doc = self.partitions.find_one_and_update(
-                    {
-                        "background": name,
-                        "generation": generation,
-                        "plan": plan,
-                        "status": {"$in": ["pending", "running"]},
-                        "lease": {"$exists": False},
-                    },
-                    [{"$set": {
-                        "lease": lease,
-                        "status": "running",
-                        "claims": {"$add": [{"$ifNull": ["$claims", 0]}, 1]},
-                        "startedAt": {"$ifNull": ["$startedAt", "$$NOW"]},
-                        "updatedAt": "$$NOW",
-                    }}],
-                    sort=[("status", -1), ("seq", 1)],
-                    projection={"_id": 1},
-                    return_document=ReturnDocument.AFTER,
-                )
-            except DuplicateKeyError:
+        slots = free[start:] + free[:start]
+        claimable: dict[str, Any] = {
+            "background": name,
+            "generation": generation,
+            "plan": plan,
+            "status": {"$in": ["pending", "running"]},
+            "lease": {"$exists": False},
+        }
+        if shard_concurrency is not None:
+            return self._claim_grouped(claimable, slots, shard_concurrency, owner, ttl_ms)
+        for slot in slots:
+            claimed = self._take(claimable, slot, None, owner, ttl_ms)
+            if claimed == "slot":
                 continue  # another claimer took this slot: try the next one
-            if doc is None:
+            if claimed is None:
                 return "exhausted"
-            return Lease(doc["_id"], slot, token, owner, ttl_ms)
+            return claimed
         return "busy"
+
+    def _claim_grouped(
+        self, claimable: dict[str, Any], slots: list[int], shard_concurrency: int, owner: str,
+        ttl_ms: int,
+    ) -> Lease | str:
+        """A sharded claim (reference background §4.2 step 5).
+
+        Pick a candidate partition, then take group slot ``"<group>#k"`` for the first free
+        ``k < shard_concurrency`` (partitions without a group share ``"#k"``). Every group slot
+        taken → the group is full: pick again among the other groups. A candidate claimed by
+        someone else between pick and write → pick again. Racing claimers on full shards
+        therefore end ``exhausted``, not busy.
+        """
+        full: list[Any] = []
+        while True:
+            query = {**claimable, "group": {"$nin": full}} if full else claimable
+            candidate = self.partitions.find_one(
+                query, {"_id": 1, "group": 1}, sort=[("status", -1), ("seq", 1)])
+            if candidate is None:
+                return "exhausted"
+            group = candidate.get("group")
+            mine = {**claimable, "_id": candidate["_id"]}
+            taken = False
+            for k in range(shard_concurrency):
+                group_slot = f"{group or ''}#{k}"
+                for slot in slots:
+                    claimed = self._take(mine, slot, group_slot, owner, ttl_ms)
+                    if claimed == "slot":
+                        continue
+                    if claimed == "group":
+                        break  # this group slot is held: try the next k
+                    if claimed is None:
+                        taken = True
+                        break
+                    return claimed
+                else:
+                    return "busy"  # every free slot lost to racing claimers
+                if taken:
+                    break
+            if not taken:
+                full.append(group)
+
+    def _take(
+        self, query: Mapping[str, Any], slot: int, group_slot: str | None, owner: str,
+        ttl_ms: int,
+    ) -> Lease | str | None:
+        """One atomic claim write: the :class:`Lease`, ``None`` when nothing matched, or which
+        unique index refused it (``"slot"`` or ``"group"``)."""
+        from pymongo import ReturnDocument
+        from pymongo.errors import DuplicateKeyError
+
+        token = uuid.uuid4().hex
+        lease: dict[str, Any] = {
+            "slot": literal(slot), "token": literal(token), "owner": literal(owner),
+            "host": literal(socket.gethostname()), "pid": literal(os.getpid()),
+            "ttlMs": literal(ttl_ms), "renewedAt": "$$NOW", "claimedAt": "$$NOW",
+        }
+        if group_slot is not None:
+            lease["groupSlot"] = literal(group_slot)
+        try:
+            doc = self.partitions.find_one_and_update(
+                dict(query),
+                [{"$set": {
+                    "lease": lease,
+                    "status": "running",
+                    "claims": {"$add": [{"$ifNull": ["$claims", 0]}, 1]},
+                    "startedAt": {"$ifNull": ["$startedAt", "$$NOW"]},
+                    "updatedAt": "$$NOW",
+                }}],
+                sort=[("status", -1), ("seq", 1)],
+                projection={"_id": 1},
+                return_document=ReturnDocument.AFTER,
+            )
+        except DuplicateKeyError as error:
+            pattern = (error.details or {}).get("keyPattern") or {}
+            on_group = "lease.groupSlot" in pattern or "lease_group_slot" in str(error)
+            return "group" if on_group else "slot"
+        if doc is None:
+            return None
+        return Lease(doc["_id"], slot, token, owner, ttl_ms, group_slot)
 
     def load_partition(self, lease: Lease) -> dict[str, Any] | None:
         return self.partitions.find_one({"_id": lease.partition_id, "lease.token": lease.token})

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 if TYPE_CHECKING:
     from pymongo.client_session import ClientSession
@@ -37,27 +37,37 @@ __all__ = ["UpdateOutcome", "guarded_updates", "read_batch"]
 _D = TypeVar("_D", bound=Mapping[str, Any])
 
 
+_BY_ID: Final = [("_id", 1)]
+
+
 def read_batch(
     coll: Collection[_D],
     query: Mapping[str, Any],
     limit: int,
     *,
-    hint: str | None = None,
+    hint: str | Sequence[tuple[str, Any]] | None = None,
+    sort: Sequence[tuple[str, int]] | None = _BY_ID,
+    bounds: tuple[Sequence[tuple[str, Any]], Sequence[tuple[str, Any]]] | None = None,
     session: ClientSession | None = None,
     max_time_ms: int | None = None,
 ) -> list[_D]:
     """``limit`` documents matching ``query`` by ascending ``_id``, decoded with ``coll``'s codec.
 
-    One round trip when the batch fits the server's reply (16 MiB); more ``getMore`` s otherwise.
+    ``sort=None`` reads in natural order; ``bounds`` are the hinted index's ``min``/``max`` key
+    tuples (key-range partitions on sharded collections). One round trip when the batch fits the
+    server's reply (16 MiB); more ``getMore`` s otherwise.
     """
     from bson import decode_all
 
-    cursor = coll.find_raw_batches(query, session=session).sort("_id", 1).limit(limit)
-    cursor = cursor.batch_size(limit)
+    cursor = coll.find_raw_batches(query, session=session).limit(limit).batch_size(limit)
+    if sort is not None:
+        cursor = cursor.sort(list(sort))
+    if hint is not None:
+        cursor = cursor.hint(hint if isinstance(hint, str) else list(hint))
+    if bounds is not None:
+        cursor = cursor.min(list(bounds[0])).max(list(bounds[1]))
     if max_time_ms is not None:
         cursor = cursor.max_time_ms(max_time_ms)
-    if hint is not None:
-        cursor = cursor.hint(hint)
     options = coll.codec_options
     out: list[_D] = []
     for chunk in cursor:

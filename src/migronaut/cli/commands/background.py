@@ -238,6 +238,24 @@ def render_status(views: Sequence[Mapping[str, Any]], out: Output) -> None:
         return
     table(STATUS_COLUMNS, [_status_cells(v) for v in views], out,
           wrap=("Background migration", "Note"))
+    for view in views:
+        if view.get("sharding"):
+            out.info(_sharding_text(view["migration"], view["sharding"]))
+
+
+def _sharding_text(name: str, sharding: Mapping[str, Any]) -> str:
+    """``<name>: sharded — <mode>, key {k: 1} (hashed), shard-a 8, shard-b 8``."""
+    parts = [str(sharding.get("mode"))]
+    key = sharding.get("shardKey")
+    if key:
+        shown = ", ".join(f"{field}: {value}" for field, value in key.items())
+        parts.append(f"key {{{shown}}}" + (" (hashed)" if sharding.get("hashed") else ""))
+    else:
+        parts.append("shard key unreadable (needs clusterMonitor)")
+    groups = sharding.get("groups") or {}
+    if groups:
+        parts.append(", ".join(f"{group} {count}" for group, count in groups.items()))
+    return sanitize_terminal(f"{name}: sharded — " + " · ".join(parts))
 
 
 def _partition_cells(row: Mapping[str, Any]) -> list[Cell]:

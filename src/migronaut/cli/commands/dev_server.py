@@ -24,8 +24,12 @@ from migronaut.errors import ConfigInvalidError
 @click.option("--auth", metavar="USER:PASS", help="Require this user and password.")
 @click.option("--standalone", is_flag=True,
               help="Refuse transactions like a standalone mongod (for testing).")
+@click.option("--sharded", is_flag=True,
+              help="Answer like a mongos (for testing; shard metadata is whatever you put in "
+              "the 'config' database, the data lives on one node).")
 def dev_server(
-    session: Session, port: str | None, data_path: str | None, auth: str | None, standalone: bool
+    session: Session, port: str | None, data_path: str | None, auth: str | None,
+    standalone: bool, sharded: bool,
 ) -> int:
     from migronaut import devserver
 
@@ -51,6 +55,7 @@ def dev_server(
         path=data_path,
         auth=credentials,
         standalone=standalone,
+        sharded=sharded,
         on_ready=ready,
     )
     return 0
