@@ -89,16 +89,21 @@ def mongo_uri() -> Iterator[str]:
         yield server.uri
 
 
-@pytest.fixture(scope="session")
-def client(mongo_uri: str) -> Iterator[MongoClient[dict[str, Any]]]:
-    """A pymongo client on the session's server."""
+def _session_client(uri: str) -> Iterator[MongoClient[dict[str, Any]]]:
+    """A pymongo client for a session fixture: yielded, closed at the end of the session."""
     from pymongo import MongoClient
 
-    mongo: MongoClient[dict[str, Any]] = MongoClient(mongo_uri, serverSelectionTimeoutMS=15_000)
+    mongo: MongoClient[dict[str, Any]] = MongoClient(uri, serverSelectionTimeoutMS=15_000)
     try:
         yield mongo
     finally:
         mongo.close()
+
+
+@pytest.fixture(scope="session")
+def client(mongo_uri: str) -> Iterator[MongoClient[dict[str, Any]]]:
+    """A pymongo client on the session's server."""
+    yield from _session_client(mongo_uri)
 
 
 @pytest.fixture(scope="session")
@@ -128,13 +133,7 @@ def sharded_uri() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def sharded_client(sharded_uri: str) -> Iterator[MongoClient[dict[str, Any]]]:
     """A pymongo client on the simulated mongos."""
-    from pymongo import MongoClient
-
-    mongo: MongoClient[dict[str, Any]] = MongoClient(sharded_uri, serverSelectionTimeoutMS=15_000)
-    try:
-        yield mongo
-    finally:
-        mongo.close()
+    yield from _session_client(sharded_uri)
 
 
 @pytest.fixture

@@ -345,11 +345,9 @@ def stamped_diff(
     return update
 
 
-def _counter(value: Any) -> Any:
-    """A version/revision as read, or the ``$in: [null, 0]`` match for missing/null/0."""
-    if value is None or (type(value) is not bool and value == 0):
-        return {"$in": [None, 0]}
-    return value
+#: The match for a missing, null or 0 counter. One shared object: guards are built per document
+#: in the hot path and only ever encoded, never mutated (not by pymongo, not here).
+_NULL_OR_ZERO: Final = {"$in": [None, 0]}
 
 
 def guard_filter(
@@ -361,12 +359,18 @@ def guard_filter(
     with ``{$in: [None, 0]}``. Under ``occ='version-only'`` (or without a revision field) only
     the version is guarded. Shard-key fields are the caller's to add.
     """
+    version = doc.get(version_field)
     query: dict[str, Any] = {
         "_id": doc["_id"],
-        version_field: _counter(doc.get(version_field)),
+        version_field: _NULL_OR_ZERO
+        if version is None or (version == 0 and type(version) is not bool) else version,
     }
     if revision_field is not None and occ == "revision":
-        query[revision_field] = _counter(doc.get(revision_field))
+        revision = doc.get(revision_field)
+        query[revision_field] = (
+            _NULL_OR_ZERO
+            if revision is None or (revision == 0 and type(revision) is not bool) else revision
+        )
     return query
 
 
