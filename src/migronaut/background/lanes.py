@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import bson
 from bson.raw_bson import RawBSONDocument
 
-from migronaut.background.diff import DocumentProblem, copy_document, guard_filter, stamped_diff
+from migronaut.background.diff import DocumentProblem, copy_document, guard_filter, stamper
 from migronaut.background.key_ranges import KeyRanges, changed_key_field, shard_key_message
 from migronaut.background.planner import scope_filter
 from migronaut.background.sharding import epoch_is_stale, key_values
@@ -562,6 +562,7 @@ class _Lane:
         self.source = int(spec["from"] if forward else spec["to"])
         self.target = int(spec["to"] if forward else spec["from"])
         self.match: dict[str, Any] = self.job.match(self.state_bad_ids or None)
+        self.stamp = stamper(self.field, self.revision_field, self.target)
         transform, batched = self.job.functions.transform(self.direction)
         if transform is None:
             raise MigrationExecutionFailedError(
@@ -1015,7 +1016,7 @@ class _Lane:
         written: list[dict[str, Any]] = []
         ops: list[Any] = []
         errors: list[_DocError] = []
-        field_, revision, target, occ = self.field, self.revision_field, self.target, self.occ
+        field_, revision, occ, stamp = self.field, self.revision_field, self.occ, self.stamp
         shard_fields = self.shard_fields
         for doc, result in zip(stored, results, strict=True):
             if isinstance(result, BaseException):
@@ -1028,9 +1029,8 @@ class _Lane:
                     errors.append(_DocError(doc.get("_id"), "shard-key-changed",
                                             shard_key_message(changed)))
                     continue
-            update = stamped_diff(doc, result, version_field=field_, revision_field=revision,
-                                  target_version=target)
-            if isinstance(update, DocumentProblem):
+            update = stamp(doc, result)
+            if type(update) is DocumentProblem:
                 errors.append(_DocError(doc.get("_id"), update.reason, update.message))
                 continue
             written.append(doc)
