@@ -113,6 +113,11 @@ def serve(
     called once with the connection URI (it carries the password: redact it before printing).
     Must run in the main thread, which receives the signals.
     """
+    if standalone and sharded:
+        raise ConfigInvalidError(
+            "--standalone and --sharded exclude each other (a mongos runs transactions)",
+            {"flag": "--sharded"},
+        )
     if sys.version_info < _MIN_PYTHON:
         found = ".".join(str(part) for part in sys.version_info[:2])
         raise ConfigInvalidError(f"{_INSTALL_HINT} (this is Python {found})")
@@ -129,11 +134,6 @@ def serve(
         )
     if auth is not None and not (auth[0] and auth[1]):
         raise ConfigInvalidError("dev server auth needs a non-empty user and password")
-    if standalone and sharded:
-        raise ConfigInvalidError(
-            "--standalone and --sharded exclude each other (a mongos runs transactions)",
-            {"flag": "--sharded"},
-        )
     if path is not None:
         parent = Path(path).expanduser().resolve().parent
         if not parent.is_dir():
