@@ -425,6 +425,41 @@ def test_a_write_refused_by_the_server_fails_only_that_document(
     assert "same@example.com" not in errors[0]["error"]
 
 
+def test_a_batch_of_long_ids_is_cut_so_its_write_intent_stays_small(
+    db: Database[dict[str, Any]]
+) -> None:
+    # 240 ids of 16 KiB: 3.75 MiB of intent for one batch of 500, over INTENT_MAX_BYTES (2 MiB)
+    db.items.insert_many([{"_id": f"{i:04d}" + "k" * 16_380, "n": i} for i in range(240)])
+    _, job = declare(db, {**BASE, "batch_size": 500},
+                       partitions=[{"scope": STRINGS, "estimate": 240}])
+    events = Events()
+    intents: list[int] = []
+
+    class Intents(CommandListener):
+        def started(self, event: CommandStartedEvent) -> None:
+            if event.command_name == "update" and event.command.get("update", "").endswith(
+                    "_partitions"):
+                for statement in event.command["updates"]:
+                    stage = statement["u"][0]["$set"] if isinstance(statement["u"], list) else {}
+                    inflight = stage.get("inflight")
+                    if isinstance(inflight, dict):
+                        intents.append(len(inflight["ids"]["$literal"]))
+
+        def succeeded(self, event: Any) -> None: ...
+        def failed(self, event: Any) -> None: ...
+
+    host, port = db.client.address or ("", 0)
+    with MongoClient(f"mongodb://{host}:{port}/?directConnection=true",
+                     event_listeners=[Intents()]) as watched:
+        counters = drain(BackgroundStore(watched[db.name]), job, watched[db.name], events)
+
+    assert counters["migrated"] == counters["scanned"] == 240
+    assert db.items.count_documents({"__v": 1, "__rev": 1}) == 240
+    scanned = [batch["counters"].get("scanned", 0) for batch in events.named("background:batch")]
+    assert max(scanned) < 240 and sum(scanned) == 240  # one read of 240, written in two cuts
+    assert intents and max(intents) * 16_400 <= 2 * 1024 * 1024 and sum(intents) == 240
+
+
 # ------------------------------------------------------------------------- leases, fencing
 
 

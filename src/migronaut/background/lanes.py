@@ -65,7 +65,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import bson
 from bson.raw_bson import RawBSONDocument
@@ -128,6 +128,10 @@ HEARTBEAT_ERRORS = 3
 STEP_CHECKPOINT_MAX = 64 * 1024
 #: A transactional batch keeps the leading documents whose BSON fits in this (bytes).
 TXN_BATCH_BYTES = 8 * 1024 * 1024
+#: A plain batch's write intent (its ``_id`` s, stored on the partition by the checkpoint before
+#: the write) stays under this many bytes: a batch of long ``_id`` s is cut short (the rest is the
+#: next batch), so the partition document never nears the 16 MiB limit.
+INTENT_MAX_BYTES = 2 * 1024 * 1024
 #: Clean transactional batches in a row before the transaction size grows by ×1.5.
 TXN_GROW_AFTER = 5
 #: Write errors that fail only their document (reference Appendix A).
@@ -1086,6 +1090,8 @@ class _Lane:
         """
         started = time.monotonic()
         docs = self._read_batch(self.coll, part, limit)
+        read = len(docs)
+        docs = _within_intent(docs)
         counters = {"scanned": len(docs), "migrated": 0, "skipped": 0, "conflicts": 0,
                     "retried": 0, "failed": 0, "batches": 1}
         errors: list[_DocError] = []
@@ -1119,7 +1125,7 @@ class _Lane:
         if controller is not None:
             self._report(controller.record(latency_ms, overloaded=self.throttle.take_lagged()))
         counters["failed"] = len(errors)
-        exhausted = self._advance(part, docs, len(docs) >= limit,
+        exhausted = self._advance(part, docs, read >= limit or len(docs) < read,
                                   [*(e.id for e in errors), *left])
         _add(part.pending, counters)
         part.pending_errors.extend(errors)
@@ -1647,6 +1653,26 @@ def _at(value: Any, version: int) -> bool:
     if version == 0:
         return value is None or value == 0
     return bool(value == version)
+
+
+_FIXED_SIZE_IDS: Final = frozenset({bson.ObjectId, int, bson.Int64, float, bool, datetime})
+
+
+def _within_intent(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The leading documents whose ``_id`` s fit :data:`INTENT_MAX_BYTES` (at least one)."""
+    total = 0
+    for index, doc in enumerate(docs):
+        value = doc.get("_id")
+        kind = type(value)
+        if kind in _FIXED_SIZE_IDS:
+            total += 20  # an element of at most 8 bytes of value (12 for an ObjectId)
+        elif isinstance(value, str):
+            total += len(value.encode("utf-8", "surrogatepass")) + 16
+        else:
+            total += len(bson.encode({"": value}))
+        if total > INTENT_MAX_BYTES and index:
+            return docs[:index]
+    return docs
 
 
 def _raw_id(raw: RawBSONDocument) -> Any:
