@@ -317,7 +317,7 @@ def _stamp(
     if type(result) is not dict and not isinstance(result, Mapping):
         return _shape(f"the transform returned a {type(result).__name__}, not a document (dict)")
     sets: dict[str, Any] = {}
-    unsets: dict[str, Any] = {}
+    unsets: dict[str, Any] | None = None  # made when needed: most updates only $set
     get = stored.get
     present = 0  # result keys that also exist in stored
     for key, value in result.items():
@@ -339,6 +339,7 @@ def _stamp(
             continue
         if value is None:
             if old is not _MISSING and old is not None:
+                unsets = unsets or {}
                 unsets[key] = ""
         elif old is _MISSING or not bson_equal(old, value):
             sets[key] = value
@@ -355,15 +356,15 @@ def _stamp(
                         return classified
                     kind = classified
                 if kind is _FIELD:
+                    unsets = unsets or {}
                     unsets[key] = ""
 
     if target_version == 0:
+        unsets = unsets or {}
         unsets[version_field] = ""
     else:
         sets[version_field] = target_version
-    update: Update = {}
-    if sets:
-        update["$set"] = sets
+    update: Update = {"$set": sets} if sets else {}
     if unsets:
         update["$unset"] = unsets
     if revision_field is not None:
