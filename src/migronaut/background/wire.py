@@ -35,9 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["UpdateOutcome", "guarded_updates", "read_batch"]
 
 _D = TypeVar("_D", bound=Mapping[str, Any])
-
-
-_BY_ID: Final = [("_id", 1)]
+_BY_ID: Final = (("_id", 1),)
 
 
 def read_batch(
@@ -51,11 +49,11 @@ def read_batch(
     session: ClientSession | None = None,
     max_time_ms: int | None = None,
 ) -> list[_D]:
-    """``limit`` documents matching ``query`` by ascending ``_id``, decoded with ``coll``'s codec.
+    """``limit`` documents matching ``query`` in ``sort`` order, decoded with ``coll``'s codec.
 
-    ``sort=None`` reads in natural order; ``bounds`` are the hinted index's ``min``/``max`` key
-    tuples (key-range partitions on sharded collections). One round trip when the batch fits the
-    server's reply (16 MiB); more ``getMore`` s otherwise.
+    ``sort`` is ascending ``_id`` unless given, ``None`` reads in natural order; ``bounds`` are
+    the hinted index's ``min``/``max`` key tuples (key-range partitions on sharded collections).
+    One round trip when the batch fits the server's reply (16 MiB); more ``getMore`` s otherwise.
     """
     from bson import decode_all
 
