@@ -17,6 +17,7 @@ from bson.raw_bson import RawBSONDocument
 from pymongo import MongoClient, WriteConcern
 from pymongo.database import Database
 from pymongo.errors import DocumentTooLarge, OperationFailure
+from pymongo.monitoring import CommandListener, CommandStartedEvent
 from pymongo.uri_parser import parse_uri
 
 from migronaut.background.diff import guard_filter, stamped_diff
@@ -176,3 +177,26 @@ def test_a_connection_cut_after_the_update_is_retried_once_and_the_replay_matche
     # it matches nothing and nothing is applied twice (the lane re-reads unmatched documents)
     assert outcome.matched == 0 and outcome.write_errors == []
     assert [d["__rev"] for d in db.docs.find().sort("_id", 1)] == [1] * 10
+
+
+def test_a_batch_that_does_not_fit_the_first_reply_is_read_to_its_limit_by_get_more(
+    db: Database[dict[str, Any]], mongo_uri: str,
+) -> None:
+    # a real server cuts a reply at 16 MiB; a small first batch takes the same path here
+    db.items.insert_many([{"_id": i, "x": i} for i in range(30)])
+    commands: list[tuple[str, Any]] = []
+
+    class Commands(CommandListener):
+        def started(self, event: CommandStartedEvent) -> None:
+            commands.append((event.command_name, event.command.get("lsid")))
+
+        def succeeded(self, event: Any) -> None: ...
+        def failed(self, event: Any) -> None: ...
+
+    with MongoClient(mongo_uri, event_listeners=[Commands()]) as watched:
+        got = read_batch(watched[db.name].items, {"x": {"$gte": 3}}, 20, first_batch=6)
+    assert [d["_id"] for d in got] == list(range(3, 23))
+    names = [name for name, _ in commands]
+    assert names[0] == "find" and "getMore" in names and "killCursors" not in names
+    sessions = {str(lsid) for name, lsid in commands if name in ("find", "getMore")}
+    assert len(sessions) == 1  # a cursor belongs to the session that opened it
