@@ -57,6 +57,7 @@ from migronaut.background.sandbox import (
 )
 from migronaut.core._calls import TimedOut, call_user, call_with_timeout
 from migronaut.core.context import Cancellation
+from migronaut.core.topology import is_mongos
 from migronaut.errors import (
     ConfigInvalidError,
     RunAbortedError,
@@ -270,10 +271,9 @@ def _require_transactions(engine: BackgroundEngine, what: str) -> None:
 
 def _is_mongos(engine: BackgroundEngine) -> bool:
     try:
-        hello = engine.db.client.admin.command("hello")
+        return is_mongos(engine.db.client)
     except PyMongoError:
         return False
-    return hello.get("msg") == "isdbgrid"
 
 
 # ------------------------------------------------------------------------------------ documents

@@ -320,6 +320,8 @@ class BackgroundEngine:
 
     def version_hint(self, job: BackgroundJob) -> Any:
         """The version index ``{field: 1, _id: 1}`` when it exists (warned once when missing)."""
+        from migronaut.background.planner import index_named
+
         collection = str(job.spec.get("collection"))
         field_name = str(job.spec.get("field", "__v"))
         key = [(field_name, 1), ("_id", 1)]
@@ -327,9 +329,8 @@ class BackgroundEngine:
             info = self.db[collection].index_information()
         except Exception:
             info = {}
-        for spec in info.values():
-            if [tuple(k) for k in spec.get("key", [])] == key:
-                return key
+        if index_named(info, key) is not None:
+            return key
         self.logger.debug("%s has no version index {%s: 1, _id: 1}", collection, field_name)
         return None
 

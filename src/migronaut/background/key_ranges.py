@@ -25,7 +25,7 @@ from typing import Any
 
 from bson import Decimal128, MaxKey, MinKey
 
-from migronaut.background.planner import _bracket_of_value
+from migronaut.background.planner import bracket_of_value
 from migronaut.background.sharding import key_values
 
 __all__ = ["STUCK_MAX", "KeyRanges", "KeyRead", "changed_key_field", "shard_key_message"]
@@ -96,7 +96,7 @@ class KeyRanges:
         first = self.fields[0]
         lo, hi = low.get(first), high.get(first)
         if self.hashed or lo is None or hi is None or isinstance(lo, (MinKey, MaxKey)) or \
-                isinstance(hi, (MinKey, MaxKey)) or _bracket_of_value(lo) != _bracket_of_value(hi):
+                isinstance(hi, (MinKey, MaxKey)) or bracket_of_value(lo) != bracket_of_value(hi):
             return {}
         rest_min = all(isinstance(high.get(name), MinKey) for name in self.fields[1:])
         return {first: {"$gte": lo, "$lt" if rest_min else "$lte": hi}}

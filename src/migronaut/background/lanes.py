@@ -72,7 +72,7 @@ from bson.raw_bson import RawBSONDocument
 
 from migronaut.background.diff import DocumentProblem, copy_document, guard_filter, stamper
 from migronaut.background.key_ranges import KeyRanges, changed_key_field, shard_key_message
-from migronaut.background.planner import scope_filter
+from migronaut.background.planner import index_named, scope_filter
 from migronaut.background.sharding import epoch_is_stale, key_values
 from migronaut.background.store import SCHEMA, BackgroundStore, Lease
 from migronaut.background.throttle import AdaptiveController, Throttle, controller_for
@@ -610,12 +610,7 @@ class _Lane:
             return cached[0]
         found: str | None = None
         try:
-            for index_name, info in self.coll.index_information().items():
-                keys = [(k, int(v)) if isinstance(v, (int, float)) else (k, v)
-                        for k, v in info.get("key", [])]
-                if keys == [(self.field, 1), ("_id", 1)]:
-                    found = index_name
-                    break
+            found = index_named(self.coll.index_information(), [(self.field, 1), ("_id", 1)])
         except Exception as error:  # namespace not found, or no listIndexes: scan unhinted
             self.logger.debug("cannot list indexes: %s", type(error).__name__)
         with _index_lock:

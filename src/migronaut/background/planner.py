@@ -11,14 +11,25 @@ from __future__ import annotations
 import datetime as dt
 import math
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pymongo.collection import Collection
 
-__all__ = ["BRACKETS", "Plan", "bracket_of", "plan_id_ranges", "scope_filter", "target_count"]
+__all__ = [
+    "BRACKETS",
+    "RANDOM_CURSOR_SHARE",
+    "Plan",
+    "bracket_of",
+    "bracket_of_value",
+    "index_named",
+    "plan_id_ranges",
+    "sample_first_draw",
+    "scope_filter",
+    "target_count",
+]
 
 #: (name, $type aliases, splittable) in server sort order (reference background §3.2).
 BRACKETS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
@@ -40,6 +51,9 @@ _TYPES = {name: aliases for name, aliases, _ in BRACKETS}
 _SPLITTABLE = {name: split for name, _, split in BRACKETS}
 SAMPLE_TIMEOUT_MS = 30_000
 MAX_SAMPLE = 100_000
+#: A sample-first ``$sample`` draws under this share of the collection, so the server uses its
+#: random cursor (above ~5 % it sorts the whole collection instead).
+RANDOM_CURSOR_SHARE = 0.049
 
 
 @dataclass
@@ -68,6 +82,31 @@ class Plan:
         if self.sharding is not None:
             out["sharding"] = self.sharding
         return out
+
+
+def index_named(
+    index_information: Mapping[str, Any], keys: Sequence[tuple[str, Any]]
+) -> str | None:
+    """The name of the index whose key is exactly ``keys`` (``1`` and ``1.0`` are the same)."""
+    wanted = [(name, _direction(value)) for name, value in keys]
+    for index_name, info in index_information.items():
+        if [(name, _direction(value)) for name, value in info.get("key", [])] == wanted:
+            return str(index_name)
+    return None
+
+
+def _direction(value: Any) -> Any:
+    return int(value) if isinstance(value, (int, float)) else value
+
+
+def sample_first_draw(size: int, matched: float, total: int) -> int:
+    """How many documents a sample-first ``$sample`` draws so about ``size`` of them match.
+
+    ``matched`` of the collection's ``total`` documents match; the draw stays within
+    :data:`MAX_SAMPLE` and :data:`RANDOM_CURSOR_SHARE` of the collection.
+    """
+    draw = min(MAX_SAMPLE, math.ceil(size * total / max(matched, 1.0)))
+    return max(1, min(draw, max(1, int(total * RANDOM_CURSOR_SHARE))))
 
 
 def bracket_of(type_alias: str) -> str:
@@ -103,7 +142,7 @@ def _scope(bracket: str, gte: Any = None, lt: Any = None, *, has_gte: bool = Fal
     return scope
 
 
-def _bracket_of_value(value: Any) -> str | None:
+def bracket_of_value(value: Any) -> str | None:
     """The bracket of an ``_id`` as pymongo decoded it; ``None`` when unsure."""
     from bson import Binary, Decimal128, Int64, MaxKey, MinKey, ObjectId, Timestamp
 
@@ -139,7 +178,7 @@ def _present_brackets(
     highest = collection.find_one(dict(match), {"_id": 1}, sort=[("_id", -1)])
     if lowest is None or highest is None:
         return []
-    low, high = _bracket_of_value(lowest["_id"]), _bracket_of_value(highest["_id"])
+    low, high = bracket_of_value(lowest["_id"]), bracket_of_value(highest["_id"])
     first = names.index(low) if low is not None else 0
     last = names.index(high) if high is not None else len(names) - 1
     present = []
@@ -203,9 +242,8 @@ def plan_id_ranges(
     projection = {"$project": {"_id": 1, "t": {"$type": "$_id"}}}
     if large:
         total = max(count, collection.estimated_document_count())
-        ratio = count / total if total else 1.0
-        draw = min(MAX_SAMPLE, math.ceil(sample_n / max(ratio, 0.01)))
-        draw = max(1, min(draw, max(1, int(total * 0.049))))
+        # at most 100× the sample: a match under 1 % of the collection counts as 1 %
+        draw = sample_first_draw(sample_n, max(count, 0.01 * total), total) if total else 1
         pipeline: list[dict[str, Any]] = [
             {"$sample": {"size": draw}}, {"$match": dict(match)}, projection, {"$sort": {"_id": 1}}
         ]

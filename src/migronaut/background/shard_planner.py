@@ -22,10 +22,10 @@ import bson
 from bson import Int64, MaxKey, MinKey
 
 from migronaut.background.planner import (
-    MAX_SAMPLE,
     SAMPLE_TIMEOUT_MS,
     Plan,
-    _bracket_of_value,
+    bracket_of_value,
+    sample_first_draw,
     target_count,
 )
 from migronaut.background.sharding import key_values
@@ -44,8 +44,6 @@ PER_SHARD_MAX = 8
 SAMPLE_MAX = 10_000
 SAMPLE_FIRST_FACTOR = 20
 SAMPLE_PARALLEL = 4
-#: A sample-first ``$sample`` stays under this share of the collection (a random cursor).
-_RANDOM_CURSOR_SHARE = 0.049
 
 
 @dataclass
@@ -218,7 +216,7 @@ def _split_sampled(
     fields = list(key)
     first = fields[0]
     lo, hi = run.min.get(first), run.max.get(first)
-    if _finite(lo) and _finite(hi) and _bracket_of_value(lo) != _bracket_of_value(hi):
+    if _finite(lo) and _finite(hi) and bracket_of_value(lo) != bracket_of_value(hi):
         return whole, False
     inside: dict[str, Any] = {}
     if _finite(lo):
@@ -233,8 +231,7 @@ def _split_sampled(
     order = {"$sort": {name: 1 for name in fields}}
     if estimate > SAMPLE_FIRST_FACTOR * size:
         total = max(count, collection.estimated_document_count())
-        draw = min(MAX_SAMPLE, math.ceil(size * total / max(estimate, 1.0)))
-        draw = max(1, min(draw, max(1, int(total * _RANDOM_CURSOR_SHARE))))
+        draw = sample_first_draw(size, estimate, total)
         pipeline: list[dict[str, Any]] = [{"$sample": {"size": draw}}, {"$match": query},
                                           projection, order]
     else:

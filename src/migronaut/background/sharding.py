@@ -96,14 +96,11 @@ class Sharding:
 def sharded_version_index(version_field: str, key: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """``{<versionField>: 1, …shardKey, _id: 1}`` (``_id`` once when it is part of the key)."""
     fields: list[tuple[str, Any]] = [(version_field, 1)]
-    fields += [(name, _direction(value)) for name, value in key.items()]
+    fields += [(name, value if isinstance(value, str) else int(value))
+               for name, value in key.items()]
     if "_id" not in key:
         fields.append(("_id", 1))
     return fields
-
-
-def _direction(value: Any) -> Any:
-    return value if isinstance(value, str) else int(value)
 
 
 def read_shard_facts(
@@ -139,23 +136,15 @@ def read_shard_facts(
     return ShardFacts(dict(key), found.get("uuid"), chunks or None)
 
 
-def _is_mongos(db: Database[dict[str, Any]]) -> bool:
-    hello = db.client.admin.command("hello")
-    return hello.get("msg") == "isdbgrid"
-
-
 def _has_index(collection: Collection[dict[str, Any]], wanted: list[tuple[str, Any]]) -> bool:
     from pymongo.errors import PyMongoError
 
+    from migronaut.background.planner import index_named
+
     try:
-        indexes = collection.index_information()
+        return index_named(collection.index_information(), wanted) is not None
     except PyMongoError:
         return False
-    for info in indexes.values():
-        keys = [(name, _direction(value)) for name, value in info.get("key", [])]
-        if keys == wanted:
-            return True
-    return False
 
 
 def _warn_once(logger: logging.Logger, key: tuple[Any, ...], message: str, *args: Any) -> None:
@@ -175,7 +164,9 @@ def select_partitioner(
     name: str,
 ) -> Sharding:
     """The selection table of reference §5 (``partitionerFor``)."""
-    if spec.get("mode") == "step" or shard_aware == "off" or not _is_mongos(db):
+    from migronaut.core.topology import is_mongos
+
+    if spec.get("mode") == "step" or shard_aware == "off" or not is_mongos(db.client):
         return Sharding("off")
     collection = str(spec["collection"])
     facts = read_shard_facts(db, collection)
@@ -247,7 +238,6 @@ def epoch_is_stale(db: Database[dict[str, Any]], collection: str,
     key = found.get("key") or {}
     return bool(found.get("uuid") != epoch.get("uuid")
                 or list(key.items()) != list((epoch.get("key") or {}).items()))
-
 
 
 def key_values(doc: Mapping[str, Any], fields: Sequence[str]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from pymongo import MongoClient
     from pymongo.collection import Collection
 
-__all__ = ["Topology", "read_topology", "refuses_transactions"]
+__all__ = ["Topology", "is_mongos", "read_topology", "refuses_transactions"]
 
 #: Server replies that mean "this deployment cannot run transactions" (a standalone mongod).
 _NO_TRANSACTION_CODES = frozenset({20})
@@ -50,6 +50,15 @@ class Topology:
     probe_error: str | None = None
 
 
+def _answers_as_mongos(hello: Any) -> bool:
+    return bool(hello.get("msg") == "isdbgrid")
+
+
+def is_mongos(client: MongoClient[dict[str, Any]]) -> bool:
+    """Whether ``client`` talks to a mongos (a failing ``hello`` raises the driver's error)."""
+    return _answers_as_mongos(client.admin.command("hello"))
+
+
 def read_topology(
     client: MongoClient[dict[str, Any]], probe: Collection[dict[str, Any]]
 ) -> Topology:
@@ -69,7 +78,7 @@ def read_topology(
         server_time = None
     if hello.get("setName"):
         return Topology("replica-set", str(hello["setName"]), True, server_time)
-    if hello.get("msg") == "isdbgrid":
+    if _answers_as_mongos(hello):
         return Topology("sharded", None, True, server_time)
     try:
         with client.start_session() as session, session.start_transaction():
