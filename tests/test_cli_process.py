@@ -244,3 +244,4 @@ def test_dev_server_bad_flags_exit_6(cli: Any, args: tuple[str, ...], message: s
     result = cli("dev-server", *args, "--json")
     assert result.exit_code == 6
     assert message in result.json["error"]["message"]
+    assert result.json["error"]["code"] == "CONFIG_INVALID"
