@@ -16,7 +16,7 @@ Invariants:
 It is a development convenience, never a production store (see ``docs/`` for its known limits).
 
 Run it directly with ``python -m migronaut.devserver --port N [--path F] [--auth user:pass]
-[--standalone | --sharded]``.
+[--standalone | --sharded] [--no-strict]``.
 """
 
 from __future__ import annotations
@@ -101,6 +101,7 @@ def serve(
     auth: tuple[str, str] | None = None,
     standalone: bool = False,
     sharded: bool = False,
+    strict: bool = True,
     on_ready: Callable[[str], None],
 ) -> None:
     """Serve a MongoDB-compatible endpoint until SIGINT or SIGTERM, then close it and return.
@@ -109,7 +110,8 @@ def serve(
     otherwise); ``auth`` requires SCRAM-SHA-256 with that user and password; ``standalone``
     refuses transactions exactly as a standalone ``mongod`` does (error 20); ``sharded`` answers
     ``hello`` like a ``mongos`` (a test aid: the shard metadata is whatever is put in the
-    ``config`` database, the data lives on one node). ``on_ready`` is
+    ``config`` database, the data lives on one node); ``strict`` (the default) refuses what
+    ``mongod`` refuses, with its codes (see :mod:`migronaut._devserver_wire`). ``on_ready`` is
     called once with the connection URI (it carries the password: redact it before printing).
     Must run in the main thread, which receives the signals.
     """
@@ -126,6 +128,8 @@ def serve(
 
         from mongoeco.engines import SQLiteEngine
         from mongoeco.wire import AsyncMongoEcoProxyServer, WireAuthUser
+
+        from migronaut._devserver_wire import install
     except ImportError as error:
         raise ConfigInvalidError(f"{_INSTALL_HINT} (mongoeco is not installed)") from error
     if not 0 <= port <= 65535:
@@ -152,10 +156,7 @@ def serve(
             pymongo_profile="auto-installed",  # the strict profile refuses newer pymongo
             auth_users=users,
         )
-        if standalone:
-            _refuse_transactions(server)
-        if sharded:
-            _answer_as_mongos(server)
+        install(server, strict=strict, standalone=standalone, sharded=sharded)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         installed = _install_signal_handlers(loop, stop)
@@ -181,112 +182,6 @@ def serve(
             _remove_signal_handlers(loop, installed)
 
     asyncio.run(run())
-
-
-_STANDALONE_TXN_MESSAGE: Final = (
-    "Transaction numbers are only allowed on a replica set member or mongos"
-)
-
-
-def _refuse_transactions(server: Any) -> None:
-    """Make ``server`` answer ``startTransaction`` like a standalone mongod (IllegalOperation, 20).
-
-    mongoeco runs transactions on any topology; a real standalone refuses the first command of a
-    transaction. This wraps mongoeco's command executor (an internal attribute, checked here so a
-    newer mongoeco fails loudly instead of silently accepting transactions).
-    """
-    from mongoeco.errors import OperationFailure
-
-    executor, original = _executor_of(server, "--standalone")
-
-    async def execute_prepared(context: Any) -> Any:
-        body = getattr(context, "raw_body", None) or {}
-        if body.get("startTransaction"):
-            raise OperationFailure(_STANDALONE_TXN_MESSAGE, code=20)
-        return await original(context)
-
-    executor.execute_prepared = execute_prepared
-
-
-#: The handshake commands whose reply says what kind of server this is.
-_HELLO_COMMANDS: Final = frozenset({"hello", "isMaster", "ismaster"})
-#: Reply fields a mongos never sends (they would make the driver see a replica set member).
-_NOT_ON_MONGOS: Final = (
-    "setName", "hosts", "passives", "arbiters", "primary", "me", "setVersion", "electionId",
-    "secondary", "arbiterOnly", "hidden", "topologyVersion",
-)
-
-
-def _executor_of(server: Any, flag: str) -> tuple[Any, Any]:
-    """mongoeco's command executor and its ``execute_prepared`` (internal: checked so a newer
-    mongoeco fails loudly with ``CONFIG_INVALID`` instead of silently ignoring ``flag``)."""
-    executor: Any = getattr(server, "_executor", None)
-    original = getattr(executor, "execute_prepared", None)
-    if executor is None or original is None:
-        raise ConfigInvalidError(
-            f"{flag} is not supported by this mongoeco version", {"flag": flag}
-        )
-    return executor, original
-
-
-def _answer_as_mongos(server: Any) -> None:
-    """Make ``server`` answer ``hello``/``isMaster`` like a mongos (``msg: "isdbgrid"``).
-
-    Drivers then see a Sharded topology; everything else is served by the one node as before.
-    mongoeco ignores a ``find``'s ``min``/``max`` index bounds, which sharded background reads
-    rely on, so they are applied here as the equivalent filter (see :func:`_index_bounds`).
-    """
-    executor, original = _executor_of(server, "--sharded")
-
-    async def execute_prepared(context: Any) -> Any:
-        command = getattr(context, "command_document", None)
-        if getattr(context, "command_name", None) == "find" and isinstance(command, dict):
-            _index_bounds(command)
-        reply = await original(context)
-        if getattr(context, "command_name", None) in _HELLO_COMMANDS and isinstance(reply, dict):
-            for name in _NOT_ON_MONGOS:
-                reply.pop(name, None)
-            reply["msg"] = "isdbgrid"
-        return reply
-
-    executor.execute_prepared = execute_prepared
-
-
-def _index_bounds(command: dict[str, Any]) -> None:
-    """Rewrite a ``find``'s ``min`` (inclusive) / ``max`` (exclusive) into its filter.
-
-    The bounds are index-key tuples compared field by field in BSON order, exactly what
-    ``$expr`` comparisons do (a missing field indexes as ``null``). Bounds on a hashed index
-    compare hash values, which cannot be computed here: those are left alone (and ignored).
-    """
-    hint = command.get("hint")
-    bounds = [(name, command.get(name)) for name in ("min", "max")]
-    if not any(isinstance(bound, dict) for _, bound in bounds) or (
-        isinstance(hint, dict) and "hashed" in hint.values()
-    ):
-        return
-    conditions: list[Any] = []
-    for name, bound in bounds:
-        if isinstance(bound, dict) and bound:
-            command.pop(name)
-            conditions.append(_tuple_compare(list(bound.items()), "$gt" if name == "min"
-                                             else "$lt", inclusive=name == "min"))
-    found = command.get("filter") or {}
-    command["filter"] = {"$and": [found, *({"$expr": c} for c in conditions)]}
-
-
-def _tuple_compare(bound: list[tuple[str, Any]], operator: str, *, inclusive: bool) -> Any:
-    """``$expr`` for "the document's key tuple is ``operator`` ``bound``" (lexicographic)."""
-    def value(name: str) -> Any:
-        return {"$ifNull": ["$" + name, None]}
-
-    branches: list[Any] = []
-    for index, (name, limit) in enumerate(bound):
-        equal = [{"$eq": [value(prior), {"$literal": at}]} for prior, at in bound[:index]]
-        branches.append({"$and": [*equal, {operator: [value(name), {"$literal": limit}]}]})
-    if inclusive:
-        branches.append({"$and": [{"$eq": [value(n), {"$literal": at}]} for n, at in bound]})
-    return {"$or": branches}
 
 
 def _install_signal_handlers(
@@ -395,6 +290,7 @@ def start_subprocess(
     auth: tuple[str, str] | None = None,
     standalone: bool = False,
     sharded: bool = False,
+    strict: bool = True,
     timeout: float = 30.0,
 ) -> DevServerProcess:
     """Start ``python -m migronaut.devserver`` and wait (up to ``timeout`` s) for its URI line.
@@ -412,6 +308,8 @@ def start_subprocess(
         argv.append("--standalone")
     if sharded:
         argv.append("--sharded")
+    if not strict:
+        argv.append("--no-strict")
     shown = list(argv)  # for error messages: the password masked
     if auth is not None:
         argv += ["--auth", f"{auth[0]}:{auth[1]}"]
@@ -514,6 +412,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--sharded", action="store_true",
         help="answer like a mongos (test aid: shard metadata is what you put in 'config')",
     )
+    parser.add_argument(
+        "--no-strict", dest="strict", action="store_false",
+        help="accept what mongod refuses, as mongoeco does (strict is the default)",
+    )
     args = parser.parse_args(argv)
 
     def announce(uri: str) -> None:
@@ -528,6 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             auth=auth,
             standalone=args.standalone,
             sharded=args.sharded,
+            strict=args.strict,
             on_ready=announce,
         )
     except MigronautError as error:

@@ -27,9 +27,12 @@ from migronaut.errors import ConfigInvalidError
 @click.option("--sharded", is_flag=True,
               help="Answer like a mongos (for testing; shard metadata is whatever you put in "
               "the 'config' database, the data lives on one node).")
+@click.option("--strict/--no-strict", default=True, show_default=True,
+              help="Refuse what mongod refuses, with its error codes; --no-strict accepts "
+              "whatever mongoeco accepts.")
 def dev_server(
     session: Session, port: str | None, data_path: str | None, auth: str | None,
-    standalone: bool, sharded: bool,
+    standalone: bool, sharded: bool, strict: bool,
 ) -> int:
     from migronaut import devserver
 
@@ -56,6 +59,7 @@ def dev_server(
         auth=credentials,
         standalone=standalone,
         sharded=sharded,
+        strict=strict,
         on_ready=ready,
     )
     return 0

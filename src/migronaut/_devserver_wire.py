@@ -1,0 +1,244 @@
+"""How the dev server answers: the layer in front of mongoeco's command executor.
+
+mongoeco serves the wire protocol; this layer makes it answer the way ``mongod`` does where
+migronaut, its tests and the official clients depend on it:
+
+* **strict** (the default): a command ``mongod`` refuses is refused with ``mongod``'s code and
+  message shape (:mod:`migronaut._mongod_rules`) — ``ok: 0`` for the whole command, or a
+  ``writeErrors`` entry for one update statement (ordered batches stop there, unordered ones run
+  the others);
+* **mongod's ``$set`` semantics**: in a pipeline ``$set``/``$addFields`` stage, a nested
+  document of field names (``{"a": {"b": 1}}``) is merged into the existing object, as
+  ``mongod`` does; mongoeco would replace the object;
+* **cursor ids are int64** on the wire (the Node driver and ``mongosh`` refuse an int32 ``id``),
+  and int64 ids sent back by ``getMore``/``killCursors`` are understood;
+* ``standalone``: ``startTransaction`` is refused like a standalone ``mongod`` (error 20);
+* ``sharded``: ``hello`` answers like a ``mongos`` and a ``find``'s ``min``/``max`` index bounds
+  are applied as a filter (mongoeco ignores them).
+
+mongoeco's executor is an internal attribute: :func:`install` checks it is there, so a newer
+mongoeco fails loudly with ``CONFIG_INVALID`` instead of silently serving without this layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final
+
+from migronaut._mongod_rules import Violation, check_command, is_nested_spec
+from migronaut.errors import ConfigInvalidError
+
+__all__ = ["install"]
+
+Execute = Callable[[Any], Awaitable[Any]]
+
+_STANDALONE_TXN_MESSAGE: Final = (
+    "Transaction numbers are only allowed on a replica set member or mongos"
+)
+#: The handshake commands whose reply says what kind of server this is.
+_HELLO_COMMANDS: Final = frozenset({"hello", "isMaster", "ismaster"})
+#: Reply fields a mongos never sends (they would make the driver see a replica set member).
+_NOT_ON_MONGOS: Final = (
+    "setName", "hosts", "passives", "arbiters", "primary", "me", "setVersion", "electionId",
+    "secondary", "arbiterOnly", "hidden", "topologyVersion",
+)
+
+
+def install(server: Any, *, strict: bool, standalone: bool, sharded: bool) -> None:
+    """Put the layer in front of ``server``'s command executor (before it starts)."""
+    from bson.int64 import Int64
+    from mongoeco.errors import OperationFailure
+
+    executor: Any = getattr(server, "_executor", None)
+    original: Execute | None = getattr(executor, "execute_prepared", None)
+    prepare: Callable[..., Any] | None = getattr(executor, "_build_request_context", None)
+    if executor is None or original is None or prepare is None:
+        raise ConfigInvalidError("the dev server does not support this mongoeco version "
+                                 "(its command executor moved)")
+
+    def build_request_context(body: Any, **options: Any) -> Any:
+        if isinstance(body, dict):
+            _cursor_ids_in(body)  # before mongoeco validates the command
+        return prepare(body, **options)
+
+    async def execute_prepared(context: Any) -> Any:
+        name = getattr(context, "command_name", None)
+        command = getattr(context, "command_document", None)
+        if not isinstance(command, dict):
+            return await original(context)
+        if standalone and (getattr(context, "raw_body", None) or {}).get("startTransaction"):
+            raise OperationFailure(_STANDALONE_TXN_MESSAGE, code=20)
+        if sharded and name == "find":
+            _index_bounds(command)
+        refused = check_command(command) if strict else []
+        for violation in refused:
+            if violation.index is None:
+                raise OperationFailure(violation.message, code=violation.code,
+                                       details={"codeName": violation.code_name})
+        _merge_nested_specs(command)
+        if refused:
+            reply = await _update_without(original, context, command, refused)
+        else:
+            reply = await original(context)
+        if isinstance(reply, dict):
+            cursor = reply.get("cursor")
+            if isinstance(cursor, dict) and isinstance(cursor.get("id"), int):
+                cursor["id"] = Int64(cursor["id"])
+            if sharded and name in _HELLO_COMMANDS:
+                for field in _NOT_ON_MONGOS:
+                    reply.pop(field, None)
+                reply["msg"] = "isdbgrid"
+        return reply
+
+    executor._build_request_context = build_request_context
+    executor.execute_prepared = execute_prepared
+
+
+# -- cursor ids ------------------------------------------------------------------------------
+
+
+def _cursor_ids_in(command: dict[str, Any]) -> None:
+    """int64 cursor ids sent back by a client, as the plain ints mongoeco's cursors are keyed by.
+
+    mongoeco decodes an int64 into its own scalar type, which its ``getMore`` refuses.
+    """
+    if "getMore" in command:
+        command["getMore"] = _plain_int(command["getMore"])
+    elif "killCursors" in command and isinstance(command.get("cursors"), list):
+        command["cursors"] = [_plain_int(cursor) for cursor in command["cursors"]]
+
+
+def _plain_int(value: Any) -> Any:
+    inner = getattr(value, "value", None)
+    if not isinstance(value, int) and isinstance(inner, int) and not isinstance(inner, bool):
+        return inner
+    return value
+
+
+# -- refused update statements ---------------------------------------------------------------
+
+
+async def _update_without(
+    original: Execute, context: Any, command: dict[str, Any], refused: list[Violation]
+) -> Any:
+    """Run an ``update`` batch whose statements ``refused`` names as mongod would.
+
+    Ordered (the default): the statements before the first refused one run, then the batch
+    stops with that statement's write error. Unordered: every other statement runs. Indexes in
+    the reply are the client's.
+    """
+    statements = list(command.get("updates") or [])
+    by_index = {violation.index: violation for violation in refused}
+    if command.get("ordered", True):
+        first = min(index for index in by_index if index is not None)
+        runs, reported = list(range(first)), [by_index[first]]
+    else:
+        runs = [i for i in range(len(statements)) if i not in by_index]
+        reported = list(refused)
+    reply: dict[str, Any] = {"n": 0, "nModified": 0, "ok": 1.0}
+    if runs:
+        command["updates"] = [statements[i] for i in runs]
+        reply = await original(context)
+        if not isinstance(reply, dict) or not reply.get("ok"):
+            return reply
+        for key in ("upserted", "writeErrors"):
+            for entry in reply.get(key) or []:
+                entry["index"] = runs[entry["index"]]
+        if command.get("ordered", True) and reply.get("writeErrors"):
+            return reply  # the batch stopped at an earlier error, before the refused one
+    errors = list(reply.get("writeErrors") or [])
+    errors += [{"index": v.index, "code": v.code, "codeName": v.code_name, "errmsg": v.message}
+               for v in reported]
+    reply["writeErrors"] = sorted(errors, key=lambda entry: entry["index"])
+    return reply
+
+
+# -- mongod's $set semantics -----------------------------------------------------------------
+
+
+def _merge_nested_specs(command: dict[str, Any]) -> None:
+    """Rewrite nested field specs of pipeline ``$set``/``$addFields`` stages into expressions
+    that merge, as mongod reads them (the update statements, ``findAndModify`` and
+    ``aggregate``)."""
+    pipelines: list[Any] = []
+    if "update" in command and isinstance(command.get("updates"), list):
+        pipelines += [s.get("u") for s in command["updates"] if isinstance(s, dict)]
+    if "findAndModify" in command or "findandmodify" in command:
+        pipelines.append(command.get("update"))
+    if "aggregate" in command:
+        pipelines.append(command.get("pipeline"))
+    for pipeline in pipelines:
+        if not isinstance(pipeline, list):
+            continue
+        for stage in pipeline:
+            if not isinstance(stage, dict) or len(stage) != 1:
+                continue
+            name, spec = next(iter(stage.items()))
+            if name in ("$set", "$addFields") and isinstance(spec, dict):
+                for field, value in spec.items():
+                    if is_nested_spec(value) and _plain_names(value):
+                        spec[field] = _merged("$" + field, value, 0)
+
+
+def _plain_names(spec: Mapping[str, Any]) -> bool:
+    """Nested specs whose names hold no dot (those are left as mongoeco reads them)."""
+    return all("." not in str(key) and (not is_nested_spec(value) or _plain_names(value))
+               for key, value in spec.items())
+
+
+def _merged(current: str, spec: Mapping[str, Any], depth: int) -> dict[str, Any]:
+    """The expression mongod evaluates for ``{field: spec}``: merged into an object, applied
+    to each element of an array (one level), a new object otherwise."""
+    def fields(base: str) -> dict[str, Any]:
+        return {key: _merged(f"{base}.{key}", value, depth + 1) if is_nested_spec(value)
+                else value for key, value in spec.items()}
+
+    def onto(base: str) -> dict[str, Any]:
+        built = fields(base)
+        return {"$cond": [{"$eq": [{"$type": base}, "object"]},
+                          {"$mergeObjects": [base, built]}, built]}
+
+    element = f"migronautElement{depth}"
+    return {"$cond": [{"$isArray": current},
+                      {"$map": {"input": current, "as": element, "in": onto("$$" + element)}},
+                      onto(current)]}
+
+
+# -- sharded: index bounds -------------------------------------------------------------------
+
+
+def _index_bounds(command: dict[str, Any]) -> None:
+    """Rewrite a ``find``'s ``min`` (inclusive) / ``max`` (exclusive) into its filter.
+
+    The bounds are index-key tuples compared field by field in BSON order, exactly what
+    ``$expr`` comparisons do (a missing field indexes as ``null``). Bounds on a hashed index
+    compare hash values, which cannot be computed here: those are left alone (and ignored).
+    """
+    hint = command.get("hint")
+    bounds = [(name, command.get(name)) for name in ("min", "max")]
+    if not any(isinstance(bound, dict) for _, bound in bounds) or (
+        isinstance(hint, dict) and "hashed" in hint.values()
+    ):
+        return
+    conditions: list[Any] = []
+    for name, bound in bounds:
+        if isinstance(bound, dict) and bound:
+            command.pop(name)
+            conditions.append(_tuple_compare(list(bound.items()), "$gt" if name == "min"
+                                             else "$lt", inclusive=name == "min"))
+    found = command.get("filter") or {}
+    command["filter"] = {"$and": [found, *({"$expr": c} for c in conditions)]}
+
+
+def _tuple_compare(bound: list[tuple[str, Any]], operator: str, *, inclusive: bool) -> Any:
+    """``$expr`` for "the document's key tuple is ``operator`` ``bound``" (lexicographic)."""
+    def value(name: str) -> Any:
+        return {"$ifNull": ["$" + name, None]}
+
+    branches: list[Any] = []
+    for index, (name, limit) in enumerate(bound):
+        equal = [{"$eq": [value(prior), {"$literal": at}]} for prior, at in bound[:index]]
+        branches.append({"$and": [*equal, {operator: [value(name), {"$literal": limit}]}]})
+    if inclusive:
+        branches.append({"$and": [{"$eq": [value(n), {"$literal": at}]} for n, at in bound]})
+    return {"$or": branches}
