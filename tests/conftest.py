@@ -51,6 +51,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from helpers.wire_audit import AUDIT
+
 if TYPE_CHECKING:
     from pymongo import MongoClient
     from pymongo.database import Database
@@ -366,3 +368,35 @@ def cli_process(project: Project) -> Iterator[CliProcess]:
         yield runner
     finally:
         runner.close()
+
+
+# -------------------------------------------------------------------------------- wire audit
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the wire audit before any test creates a client (listeners registered later
+    do not reach clients that already exist)."""
+    from pymongo import monitoring
+
+    monitoring.register(AUDIT)
+
+
+@pytest.fixture(autouse=True)
+def _wire_audit() -> Iterator[None]:
+    """Fail the test whose code sent a command mongod refuses (``tests/helpers/wire_audit.py``)."""
+    mark = AUDIT.mark()
+    yield
+    found = AUDIT.since(mark)
+    if found:
+        listed = "\n".join(f"  - {finding}" for finding in found[:20])
+        pytest.fail(f"the wire audit refused {len(found)} command(s):\n{listed}", pytrace=False)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    counts = AUDIT.counts
+    checked = ", ".join(f"{name} {counts[name]}" for name in
+                        ("update", "findAndModify", "aggregate", "insert") if counts[name])
+    terminalreporter.write_line(
+        f"wire audit: {sum(counts.values())} commands checked ({checked}); "
+        f"{len(AUDIT.findings)} refused"
+    )

@@ -443,7 +443,7 @@ def test_a_batch_of_long_ids_is_cut_so_its_write_intent_stays_small(
                     stage = statement["u"][0]["$set"] if isinstance(statement["u"], list) else {}
                     inflight = stage.get("inflight")
                     if isinstance(inflight, dict):
-                        intents.append(len(inflight["ids"]["$literal"]))
+                        intents.append(len(inflight["$literal"]["ids"]))
 
         def succeeded(self, event: Any) -> None: ...
         def failed(self, event: Any) -> None: ...
@@ -475,7 +475,7 @@ def test_a_lane_whose_lease_was_reaped_cannot_checkpoint_and_nothing_counts_twic
             store = store_ref[0]
             store.partitions.update_one({"background": NAME},
                                         {"$set": {"lease.renewedAt": EPOCH}})
-            reaped.append(store.reap_expired_leases(NAME, 60_000))
+            reaped.append(store.reap_expired_leases(NAME))
         return {**doc, "label": "x"}
 
     store, job = declare(db, {**BASE, "migrate": migrate})
@@ -517,7 +517,7 @@ def test_the_heartbeat_keeps_a_short_lease_alive_through_a_long_slice(
 
     def reaper() -> None:
         while not stop.wait(0.2):
-            reaped.append(store.reap_expired_leases(NAME, 1_000))
+            reaped.append(store.reap_expired_leases(NAME))
 
     thread = threading.Thread(target=reaper)
     thread.start()

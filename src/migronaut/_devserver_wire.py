@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
-from migronaut._mongod_rules import Violation, check_command, is_nested_spec
+from migronaut._mongod_rules import Violation, check_batch_size, check_command, is_nested_spec
 from migronaut.errors import ConfigInvalidError
 
 __all__ = ["install"]
@@ -57,8 +57,12 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool) -> No
                                  "(its command executor moved)")
 
     def build_request_context(body: Any, **options: Any) -> Any:
+        """What must happen before mongoeco validates the command (it refuses both, codeless)."""
         if isinstance(body, dict):
-            _cursor_ids_in(body)  # before mongoeco validates the command
+            _cursor_ids_in(body)
+            batch = check_batch_size(body) if strict else None
+            if batch is not None:
+                raise _refusal(batch)
         return prepare(body, **options)
 
     async def execute_prepared(context: Any) -> Any:
@@ -73,8 +77,7 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool) -> No
         refused = check_command(command) if strict else []
         for violation in refused:
             if violation.index is None:
-                raise OperationFailure(violation.message, code=violation.code,
-                                       details={"codeName": violation.code_name})
+                raise _refusal(violation)
         _merge_nested_specs(command)
         if refused:
             reply = await _update_without(original, context, command, refused)
@@ -92,6 +95,14 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool) -> No
 
     executor._build_request_context = build_request_context
     executor.execute_prepared = execute_prepared
+
+
+def _refusal(violation: Violation) -> Exception:
+    """The error mongoeco turns into mongod's ``{ok: 0, errmsg, code, codeName}``."""
+    from mongoeco.errors import OperationFailure
+
+    return OperationFailure(violation.message, code=violation.code,
+                            details={"codeName": violation.code_name})
 
 
 # -- cursor ids ------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ from typing import Any, Final
 
 __all__ = [
     "Violation",
+    "check_batch_size",
     "check_command",
     "check_pipeline",
     "check_update",
@@ -112,11 +113,9 @@ def check_command(command: Mapping[str, Any]) -> list[Violation]:
     if not command:
         return []
     name = next(iter(command))
-    if name in _BATCHES:
-        batch = command.get(_BATCHES[name])
-        if isinstance(batch, list) and not 0 < len(batch) <= _MAX_BATCH:
-            return [Violation(16, f"Write batch sizes must be between 1 and {_MAX_BATCH}. "
-                                  f"Got {len(batch)} operations.")]
+    batch = check_batch_size(command)
+    if batch is not None:
+        return [batch]
     if name == "update":
         found = []
         for index, statement in enumerate(command.get("updates") or []):
@@ -132,6 +131,16 @@ def check_command(command: Mapping[str, Any]) -> list[Violation]:
         problem = check_pipeline(command["pipeline"])
         return [] if problem is None else [problem]
     return []
+
+
+def check_batch_size(command: Mapping[str, Any]) -> Violation | None:
+    """16: a write command's batch holds 1 to 100,000 statements."""
+    name = next(iter(command), None)
+    batch = command.get(_BATCHES[name]) if name in _BATCHES else None
+    if isinstance(batch, list) and not 0 < len(batch) <= _MAX_BATCH:
+        return Violation(16, f"Write batch sizes must be between 1 and {_MAX_BATCH}. "
+                             f"Got {len(batch)} operations.")
+    return None
 
 
 def check_update(update: Any, *, multi: bool = False) -> Violation | None:

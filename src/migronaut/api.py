@@ -173,6 +173,7 @@ class Migrator:
         self._latched_stop: str | None = None
         self._logger: logging.Logger | None = None
         self._background: BackgroundEngine | None = None
+        self._state_db: Database[dict[str, Any]] | None = None
         self._directory: Path | None = None
         self._recorder: RunRecorder | None = None
         #: Problems that did not stop a command (e.g. a config file skipped by ``create``).
@@ -291,6 +292,7 @@ class Migrator:
         """Disconnect; an injected client is never closed."""
         client, self._client = self._client, None
         self._background = None  # bound to the client: a later connect builds a fresh one
+        self._state_db = None
         if client is not None and self._owns_client:
             try:
                 client.close()
@@ -313,14 +315,21 @@ class Migrator:
 
     @property
     def db(self) -> Database[dict[str, Any]]:
+        """The database migrations work on (``ctx.db``), with the URI's read preference."""
         return self.client[self.config.db_name or ""]
 
     @property
+    def state_db(self) -> Database[dict[str, Any]]:
+        """The same database for migronaut's own state: reads go to the primary."""
+        if self._state_db is None or self._client is None:
+            from migronaut.core.reads import primary
+
+            self._state_db = primary(self.db)
+        return self._state_db
+
+    @property
     def changelog(self) -> Changelog:
-        if self._client is None:
-            self.connect()
-        assert self._client is not None
-        return Changelog(self._client[self.config.db_name or ""][self.config.migrations_collection])
+        return Changelog(self.state_db[self.config.migrations_collection])
 
     @property
     def directory(self) -> Path:
@@ -358,7 +367,7 @@ class Migrator:
         """The run records and their log lines (``runs_collection``)."""
         from migronaut.observability.runstore import RunStore
 
-        return RunStore(self.db, self.config.runs_collection)
+        return RunStore(self.state_db, self.config.runs_collection)
 
     @property
     def recorder(self) -> RunRecorder:
@@ -670,8 +679,8 @@ class Migrator:
         return self._adopt(
             "import", dry_run,
             lambda adoption: import_changelog(
-                request, source=self.db[request.source],
-                target=Changelog(self.db[request.target]), files=self.files(),
+                request, source=self.state_db[request.source],
+                target=Changelog(self.state_db[request.target]), files=self.files(),
                 checksum=self.checksum, adoption=adoption, logger=self.logger,
                 ensure_indexes=config.ensure_indexes
                 and request.target != config.migrations_collection,
@@ -758,7 +767,7 @@ class Migrator:
         return outcome[0]
 
     def _lock_collection(self) -> Any:
-        return self.client[self.config.db_name or ""][self.config.lock_collection]
+        return self.state_db[self.config.lock_collection]
 
     def _warn_out_of_order(self, late: Sequence[str], newest: str | None) -> None:
         if late:
@@ -1141,13 +1150,13 @@ class Migrator:
             from migronaut.background.store import BackgroundStore
 
             config = self.config
-            store = BackgroundStore(self.db, collection=config.background_collection,
+            store = BackgroundStore(self.state_db, collection=config.background_collection,
                                     ensure_indexes=config.ensure_indexes)
             reserved = (config.migrations_collection, config.lock_collection,
                         config.converge_log_collection, *store.own_collections,
                         *self.run_store.collections)
             self._background = BackgroundEngine(
-                db=self.db, store=store, directory=self.directory,
+                db=self.state_db, store=store, directory=self.directory,
                 lock_collection=self._lock_collection(),
                 lock_ttl_ms=config.lock_ttl_seconds * 1000, logger=self.logger,
                 emit=lambda event, payload: self._emit(event, **payload),

@@ -83,7 +83,7 @@ def _state_findings(
     elif status == "running":
         quiet = _minutes_since(_latest(state.get("lastProgressAt"), _moved_at(state)), now)
         if quiet is not None and quiet > STALL_MINUTES and \
-                not engine.store.live_leases(name, engine.ttl_ms):
+                not engine.store.live_leases(name):
             warnings.append(f"{name} running but stalled (no live lease, no progress for "
                             f"{int(quiet)} min)")
     elif status == "paused":

@@ -207,7 +207,7 @@ class BackgroundEngine:
             plan = state.get("plan")
             if state.get("phase") == "replan" and plan:
                 self.store.set_open_partitions(name, state["generation"], "superseded")
-                if self.store.live_leases(name, self.ttl_ms):
+                if self.store.live_leases(name):
                     return Answer("wait", reason="replan-draining", retry_after_ms=1000)
                 answer = self._plan_pass(state, job)  # phase 'replan': the same pass
                 if answer is not None:
@@ -226,7 +226,7 @@ class BackgroundEngine:
                 continue
             if state["status"] == "pending":
                 self._move(name, "plan")
-            reaped = self.store.reap_expired_leases(name, self.ttl_ms)
+            reaped = self.store.reap_expired_leases(name)
             if reaped:
                 self.logger.debug("%s: reclaimed %d expired lease(s)", name, reaped)
                 self.telemetry.leases_reclaimed(reaped)
@@ -549,16 +549,14 @@ class BackgroundEngine:
         """Move ``status → to`` for a control (``to`` may differ from the table for resume)."""
         from pymongo import ReturnDocument
 
-        from migronaut.background.store import history_entry, literal
+        from migronaut.background.store import control_stamp, history_entry, literal, set_stage
 
-        stage: dict[str, Any] = {k: literal(v) for k, v in set_fields.items()}
+        stage = set_stage(set_fields)
         stage.update({
             "status": literal(to),
             "updatedAt": "$$NOW",
             "history": history_entry(action, to, by, reason),
-            "control": {"action": literal(action), "at": "$$NOW",
-                        **({"requestedBy": literal(by)} if by else {}),
-                        **({"reason": literal(reason)} if reason else {})},
+            "control": control_stamp(action, by, reason),
         })
         if to == "pending" and action in ("retry",):
             stage["failedAt"] = "$$REMOVE"
@@ -580,9 +578,9 @@ class BackgroundEngine:
         stopped: bool | None = None
         if wait and action in ("pause", "cancel"):
             deadline = time.monotonic() + timeout_s
-            while self.store.live_leases(name, self.ttl_ms) and time.monotonic() < deadline:
+            while self.store.live_leases(name) and time.monotonic() < deadline:
                 time.sleep(0.25)
-            stopped = self.store.live_leases(name, self.ttl_ms) == 0
+            stopped = self.store.live_leases(name) == 0
         return ControlResult(applied, after, stopped)
 
     def repin(self, name: str, *, requested_by: str | None = None,
@@ -618,11 +616,20 @@ class BackgroundEngine:
         return ControlResult("changed", state["status"],
                              extra={"replan": replan, "checksum": job.checksum})
 
-    def unlock(self, name: str) -> dict[str, Any]:
-        """Force-release the coordinator lock and every lease (holders are fenced)."""
+    def unlock(
+        self, name: str, *, requested_by: str | None = None, reason: str | None = None
+    ) -> dict[str, Any]:
+        """Force-release the coordinator lock and every lease (holders are fenced); the state's
+        history records who did it and why."""
+        from migronaut.background.store import history_entry
+
         self.store.require(name)
         removed = self.lock_collection.delete_one({"_id": f"background:{name}"})
         leases = self.store.release_all_leases(name)
+        self.store.states.update_one({"_id": name}, [{"$set": {
+            "history": history_entry("unlock", None, requested_by, reason),
+            "updatedAt": "$$NOW",
+        }}])
         self.logger.warning("⚠ %s: released the coordinator lock (%s) and %d lease(s)", name,
                             "held" if removed.deleted_count else "none held", leases)
         self.emit("background:control", {"migration": name, "action": "unlock",
@@ -651,7 +658,7 @@ class BackgroundEngine:
             "failedDocuments": len(state.get("badIds") or []),
             "requires": list(state.get("requires") or []),
             "waitsFor": list(state.get("waitsFor") or []),
-            "liveLeases": self.store.live_leases(name, self.ttl_ms),
+            "liveLeases": self.store.live_leases(name),
             "registeredAt": state.get("registeredAt"),
             "startedAt": state.get("startedAt"), "completedAt": state.get("completedAt"),
             "lastProgressAt": state.get("lastProgressAt"), "lastError": state.get("lastError"),
@@ -726,7 +733,7 @@ class BackgroundEngine:
             out.append({
                 "migration": state["_id"], "status": state["status"],
                 "maxParallel": (state.get("spec") or {}).get("maxParallel", 1),
-                "liveLeases": self.store.live_leases(state["_id"], self.ttl_ms),
+                "liveLeases": self.store.live_leases(state["_id"]),
                 "registeredAt": state.get("registeredAt"),
             })
         return out

@@ -8,6 +8,7 @@ way back, withdraws it when nothing was rewritten yet, and refuses otherwise (re
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -86,22 +87,72 @@ class Registrar:
         state = self.engine.store.get(name)
         if state is None:
             return "withdrawn"
-        totals = self.engine.view(state).get("totals", {})
-        rewritten = (totals.get("batches", 0) > 0 if state.get("mode") == "step"
-                     else totals.get("migrated", 0) > 0)
-        if rewritten:
-            raise IrreversibleMigrationError(
-                f"Cannot roll back {name}: it declares no revert and has already rewritten "
-                "documents",
-                {"names": [name]},
-            )
-        if self.engine.store.live_leases(name, self.engine.ttl_ms):
-            raise BackgroundConflictError(
+        registration = str(state.get("registration"))
+        if int(state.get("generation") or 0) == 0 and self.engine.store.withdraw(
+            name, registration=registration, generation=0
+        ):
+            return self._withdrawn(name)
+        return self._withdraw_planned(name)  # a plan was committed, maybe just now
+
+    def _withdraw_planned(self, name: str) -> str:
+        """Withdraw a migration that has a plan: stop it, let its lanes drain, look again.
+
+        Nothing rewritten → the state goes (conditionally on what was read); rewritten →
+        ``MIGRATION_IRREVERSIBLE``; lanes still holding leases after the wait →
+        ``BACKGROUND_CONFLICT``. A refused withdrawal leaves the migration as it was found.
+        """
+        engine = self.engine
+        state = engine.store.require(name)
+        if self._rewritten(state):
+            raise self._irreversible(name)
+        paused = False
+        if state["status"] in ("blocked", "pending", "running"):
+            paused = engine.control(name, "pause", reason="down: withdrawing").applied == \
+                "changed"
+        deadline = time.monotonic() + _DRAIN_S
+        while engine.store.live_leases(name) and time.monotonic() < deadline:
+            time.sleep(0.25)
+        state = engine.store.require(name)
+        refusal: Exception | None = None
+        if self._rewritten(state):
+            refusal = self._irreversible(name)
+        elif engine.store.live_leases(name):
+            refusal = BackgroundConflictError(
                 f"Cannot withdraw background migration {name}: lanes are still working on it "
                 "(pause it first)",
                 {"migration": name},
             )
-        self.engine.store.withdraw(name, registration=str(state.get("registration")))
+        elif engine.store.withdraw(name, registration=str(state.get("registration")),
+                                   generation=int(state.get("generation") or 0)):
+            return self._withdrawn(name)
+        else:
+            refusal = BackgroundConflictError(
+                f"Cannot withdraw background migration {name}: its state changed meanwhile",
+                {"migration": name},
+            )
+        if paused:
+            engine.control(name, "resume", reason="down: withdrawal refused")
+        raise refusal
+
+    def _rewritten(self, state: dict[str, Any]) -> bool:
+        """Documents migrated (declarative) or any checkpointed step (step mode)."""
+        totals = self.engine.view(state).get("totals", {})
+        return bool(totals.get("batches", 0) > 0 if state.get("mode") == "step"
+                    else totals.get("migrated", 0) > 0)
+
+    @staticmethod
+    def _irreversible(name: str) -> IrreversibleMigrationError:
+        return IrreversibleMigrationError(
+            f"Cannot roll back {name}: it declares no revert and has already rewritten "
+            "documents",
+            {"names": [name]},
+        )
+
+    def _withdrawn(self, name: str) -> str:
         self.engine.emit("background:registered",
                          {"migration": name, "status": "withdrawn", "direction": "forward"})
         return "withdrawn"
+
+
+#: How long a withdrawal waits for live leases to drain (reference background §1.9).
+_DRAIN_S = 120.0

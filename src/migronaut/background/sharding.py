@@ -113,7 +113,7 @@ def read_shard_facts(
     """
     from pymongo.errors import OperationFailure, PyMongoError
 
-    config = db.client["config"]
+    config = db.client.get_database("config", read_preference=db.read_preference)
     namespace = f"{db.name}.{collection}"
     try:
         found = config["collections"].find_one({"_id": namespace})
@@ -229,7 +229,8 @@ def epoch_is_stale(db: Database[dict[str, Any]], collection: str,
     from pymongo.errors import PyMongoError
 
     try:
-        found = db.client["config"]["collections"].find_one(
+        config = db.client.get_database("config", read_preference=db.read_preference)
+        found = config["collections"].find_one(
             {"_id": f"{db.name}.{collection}"}, {"uuid": 1, "key": 1})
     except PyMongoError:
         return False

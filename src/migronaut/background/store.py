@@ -21,6 +21,7 @@ import socket
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from migronaut.errors import (
@@ -56,6 +57,11 @@ COUNTERS = (
     "scanned", "migrated", "skipped", "conflicts", "failed", "retried", "batches", "processed",
     "txnRetries",
 )
+
+#: Partition statuses a lane may still work on (and fail).
+_OPEN = ["pending", "running"]
+#: ``[renewedAt, now − the lease's own ttlMs]``: compared ``$gte`` a lease is live, ``$lt`` stale.
+_LEASE_AGE = ["$lease.renewedAt", {"$subtract": ["$$NOW", "$lease.ttlMs"]}]
 
 #: (collection suffix, name, keys, options) — the four indexes of reference background §2.2.
 INDEXES: tuple[tuple[str, str, list[tuple[str, int]], dict[str, Any]], ...] = (
@@ -106,6 +112,34 @@ def literal(value: Any) -> dict[str, Any]:
     return {"$literal": value}
 
 
+def stamped(fields: Mapping[str, Any], *server_times: str) -> dict[str, Any]:
+    """An object value for a pipeline ``$set``: ``fields`` as literals plus ``server_times``
+    stamped with ``$$NOW``, replacing the stored object whole.
+
+    A plain ``{"a": {...}}`` would be merged into the stored object by mongod (and ``{"a": …,
+    "a.at": "$$NOW"}`` is refused, error 40176), so object values go through ``$mergeObjects``.
+    """
+    return {"$mergeObjects": [literal(dict(fields)), {name: "$$NOW" for name in server_times}]}
+
+
+def set_stage(
+    set_fields: Mapping[str, Any], server_times: Sequence[str] = ()
+) -> dict[str, Any]:
+    """A pipeline ``$set`` stage: ``set_fields`` as literals, ``server_times`` as ``$$NOW``.
+
+    A server time inside a field that is also set (``plan`` and ``plan.at``) is stamped into
+    that object, never named beside it (mongod refuses a path and its sub-path, 40176).
+    """
+    stage: dict[str, Any] = {k: literal(v) for k, v in set_fields.items()}
+    for path in server_times:
+        parent, _, leaf = path.partition(".")
+        if leaf and parent in set_fields:
+            stage[parent] = stamped(set_fields[parent], leaf)
+        else:
+            stage[path] = "$$NOW"
+    return stage
+
+
 def history_entry(action: str, to: str | None, by: str | None, reason: str | None) -> Any:
     entry: dict[str, Any] = {"at": "$$NOW", "action": literal(action), "from": "$status"}
     entry["to"] = literal(to) if to is not None else "$status"
@@ -119,6 +153,16 @@ def history_entry(action: str, to: str | None, by: str | None, reason: str | Non
             [entry],
         ]
     }
+
+
+def control_stamp(action: str, by: str | None, reason: str | None) -> dict[str, Any]:
+    """The state's ``control`` object: the last control applied, who asked and why."""
+    fields: dict[str, Any] = {"action": action}
+    if by:
+        fields["requestedBy"] = by
+    if reason:
+        fields["reason"] = reason
+    return stamped(fields, "at")
 
 
 @dataclass
@@ -265,8 +309,13 @@ class BackgroundStore:
                 "history": {
                     "$concatArrays": [
                         {"$slice": [{"$ifNull": ["$history", []]}, -(HISTORY_KEPT - 1)]},
-                        [{"at": "$$NOW", "action": "register", "to": literal(status),
-                          "direction": literal(direction)}],
+                        [{"$mergeObjects": [
+                            {"at": "$$NOW", "action": "register", "to": literal(status),
+                             "direction": literal(direction)},
+                            # "from" only when there was a status (a re-registration)
+                            {"$cond": [{"$ifNull": ["$status", False]}, {"from": "$status"},
+                                       {}]},
+                        ]}],
                     ]
                 },
                 "previous": {
@@ -302,11 +351,21 @@ class BackgroundStore:
         assert state is not None
         return state
 
-    def withdraw(self, name: str, *, registration: str) -> bool:
-        """Remove a registration that never rewrote anything (``down`` without a way back)."""
-        result = self.states.delete_one({"_id": name, "registration": registration})
+    def withdraw(self, name: str, *, registration: str, generation: int) -> bool:
+        """Remove a registration that rewrote nothing (``down`` without a way back).
+
+        Atomic: the state goes only while it is the registration and the ``generation`` the
+        caller judged (``0``: no plan was ever committed) — a coordinator committing a plan
+        first wins and the withdrawal matches nothing — and its partitions go only when the
+        state did.
+        """
+        result = self.states.delete_one(
+            {"_id": name, "registration": registration, "generation": generation}
+        )
+        if result.deleted_count != 1:
+            return False
         self.partitions.delete_many({"background": name})
-        return result.deleted_count == 1
+        return True
 
     # -- status moves ---------------------------------------------------------------------
     def move(
@@ -330,17 +389,12 @@ class BackgroundStore:
         allowed, to, _ = _TABLE[action]
         query: dict[str, Any] = {"_id": name, "status": {"$in": list(allowed)}}
         query.update(expect or {})
-        stage: dict[str, Any] = {k: literal(v) for k, v in (set_fields or {}).items()}
-        stage.update({k: "$$NOW" for k in server_times})
+        stage = set_stage(set_fields or {}, server_times)
         stage["status"] = literal(to)
         stage["updatedAt"] = "$$NOW"
         stage["history"] = history_entry(action, to, by, reason)
         if control:
-            stage["control"] = {
-                "action": literal(action), "at": "$$NOW",
-                **({"requestedBy": literal(by)} if by else {}),
-                **({"reason": literal(reason)} if reason else {}),
-            }
+            stage["control"] = control_stamp(action, by, reason)
         pipeline: list[dict[str, Any]] = [{"$set": stage}]
         if unset:
             pipeline.append({"$unset": list(unset)})
@@ -361,8 +415,7 @@ class BackgroundStore:
         unset: Sequence[str] = (),
     ) -> bool:
         """A compare-and-set on the state that does not move its status."""
-        stage: dict[str, Any] = {k: literal(v) for k, v in set_fields.items()}
-        stage.update({k: "$$NOW" for k in server_times})
+        stage = set_stage(set_fields, server_times)
         for key, amount in (inc or {}).items():
             stage[key] = {"$add": [{"$ifNull": ["$" + key, 0]}, amount]}
         stage["updatedAt"] = "$$NOW"
@@ -382,6 +435,7 @@ class BackgroundStore:
     def insert_plan(
         self, name: str, generation: int, token: str, partitions: Sequence[Mapping[str, Any]]
     ) -> None:
+        now = datetime.now(UTC)  # display only: every decision is made in server time
         docs = []
         for seq, partition in enumerate(partitions):
             doc = {
@@ -390,6 +444,8 @@ class BackgroundStore:
                 "plan": token,
                 "seq": seq,
                 "status": "pending",
+                "createdAt": now,
+                "updatedAt": now,
                 "cursor": {},
                 "counters": {},
                 "badIds": [],
@@ -455,24 +511,20 @@ class BackgroundStore:
         )
         return result.modified_count
 
-    def live_leases(self, name: str, ttl_ms: int) -> int:
-        """Leases renewed within the TTL, judged in server time."""
+    def live_leases(self, name: str) -> int:
+        """Leases renewed within their own TTL, judged in server time."""
         return self.partitions.count_documents(
-            {
-                "background": name,
-                "lease": {"$exists": True},
-                "$expr": {"$gte": ["$lease.renewedAt", {"$subtract": ["$$NOW", ttl_ms]}]},
-            }
+            {"background": name, "lease": {"$exists": True}, "$expr": {"$gte": _LEASE_AGE}}
         )
 
-    def reap_expired_leases(self, name: str, ttl_ms: int) -> int:
-        """Remove leases not renewed within the TTL (server time); counts a reclaim each."""
+    def reap_expired_leases(self, name: str) -> int:
+        """Remove leases not renewed within their own TTL (server time); a reclaim each.
+
+        Each lease is judged by the ``ttlMs`` its holder wrote, never by the TTL of the process
+        looking: a worker with a shorter TTL must not take a longer-TTL holder's live slot.
+        """
         result = self.partitions.update_many(
-            {
-                "background": name,
-                "lease": {"$exists": True},
-                "$expr": {"$lt": ["$lease.renewedAt", {"$subtract": ["$$NOW", ttl_ms]}]},
-            },
+            {"background": name, "lease": {"$exists": True}, "$expr": {"$lt": _LEASE_AGE}},
             [
                 {"$unset": "lease"},
                 {"$set": {"reclaims": {"$add": [{"$ifNull": ["$reclaims", 0]}, 1]},
@@ -514,7 +566,7 @@ class BackgroundStore:
         import random
 
         self.ready()
-        self.reap_expired_leases(name, ttl_ms)
+        self.reap_expired_leases(name)
         free = [s for s in range(max_parallel) if s not in self.occupied_slots(name)]
         if not free:
             return "busy"
@@ -658,10 +710,9 @@ class BackgroundStore:
             "lease.renewedAt": "$$NOW",
             "updatedAt": "$$NOW",
             "cursor": literal(cursor),
-            "inflight": {"ids": literal(list(intent))} if intent is not None else "$$REMOVE",
+            "inflight": literal({"ids": list(intent)}) if intent is not None else "$$REMOVE",
+            "failures": 0,  # failures count in a row: any checkpoint is progress
         }
-        if done or any(counters.values()):
-            stage["failures"] = 0
         for key, amount in counters.items():
             if amount:
                 stage["counters." + key] = {
@@ -705,12 +756,12 @@ class BackgroundStore:
         """Count a failed slice on the partition; ``True`` when the partition failed for good.
 
         A lane whose lease was taken by another lane is ignored (its failure is not the
-        partition's).
+        partition's), and so is a partition no longer open (cancelled or superseded under it).
         """
         from pymongo import ReturnDocument
 
         doc = self.partitions.find_one_and_update(
-            {"_id": lease.partition_id, "lease.token": lease.token},
+            {"_id": lease.partition_id, "lease.token": lease.token, "status": {"$in": _OPEN}},
             [
                 {"$set": {
                     "failures": {"$add": [{"$ifNull": ["$failures", 0]}, 1]},
@@ -723,14 +774,21 @@ class BackgroundStore:
             ],
             return_document=ReturnDocument.AFTER,
         )
+        if doc is None:
+            self.release(lease)  # no longer open: it keeps its status, the slot is freed
         return bool(doc and doc.get("status") == "failed")
 
     def fail_partition(self, lease: Lease, error: str) -> None:
-        self.partitions.update_one(
-            {"_id": lease.partition_id, "lease.token": lease.token},
+        """Fail the held partition for good — only while it is open (a ``cancelled`` or
+        ``superseded`` partition still holding its lease keeps its status; the lease is
+        released all the same)."""
+        result = self.partitions.update_one(
+            {"_id": lease.partition_id, "lease.token": lease.token, "status": {"$in": _OPEN}},
             [{"$set": {"status": "failed", "lastError": literal(error), "updatedAt": "$$NOW"}},
              {"$unset": "lease"}],
         )
+        if result.matched_count == 0:
+            self.release(lease)
 
     def count_bad_ids(self, name: str, generation: int, state_bad_ids: Sequence[Any]) -> int:
         """Distinct failed ``_id``s: the state's (earlier generations) plus this generation's."""

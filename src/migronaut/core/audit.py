@@ -47,6 +47,9 @@ class Auditable(Protocol):
     def db(self) -> Database[dict[str, Any]]: ...
 
     @property
+    def state_db(self) -> Database[dict[str, Any]]: ...
+
+    @property
     def changelog(self) -> Changelog: ...
 
     @property
@@ -88,7 +91,7 @@ def run_audit(target: Auditable) -> AuditReport:
     now = (topology.server_time if topology is not None and topology.server_time
            else dt.datetime.now(dt.UTC).replace(tzinfo=None))
     checks.append(_indexes(target.changelog, config))
-    checks.append(_lock(target.db[config.lock_collection], config, now))
+    checks.append(_lock(target.state_db[config.lock_collection], config, now))
 
     records: list[dict[str, Any]] = []
     files: list[str] = []

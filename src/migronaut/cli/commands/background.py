@@ -617,8 +617,9 @@ def _render_unlocked(outcome: _Unlocked, out: Output) -> None:
          help="Force-release NAME's coordinator lock and every lease of its partitions (their "
          "holders are fenced at their next write). Asks unless --yes.")
 @click.argument("name")
+@click.option("--reason", metavar="TEXT", help=_REASON_HELP)
 @click.option("-y", "--yes", is_flag=True, help="Release without a prompt.")
-def unlock(session: Session, name: str, yes: bool) -> int:
+def unlock(session: Session, name: str, reason: str | None, yes: bool) -> int:
     _needs_yes(session, yes, "unlock")
 
     def run_unlock(migrator: Migrator) -> _Unlocked:
@@ -631,7 +632,7 @@ def unlock(session: Session, name: str, yes: bool) -> int:
                                    action="background unlock"):
                 return _Unlocked(name, declined=True)
         session.check_stop()
-        return _Unlocked(name, engine.unlock(name))
+        return _Unlocked(name, engine.unlock(name, requested_by=_requested_by(), reason=reason))
 
     return session.run(run_unlock, render=_render_unlocked, to_json=lambda o: o.result,
                        mutating=True)
