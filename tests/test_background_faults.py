@@ -119,13 +119,36 @@ def test_a_batch_written_just_before_a_crash_is_counted_once_by_the_next_holder(
 
 
 def _live_leases(db: Any) -> int:
+    """Leases renewed within their own TTL (server time), as the store judges them."""
     return db["_migronaut_background_partitions"].count_documents(
         {
             "background": NAME,
             "lease": {"$exists": True},
-            "$expr": {"$gte": ["$lease.renewedAt", {"$subtract": ["$$NOW", 2000]}]},
+            "$expr": {"$gte": ["$lease.renewedAt", {"$subtract": ["$$NOW", "$lease.ttlMs"]}]},
         }
     )
+
+
+class _LeaseSampler:
+    """Samples live leases every 50 ms in a thread; ``peak`` is the most seen at once."""
+
+    def __init__(self, db: Any) -> None:
+        self.db, self.peak = db, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, _live_leases(self.db))
+            self._stop.wait(0.05)
+
+    def __enter__(self) -> _LeaseSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
 
 
 @pytest.mark.parametrize(
@@ -148,17 +171,7 @@ def test_killed_and_restarted_workers_migrate_every_document_exactly_once(
     workers = [cli_process.start("background", "work", "--lanes", "2", env=env)
                for _ in range(3)]
 
-    peak = 0
-    stop_sampling = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not stop_sampling.is_set():
-            peak = max(peak, _live_leases(db))
-            stop_sampling.wait(0.05)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+    sampler = _LeaseSampler(db).__enter__()
     kills = 0
     rng = random.Random(7)
     deadline = time.monotonic() + 240
@@ -174,8 +187,7 @@ def test_killed_and_restarted_workers_migrate_every_document_exactly_once(
             kills += 1
             workers[victim] = cli_process.start("background", "work", "--lanes", "2", env=env)
     finally:
-        stop_sampling.set()
-        sampler.join(5)
+        sampler.__exit__()
         for worker in workers:
             if worker.poll() is None:
                 worker.send_signal(signal.SIGTERM)
@@ -194,7 +206,7 @@ def test_killed_and_restarted_workers_migrate_every_document_exactly_once(
     assert db.orders.count_documents({"__v": 1, "__rev": 1}) == DOCS
     assert db.orders.count_documents({"total_cents": {"$exists": True}}) == DOCS
     # live leases sampled throughout never exceeded max_parallel
-    assert 0 < peak <= MAX_PARALLEL
+    assert 0 < sampler.peak <= MAX_PARALLEL
     # no fenced checkpoint landed and no written batch went uncounted: the totals are exact
     totals = state.get("totals") or {}
     assert totals.get("migrated") == DOCS
@@ -204,3 +216,73 @@ def test_killed_and_restarted_workers_migrate_every_document_exactly_once(
     assert db["_migronaut_background_partitions"].count_documents(
         {"background": NAME, "lease": {"$exists": True}}
     ) == 0
+
+
+#: Every document whose ``_id`` ends in 50 takes longer than the short worker's lease TTL.
+SLOW_EVERY_HUNDRED = """
+import time
+
+def migrate(doc, ctx):
+    if doc["_id"] % 100 == 50:
+        time.sleep(3.5)  # longer than a 2 s lease, far shorter than a 600 s one
+    doc["total_cents"] = int(round(doc["total"] * 100))
+    return doc
+
+background = {
+    "collection": "orders",
+    "from": 0,
+    "to": 1,
+    "migrate": migrate,
+    "batch_size": 25,
+    "pause_ms": 0,
+    "slice_ms": 60000,
+    "max_parallel": 2,
+    "adaptive": False,
+    "partitions": {"min_partition_docs": 100},
+}
+"""
+
+
+def test_workers_with_different_lease_ttls_never_take_each_others_live_slots(
+    project: Any, db: Any, cli: Any, cli_process: Any
+) -> None:
+    """A worker with ``MIGRONAUT_LOCK_TTL=600`` holds both slots and stalls 3.5 s inside a batch
+    (its heartbeat renews every 300 s); a worker with a 2 s TTL polls for a slot meanwhile. Judged
+    by the looking process's TTL, the short worker would reap the long worker's live leases and
+    more lanes than ``max_parallel`` would be working; judged by each lease's own ``ttlMs``, no
+    lease is ever reclaimed while its holder lives, and the totals are exact."""
+    docs = 400
+    db.orders.insert_many([{"_id": i, "total": i / 7} for i in range(docs)])
+    project.write_migration("0001_orders_v1", SLOW_EVERY_HUNDRED)
+    assert cli("up").exit_code == 0
+    partitions = db["_migronaut_background_partitions"]
+
+    with _LeaseSampler(db) as sampler:
+        long_worker = cli_process.start("background", "work", "--lanes", "2",
+                                        env={"MIGRONAUT_LOCK_TTL": "600"})
+        deadline = time.monotonic() + 60
+        while partitions.count_documents({"background": NAME, "lease.ttlMs": 600_000}) < 2:
+            assert time.monotonic() < deadline, "the long-TTL worker never held both slots"
+            time.sleep(0.05)
+        short_worker = cli_process.start("background", "work", "--lanes", "2",
+                                         env={"MIGRONAUT_LOCK_TTL": "2"})
+        try:
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline:
+                state = db["_migronaut_background"].find_one({"_id": NAME}) or {}
+                if state.get("status") in ("completed", "failed"):
+                    break
+                time.sleep(0.25)
+        finally:
+            for worker in (long_worker, short_worker):
+                worker.send_signal(signal.SIGTERM)
+            for worker in (long_worker, short_worker):
+                worker.wait(60)
+
+    state = db["_migronaut_background"].find_one({"_id": NAME})
+    assert state is not None and state["status"] == "completed", state
+    assert sampler.peak == 2  # both slots were held, never more
+    # nothing was reclaimed: no process died, so no lease may have been taken from its holder
+    assert (state.get("totals") or {}).get("reclaims", 0) == 0
+    assert db.orders.count_documents({"__v": 1, "__rev": 1}) == docs
+    assert state["totals"]["migrated"] == docs and state["totals"]["scanned"] == docs

@@ -315,6 +315,54 @@ def test_down_without_revert_withdraws_or_refuses(project: Any, cli: Any, db: An
     assert db.users.count_documents({"__v": 1, "active": True}) == 60
 
 
+def test_down_withdraws_a_planned_migration_that_rewrote_nothing(
+    project: Any, cli: Any, db: Any
+) -> None:
+    """A plan was committed but no lane wrote yet: ``down`` pauses it, sees no live lease and
+    nothing rewritten, and removes it — state and partitions."""
+    seed(db, docs=60)
+    project.write_migration("0001_users_v1", background_file(revert=False))
+    assert cli("up").exit_code == 0
+    with make_migrator(project) as migrator:
+        assert migrator.background.coordinate(B1).next == "process"  # plan committed, no lane
+    assert state(db)["generation"] == 1 and db[PARTITIONS].count_documents({}) > 0
+
+    withdrawn = cli("down")
+    assert withdrawn.exit_code == 0, withdrawn.stderr
+    assert db[STATES].count_documents({"_id": B1}) == 0
+    assert db[PARTITIONS].count_documents({"background": B1}) == 0
+    assert records(db)[B1]["status"] == "reverted"
+    assert db.users.count_documents({"__v": {"$exists": True}}) == 0
+
+
+def test_down_refuses_to_withdraw_while_a_lane_holds_a_lease_and_resumes_it(
+    project: Any, cli: Any, db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from migronaut.background.store import BackgroundStore, Lease
+
+    monkeypatch.setattr("migronaut.background.registration._DRAIN_S", 0.5)
+    seed(db, docs=60)
+    project.write_migration("0001_users_v1", background_file(revert=False))
+    assert cli("up").exit_code == 0
+    with make_migrator(project) as migrator:
+        assert migrator.background.coordinate(B1).next == "process"
+    planned = state(db)
+    store = BackgroundStore(db)
+    held = store.claim(B1, generation=1, plan=planned["plan"]["token"], max_parallel=2,
+                       ttl_ms=600_000, owner="busy-lane")
+    assert isinstance(held, Lease)  # a lane in another process, working
+
+    refused = cli("down", "--json")
+    assert refused.exit_code == 33, refused.stderr
+    assert refused.json["error"]["code"] == "BACKGROUND_CONFLICT"
+    assert "lanes are still working" in refused.json["error"]["message"]
+    kept = state(db)
+    assert kept["status"] == "running" and kept["registration"] == planned["registration"]
+    assert [h["action"] for h in kept["history"][-2:]] == ["pause", "resume"]
+    assert records(db)[B1]["status"] == "applied"
+    assert db[PARTITIONS].count_documents({"background": B1}) == planned["plan"]["partitions"]
+
+
 # ------------------------------------------------------------------------ re-registration
 
 

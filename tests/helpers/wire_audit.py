@@ -51,6 +51,15 @@ class Finding:
         return f"{self.command} on {self.target}: {self.rule}"
 
 
+@dataclass(frozen=True)
+class Sent:
+    """One command seen while :meth:`WireAudit.recording`: its name, target and read mode."""
+
+    command: str
+    target: str
+    read_preference: str
+
+
 class WireAudit(monitoring.CommandListener):
     """Checks each command as it starts; keeps the findings and a count per command name."""
 
@@ -59,6 +68,7 @@ class WireAudit(monitoring.CommandListener):
         self.counts: Counter[str] = Counter()
         self._guard = threading.Lock()
         self._allowing = threading.local()
+        self._recording: list[Sent] | None = None
 
     # -- the listener ------------------------------------------------------------------------
     def started(self, event: monitoring.CommandStartedEvent) -> None:
@@ -67,6 +77,11 @@ class WireAudit(monitoring.CommandListener):
         allowed: list[Finding] | None = getattr(self._allowing, "seen", None)
         with self._guard:
             self.counts[event.command_name] += 1
+            if self._recording is not None:
+                preference = (command.get("$readPreference") or {}).get("mode", "primary")
+                self._recording.append(
+                    Sent(event.command_name, str(command.get(event.command_name, "")),
+                         str(preference)))
             if allowed is not None:
                 allowed.extend(found)
             else:
@@ -86,6 +101,18 @@ class WireAudit(monitoring.CommandListener):
     def since(self, mark: int) -> list[Finding]:
         with self._guard:
             return self.findings[mark:]
+
+    @contextmanager
+    def recording(self) -> Iterator[list[Sent]]:
+        """Every command sent (by any thread) inside the block, in order."""
+        sent: list[Sent] = []
+        with self._guard:
+            self._recording = sent
+        try:
+            yield sent
+        finally:
+            with self._guard:
+                self._recording = None
 
     @contextmanager
     def allowing(self) -> Iterator[list[Finding]]:
