@@ -60,7 +60,7 @@ from migronaut.background.lanes import (
     _user_message,
     _write_error_message,
 )
-from migronaut.background.store import literal
+from migronaut.background.store import literal, stamped
 from migronaut.core._calls import call_user
 from migronaut.core.context import Cancellation
 from migronaut.core.lock import MigrationLock
@@ -627,9 +627,8 @@ class Follower:
             self.engine.store.watch.update_one(
                 {"_id": self.collection},
                 [{"$set": {
-                    "leader": {"owner": literal(self.owner),
-                               "host": literal(socket.gethostname()),
-                               "pid": literal(os.getpid()), "at": "$$NOW"},
+                    "leader": stamped({"owner": self.owner, "host": socket.gethostname(),
+                                       "pid": os.getpid()}, "at"),
                     "state": literal(self.state),
                     "counters": {"$ifNull": ["$counters",
                                              literal(dict.fromkeys(COUNTER_NAMES, 0))]},

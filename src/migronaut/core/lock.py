@@ -105,7 +105,7 @@ class MigrationLock:
 
         started = time.monotonic()
         holder = {
-            "_id": self.lock_id,
+            "_id": {"$literal": self.lock_id},
             "lockedAt": "$$NOW",
             "pid": {"$literal": os.getpid()},
             "host": {"$literal": socket.gethostname()},
