@@ -101,8 +101,8 @@ def test_every_read_of_our_state_goes_to_the_primary_under_a_secondary_preferred
                                          "_migronaut_runs"}
     assert [s for s in reads if s.read_preference != "primary"] == []
     # the migration body's own read kept the user's preference: the setting was in effect
-    assert [s.read_preference for s in sent
-            if s.command == "find" and s.target == "audit_trail"] == ["secondaryPreferred"]
+    assert {s.read_preference for s in sent  # (a retried read shows twice)
+            if s.command == "find" and s.target == "audit_trail"} == {"secondaryPreferred"}
 
 
 def test_reverting_under_a_secondary_preferred_uri_reads_the_primary_too(
