@@ -14,7 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from migronaut.background.job import is_background_file
 from migronaut.background.spec import resolve_background, validate_requires
-from migronaut.errors import BackgroundConflictError, IrreversibleMigrationError
+from migronaut.errors import (
+    BackgroundConflictError,
+    IrreversibleMigrationError,
+    MigronautError,
+)
 
 if TYPE_CHECKING:
     from pymongo.client_session import ClientSession
@@ -113,7 +117,7 @@ class Registrar:
         while engine.store.live_leases(name) and time.monotonic() < deadline:
             time.sleep(0.25)
         state = engine.store.require(name)
-        refusal: Exception | None = None
+        refusal: MigronautError
         if self._rewritten(state):
             refusal = self._irreversible(name)
         elif engine.store.live_leases(name):
