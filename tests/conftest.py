@@ -59,8 +59,11 @@ if TYPE_CHECKING:
 
 #: Points the suite at an existing server instead of starting the dev server.
 TEST_URI_VARIABLE = "MIGRONAUT_TEST_URI"
-#: Variables of the harness itself, kept when the developer's ``MIGRONAUT_*`` are stripped.
-HARNESS_VARIABLES = frozenset({TEST_URI_VARIABLE, "MIGRONAUT_DEVSERVER_PYTHON"})
+#: Variables of the harness itself, kept when the developer's ``MIGRONAUT_*`` are stripped
+#: (``MIGRONAUT_TEST_REQUIRE_TOOLS``: see ``helpers/tools.py``).
+HARNESS_VARIABLES = frozenset(
+    {TEST_URI_VARIABLE, "MIGRONAUT_DEVSERVER_PYTHON", "MIGRONAUT_TEST_REQUIRE_TOOLS"}
+)
 
 #: Environment overrides: a string sets the variable, ``None`` removes it.
 EnvOverrides = Mapping[str, "str | None"]

@@ -16,6 +16,8 @@ from pymongo import MongoClient
 from pymongo.database import Database
 
 from conftest import CliProcess, CliResult, CliRunner, Project
+from helpers.node_clients import NODE_HINT, ensure_node_clients
+from helpers.tools import REQUIRE_TOOLS_VARIABLE, require_tool
 
 pytest_plugins = ["pytester"]
 
@@ -283,3 +285,59 @@ def test_cli_and_cli_process_agree_on_version(cli: CliRunner, cli_process: CliPr
 
     assert in_process.exit_code == subprocess_run.exit_code == 0
     assert in_process.stdout == subprocess_run.stdout != ""
+
+
+# --------------------------------------------------------------------------- external tools
+
+
+def test_a_missing_tool_skips_with_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(REQUIRE_TOOLS_VARIABLE, raising=False)
+
+    with pytest.raises(pytest.skip.Exception, match="needs 'no-such-tool-x' on PATH: get it"):
+        require_tool("no-such-tool-x", "get it")
+
+
+def test_a_missing_tool_fails_when_tools_are_required(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(REQUIRE_TOOLS_VARIABLE, "1")
+
+    with pytest.raises(pytest.fail.Exception, match="needs 'no-such-tool-x' on PATH: get it"):
+        require_tool("no-such-tool-x", "get it")
+
+
+def test_the_require_tools_variable_survives_the_isolation(
+    inner: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(REQUIRE_TOOLS_VARIABLE, "1")  # as .ci/run exports it
+    inner.makepyfile(
+        f"""
+        import os
+
+        def test_sees_it():
+            assert os.environ[{REQUIRE_TOOLS_VARIABLE!r}] == "1"
+        """
+    )
+
+    inner.runpytest().assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize("required", [False, True], ids=["skips", "fails-when-required"])
+def test_a_failed_npm_install_reports_npm_s_message(
+    required: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if required:
+        monkeypatch.setenv(REQUIRE_TOOLS_VARIABLE, "1")
+    else:
+        monkeypatch.delenv(REQUIRE_TOOLS_VARIABLE, raising=False)
+    require_tool("npm", NODE_HINT)  # this scenario needs npm itself
+    # a registry that refuses connections (a closed port on this machine): npm fails at once
+    monkeypatch.setenv("npm_config_registry", "http://127.0.0.1:9/")
+    monkeypatch.setenv("npm_config_fetch_retries", "0")
+    outcome = pytest.fail.Exception if required else pytest.skip.Exception
+
+    with pytest.raises(outcome) as raised:
+        ensure_node_clients(tmp_path / "cache")
+
+    message = str(raised.value)
+    assert "npm install mongodb@" in message and "failed (exit" in message
+    assert "ECONNREFUSED" in message  # npm's own words
+    assert not (tmp_path / "cache" / "installed.json").exists()  # the next run tries again
