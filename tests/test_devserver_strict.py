@@ -271,3 +271,12 @@ def test_the_audit_holds_our_collections_to_primary_reads_and_plain_field_names(
     inserted = {"insert": "_migronaut_runs", "documents": [{"ok": 1}, {"a": {"$b": 1}}]}
     assert [f.rule for f in audit_command("insert", inserted)] == [
         "stores a $-prefixed field name at documents[1].a.$b"]
+
+
+def test_an_unknown_command_is_command_not_found_59(db: Database[dict[str, Any]]) -> None:
+    """mongod's answer to a command it does not know (``mongosh`` probes ``atlasVersion``)."""
+    with pytest.raises(OperationFailure) as caught:
+        db.command("noSuchCommandAnywhere")
+    assert caught.value.code == 59
+    assert (caught.value.details or {}).get("codeName") == "CommandNotFound"
+    assert "no such command: 'noSuchCommandAnywhere'" in str(caught.value)

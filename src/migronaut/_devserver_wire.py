@@ -11,7 +11,8 @@ migronaut, its tests and the official clients depend on it:
   document of field names (``{"a": {"b": 1}}``) is merged into the existing object, as
   ``mongod`` does; mongoeco would replace the object;
 * **cursor ids are int64** on the wire (the Node driver and ``mongosh`` refuse an int32 ``id``),
-  and int64 ids sent back by ``getMore``/``killCursors`` are understood;
+  and int64 ids sent back by ``getMore``/``killCursors`` are understood; a command mongoeco does
+  not serve is mongod's ``CommandNotFound`` (59), which clients such as ``mongosh`` expect;
 * ``standalone``: ``startTransaction`` is refused like a standalone ``mongod`` (error 20);
 * ``sharded``: ``hello`` answers like a ``mongos`` and a ``find``'s ``min``/``max`` index bounds
   are applied as a filter (mongoeco ignores them).
@@ -35,6 +36,11 @@ Execute = Callable[[Any], Awaitable[Any]]
 _STANDALONE_TXN_MESSAGE: Final = (
     "Transaction numbers are only allowed on a replica set member or mongos"
 )
+#: Keys of a command body that are not the command (a body's first key is, in practice).
+_INTERNAL_KEYS: Final = frozenset({
+    "$db", "$readPreference", "$clusterTime", "lsid", "txnNumber", "autocommit",
+    "startTransaction", "$audit",
+})
 #: The handshake commands whose reply says what kind of server this is.
 _HELLO_COMMANDS: Final = frozenset({"hello", "isMaster", "ismaster"})
 #: Reply fields a mongos never sends (they would make the driver see a replica set member).
@@ -56,13 +62,21 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool) -> No
         raise ConfigInvalidError("the dev server does not support this mongoeco version "
                                  "(its command executor moved)")
 
+    surface: Any = getattr(executor, "_surface", None)
+
     def build_request_context(body: Any, **options: Any) -> Any:
-        """What must happen before mongoeco validates the command (it refuses both, codeless)."""
+        """What must happen before mongoeco validates the command (it refuses all three without
+        a code): int64 cursor ids, mongod's empty-batch and unknown-command errors."""
         if isinstance(body, dict):
             _cursor_ids_in(body)
             batch = check_batch_size(body) if strict else None
             if batch is not None:
                 raise _refusal(batch)
+            name = next((key for key in body if key not in _INTERNAL_KEYS), None)
+            if isinstance(name, str) and surface is not None and \
+                    not surface.supports_command(name):
+                raise OperationFailure(f"no such command: '{name}'", code=59,
+                                       details={"codeName": "CommandNotFound"})
         return prepare(body, **options)
 
     async def execute_prepared(context: Any) -> Any:
