@@ -24,8 +24,8 @@ from helpers.engine import (
     write_simple,
 )
 
-ORDER = ["config", "connection", "transactions", "indexes", "lock", "checksums", "pending",
-         "ordering", "runtime"]
+ORDER = ["config", "connection", "transactions", "indexes", "lock", "changelog", "checksums",
+         "pending", "ordering", "files", "runtime"]
 BAD_URI = "mongodb://auditor:s3cret-pw@127.0.0.1:9/?serverSelectionTimeoutMS=300"
 B1 = "0001_users_v1.py"
 B2 = "0002_orders_v1.py"
@@ -97,8 +97,10 @@ def test_a_healthy_project_passes_every_check(
             "No replica set reported, but transactions work (the dev server?)")
     assert details["indexes"] == "All 5 changelog indexes present"
     assert details["lock"] == "Not held"
+    assert details["changelog"] == "2 record(s), all understood, one per migration"
     assert details["checksums"] == "No applied file changed on disk"
     assert details["pending"] == "No pending migrations"
+    assert details["files"] == "Every applied migration has its file"
     assert re.fullmatch(r"Python \d+\.\d+\.\d+\S*, pymongo \S+", details["runtime"])
 
 
@@ -137,10 +139,11 @@ def test_an_audit_writes_nothing_creates_no_index_and_emits_no_event(
         assert indexes.status == "warn"
         assert indexes.detail == (
             "Missing: name_unique, status_batch, batch, status_name, status_appliedAt_name "
-            "(created by the next command that connects)")
+            "(created by the next command that writes the changelog)")
 
-        # the read-only mode ends with the audit: the same migrator creates them afterwards
-        migrator.status()
+        migrator.status()  # no read-only command creates them...
+        assert db.list_collection_names() == []
+        migrator.up()  # ...the first run that may write the changelog does
         assert migrator.changelog.missing_indexes() == []
     finally:
         migrator.close()
@@ -272,7 +275,7 @@ def test_a_dropped_changelog_index_warns_and_stays_dropped(
     assert code == 0 and report["ok"] is True and report["warnings"] == 1
     assert check(report, "indexes") == {
         "name": "indexes", "status": "warn",
-        "detail": "Missing: status_name (created by the next command that connects)"}
+        "detail": "Missing: status_name (created by the next command that writes the changelog)"}
     assert "status_name" not in db[CHANGELOG].index_information()
 
     _, report = audit(cli, env={"MIGRONAUT_ENSURE_INDEXES": "false"})

@@ -235,7 +235,7 @@ def test_dry_run_bad_input(cli: Any, project: Any, db: Any, args: tuple[str, ...
 def test_lock_when_free_and_when_held(cli: Any, project: Any, db: Any) -> None:
     free = cli("lock")
     assert (free.exit_code, free.stdout) == (0, "No migration lock is currently held\n")
-    assert cli("lock", "--json").json == {"held": False, "holder": None}
+    assert cli("lock", "--json").json == {"held": False, "holder": None, "state": "free"}
     hold_lock(db)
     held = cli("lock")
     assert held.exit_code == 0
@@ -245,7 +245,7 @@ def test_lock_when_free_and_when_held(cli: Any, project: Any, db: Any) -> None:
         held.stdout,
     )
     doc = cli("lock", "--json").json
-    assert doc["held"] is True
+    assert doc["held"] is True and doc["state"] == "held" and "problems" not in doc
     assert doc["holder"]["pid"] == 4242 and doc["holder"]["host"] == "other-host"
     assert doc["holder"]["executedBy"] == "other-user"
     assert "nonce" not in doc["holder"]

@@ -119,6 +119,20 @@ def test_wait_times_out_on_a_stalled_holder(project: Any, db: Any) -> None:
     assert applied(db) == []
 
 
+def test_no_wait_for_a_lock_document_nobody_can_read(project: Any, db: Any) -> None:
+    """It frees only by ``unlock``: waiting out the budget would only delay the start-up."""
+    write_simple(project, "0001_a")
+    hold_lock(db, owner="odd")
+    db[LOCKS].update_one({"owner": "odd"}, {"$unset": {"lockedAt": ""}})
+    with pytest.raises(LockAlreadyHeldError) as info:
+        run_migrations(**settings(project), on_lock_held="wait", lock_wait_timeout_ms=600_000,
+                       lock_poll_interval_ms=20)
+    context = info.value.context
+    assert context["problems"] == [{"field": "lockedAt", "message": "lockedAt is missing"}]
+    assert "timedOut" not in context and "attempts" not in context  # refused on the first try
+    assert applied(db) == []
+
+
 def test_a_stop_event_aborts_the_wait(project: Any, db: Any) -> None:
     write_simple(project, "0001_a")
     hold_lock(db)

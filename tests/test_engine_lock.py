@@ -101,8 +101,8 @@ def test_a_fresh_lock_is_refused_with_the_holder(db: Any) -> None:
 
 
 def test_a_stale_lock_is_reclaimed(db: Any) -> None:
-    hold_lock(db, owner="crashed-run", age_ms=5_000)
-    lock = new_lock(db, owner="run-b", ttl_ms=1_000)
+    hold_lock(db, owner="crashed-run", age_ms=5_000, ttl_ms=1_000)  # past its own TTL
+    lock = new_lock(db, owner="run-b", ttl_ms=60_000)
     lock.acquire()
     try:
         doc = db[LOCKS].find_one()
@@ -112,8 +112,8 @@ def test_a_stale_lock_is_reclaimed(db: Any) -> None:
 
 
 def test_a_lock_becomes_reclaimable_once_its_ttl_passes_in_server_time(db: Any) -> None:
-    hold_lock(db, owner="crashed-run", age_ms=0)
-    lock = new_lock(db, owner="run-b", ttl_ms=1_000)
+    hold_lock(db, owner="crashed-run", age_ms=0, ttl_ms=1_000)
+    lock = new_lock(db, owner="run-b", ttl_ms=60_000)
     with pytest.raises(LockAlreadyHeldError):
         lock.acquire()
 
@@ -129,6 +129,33 @@ def test_a_lock_becomes_reclaimable_once_its_ttl_passes_in_server_time(db: Any) 
         assert db[LOCKS].find_one()["owner"] == "run-b"
     finally:
         lock.release()
+
+
+def test_a_holder_is_judged_by_its_own_ttl_not_the_acquirers(db: Any) -> None:
+    """A holder with a 10 min TTL heartbeats every 5 min: a peer with a 1 s TTL must not take
+    its lock in between; a holder whose document has no ``ttlMs`` is judged by the acquirer's."""
+    hold_lock(db, owner="slow-heartbeat", age_ms=120_000, ttl_ms=600_000)
+    with pytest.raises(LockAlreadyHeldError):
+        new_lock(db, owner="impatient", ttl_ms=1_000).acquire()
+    assert db[LOCKS].find_one()["owner"] == "slow-heartbeat"
+
+    db[LOCKS].update_one({"_id": LOCK_ID}, {"$unset": {"ttlMs": ""}})  # an older holder
+    lock = new_lock(db, owner="run-b", ttl_ms=60_000)
+    lock.acquire()  # 120 s old, judged by our 60 s
+    try:
+        assert db[LOCKS].find_one()["owner"] == "run-b"
+    finally:
+        lock.release()
+
+
+def test_a_lock_document_that_cannot_be_read_is_never_taken_over(db: Any) -> None:
+    hold_lock(db, owner="odd", age_ms=3_600_000)
+    db[LOCKS].update_one({"_id": LOCK_ID}, {"$set": {"lockedAt": "an hour ago"}})
+    with pytest.raises(LockAlreadyHeldError) as info:
+        new_lock(db, ttl_ms=1_000).acquire()
+    assert info.value.context["problems"] == [
+        {"field": "lockedAt", "message": "lockedAt 'an hour ago' is not a date"}]
+    assert db[LOCKS].find_one()["lockedAt"] == "an hour ago"
 
 
 @pytest.mark.parametrize("stale", [False, True])

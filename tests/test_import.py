@@ -422,7 +422,8 @@ def test_events_and_lock_of_an_import_run(migrate_mongo: Any, db: Any) -> None:
 
 
 def test_a_failed_import_ends_its_run_unsuccessfully(migrate_mongo: Any, db: Any) -> None:
-    db[CHANGELOG].insert_one({"name": "x.py", "status": "applied", "batch": 1})
+    db[CHANGELOG].insert_one({"name": "x.py", "status": "applied", "batch": 1,
+                              "appliedAt": dt.datetime(2024, 1, 1)})
     with make_migrator(migrate_mongo) as migrator:
         events = Events(migrator)
         with pytest.raises(ImportTargetNotEmptyError):

@@ -192,6 +192,8 @@ def test_exit_codes_are_the_originals() -> None:
     }
     for code, exit_code in expected.items():
         assert EXIT_CODES[code] == exit_code
+    assert EXIT_CODES["STATE_INVALID"] == 35  # ours: after the original's last code (34)
+    assert len(set(EXIT_CODES.values())) == len(EXIT_CODES)  # one exit code per error code
     import migronaut.errors as errors
 
     for name in errors.__all__:

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["MASK", "redact", "redact_value", "sanitize_terminal"]
+__all__ = ["MASK", "redact", "redact_value", "sanitize_terminal", "shown_value"]
 
 MASK = "****"
 
@@ -79,3 +79,10 @@ def redact_value(value: Any) -> Any:
 def sanitize_terminal(text: str) -> str:
     """Strip control characters and escape sequences from text that came from the database."""
     return _ESCAPES.sub("", text)
+
+
+def shown_value(value: Any, limit: int = 60) -> str:
+    """A stored value as a message quotes it: its ``repr`` (control characters escaped, a
+    string's type visible by its quotes), cut to ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -156,6 +156,7 @@ class AsyncMigrator:
     status = _threaded(Migrator.status)
     pending = _threaded(Migrator.pending)
     dry_run = _threaded(Migrator.dry_run)
+    lock_status = _threaded(Migrator.lock_status)
     lock_info = _threaded(Migrator.lock_info)
     unlock = _threaded(Migrator.unlock)
     create = _threaded(Migrator.create)

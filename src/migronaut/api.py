@@ -26,7 +26,7 @@ from migronaut.core.config import DEFAULT_LOGGER, Config, load_config
 from migronaut.core.context import Cancellation, MigrationContext, RunInfo
 from migronaut.core.files import ChecksumCache, discover, load_migration, resolve_file
 from migronaut.core.hooks import Hooks, call_hook, normalise_hooks
-from migronaut.core.lock import MigrationLock, force_release, read_lock
+from migronaut.core.lock import MigrationLock, force_release, read_lock_status
 from migronaut.core.plan import (
     build_status_rows,
     check_forward_only,
@@ -41,6 +41,7 @@ from migronaut.core.results import (
     BaselineResult,
     ImportResult,
     LockInfo,
+    LockStatus,
     MigrationSummary,
     RunResult,
     StatusRow,
@@ -165,7 +166,6 @@ class Migrator:
         self._client: MongoClient[dict[str, Any]] | None = None
         self._owns_client = False
         self._indexes_ensured = False
-        self._read_only = False  # set while ``audit`` runs: connecting creates no index
         self._checksums = ChecksumCache()
         self._state_lock = threading.Lock()
         self._run: _Run | None = None
@@ -208,7 +208,9 @@ class Migrator:
         return resolve_telemetry(self.config.telemetry, namespace=self.config.db_name)
 
     def connect(self) -> None:
-        """Connect (idempotent) and create the changelog indexes once (never during ``audit``)."""
+        """Connect (idempotent). Creates nothing: read-only commands need only read roles; the
+        changelog indexes come with the first run that may write it
+        (:meth:`_ensure_changelog_indexes`)."""
         if self._client is not None:
             return
         config = self.config
@@ -235,9 +237,6 @@ class Migrator:
         try:
             client.admin.command("ping")
             self._client, self._owns_client = client, owned
-            if config.ensure_indexes and not self._indexes_ensured and not self._read_only:
-                self.changelog.ensure_indexes()
-                self._indexes_ensured = True
         except PyMongoError as error:
             self._client = None
             if owned:
@@ -387,7 +386,7 @@ class Migrator:
         from migronaut.observability.history import recent_runs
 
         with self._busy_scope():
-            return recent_runs(self.run_store, limit, lock=read_lock(self._lock_collection()))
+            return recent_runs(self.run_store, limit, lock=self.lock_status().holder)
 
     def run_log(
         self, run_id: str | None = None, *, migration: str | None = None, level: str | None = None
@@ -398,7 +397,7 @@ class Migrator:
 
         with self._busy_scope():
             return read_run_log(self.run_store, run_id, migration=migration, level=level,
-                                lock=read_lock(self._lock_collection()))
+                                lock=self.lock_status().holder)
 
     # -- read-only commands -------------------------------------------------------------------
     def status(self, filter: StatusFilter = "all", *, checksums: bool = True) -> list[StatusRow]:
@@ -410,10 +409,18 @@ class Migrator:
             )
         with self._busy_scope():
             files = self.files()
-            records = self.changelog.all()
+            changelog = self.changelog
+            checked = changelog.check()
+            checked.require_readable(changelog.collection.name)
+            if checked.duplicates:
+                self.logger.warning(
+                    "⚠ %s; up, down, redo, baseline and import refuse to run until one record "
+                    "per migration is left", checked.duplicates_text(changelog.collection.name),
+                    extra={"event": "changelog:duplicates"})
             use_checksums = checksums and filter != "pending"
             return build_status_rows(
-                records, files, checksum=self.checksum if use_checksums else None, filter=filter
+                checked.records, files, checksum=self.checksum if use_checksums else None,
+                filter=filter, duplicates=checked.duplicates,
             )
 
     def pending(self) -> list[StatusRow]:
@@ -446,6 +453,7 @@ class Migrator:
         with self._busy_scope():
             files = self.files()
             changelog = self.changelog
+            changelog.verify()  # what the real run would refuse, the preview refuses
             if direction == "up":
                 plan = plan_up(
                     changelog, files, self.directory, file=file, to=to, force=False,
@@ -470,10 +478,16 @@ class Migrator:
             self.logger.info("◎ Dry-run  Would revert: %d", len(preview))
             return preview
 
+    def lock_status(self) -> LockStatus:
+        """The migration lock judged by the rule ``up`` applies: free, held, expired, or a
+        document migronaut cannot read (held until :meth:`unlock`). Never acquires or releases."""
+        with self._busy_scope():
+            return read_lock_status(self._lock_collection(),
+                                    ttl_ms=self.config.lock_ttl_seconds * 1000)
+
     def lock_info(self) -> LockInfo | None:
         """Who holds the migration lock (never acquires or releases it)."""
-        with self._busy_scope():
-            return read_lock(self._lock_collection())
+        return self.lock_status().holder
 
     def unlock(self) -> LockInfo | None:
         """Force-release the lock whoever holds it; returns the removed holder."""
@@ -490,12 +504,11 @@ class Migrator:
         from migronaut.core.audit import run_audit
 
         with self._busy_scope():
-            opened, self._read_only = self._client is None, True
+            opened = self._client is None
             try:
                 return run_audit(self)
             finally:
-                self._read_only = False
-                if opened:  # the next command connects again, and creates the indexes then
+                if opened:
                     self.close()
 
     def next_batch(self) -> int:
@@ -752,6 +765,7 @@ class Migrator:
         if dry_run:
             with self._busy_scope():
                 self.connect()
+                self.changelog.verify()  # what the real run would refuse, the preview refuses
                 return work(Adoption(None))
         outcome: list[AdoptionResult] = []
 
@@ -768,6 +782,22 @@ class Migrator:
 
     def _lock_collection(self) -> Any:
         return self.state_db[self.config.lock_collection]
+
+    def _ensure_changelog_indexes(self) -> None:
+        """The changelog indexes, once per instance, by the first run that may write it (under
+        its lock); duplicate names stopping the unique one are ``STATE_INVALID``."""
+        from pymongo.errors import PyMongoError
+
+        if not self.config.ensure_indexes or self._indexes_ensured:
+            return
+        try:
+            self.changelog.ensure_indexes()
+        except PyMongoError as error:
+            raise ConnectionFailedError(
+                f"Failed to create the changelog indexes: {describe_exception(error)}",
+                cause=error,
+            ) from error
+        self._indexes_ensured = True
 
     def _warn_out_of_order(self, late: Sequence[str], newest: str | None) -> None:
         if late:
@@ -794,6 +824,7 @@ class Migrator:
                         {"runId": self._run.id},
                     )
             self.connect()
+            self.changelog.verify()  # refused before the lock: nothing touched, no run recorded
             run = _Run(self.generate_id(), command, Cancellation(),
                        requested_by=requested_by, reason=reason)
             started = time.monotonic()
@@ -860,6 +891,7 @@ class Migrator:
                 debug=self.logger.isEnabledFor(logging.DEBUG),
             )
             self._check_between(run)
+            self._ensure_changelog_indexes()
             work(run)
         except BaseException as caught:
             error = caught
@@ -1285,8 +1317,8 @@ def run_migrations(
                 applied = migrator.up(no_lock=no_lock)
                 break
             except LockAlreadyHeldError as refused:
-                if on_lock_held != "wait":
-                    raise
+                if on_lock_held != "wait" or refused.context.get("problems"):
+                    raise  # a lock document nobody can read frees only by `unlock`: no wait
                 holder = refused.context.get("holder") or {}
                 now = time.monotonic()
                 if not waited:

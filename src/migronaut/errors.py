@@ -30,7 +30,13 @@ whose strings are redacted of credentials, and the wrapped original exception as
     ├── BackgroundPendingError         BACKGROUND_PENDING          31
     ├── BackgroundFailedError          BACKGROUND_FAILED           32
     ├── BackgroundConflictError        BACKGROUND_CONFLICT         33
-    └── SandboxRefusedError            SANDBOX_REFUSED             34
+    ├── SandboxRefusedError            SANDBOX_REFUSED             34
+    └── StateInvalidError              STATE_INVALID               35
+
+``STATE_INVALID`` is ours, not the original's: stored state migronaut did not write or does not
+understand (a changelog record with an unknown status, two records for one migration, …). No
+code of the original means "we cannot read what is stored", and none of them may stand for it:
+fail closed, never "pending".
 
 Exit code ``2`` (``PENDING_MIGRATIONS``) is a CLI condition of ``status --check``, not an error
 class; anything that is not a migronaut error exits ``1``; a second SIGINT/SIGTERM exits 130/143.
@@ -72,6 +78,7 @@ __all__ = [
     "OutOfOrderMigrationError",
     "RunAbortedError",
     "SandboxRefusedError",
+    "StateInvalidError",
     "TransactionsUnsupportedError",
 ]
 
@@ -111,6 +118,7 @@ EXIT_CODES: Mapping[str, int] = MappingProxyType(
         "BACKGROUND_FAILED": 32,
         "BACKGROUND_CONFLICT": 33,
         "SANDBOX_REFUSED": 34,
+        "STATE_INVALID": 35,
     }
 )
 
@@ -313,3 +321,10 @@ class SandboxRefusedError(MigronautError):
     """The background dry-run sandbox refused to run."""
 
     code = "SANDBOX_REFUSED"
+
+
+class StateInvalidError(MigronautError):
+    """Stored state migronaut cannot read: ``context`` names the collection, the record and the
+    field (``problems``) or the names recorded twice (``duplicates``)."""
+
+    code = "STATE_INVALID"

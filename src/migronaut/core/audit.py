@@ -1,13 +1,15 @@
 """``audit``: independent, read-only health checks in a fixed order (reference core §11.3).
 
 Invariant: an audit only reads — it never takes the lock, writes, emits an event or creates an
-index (the caller connects without creating the changelog indexes). ``config`` and
-``connection`` failures end the report early, because no other check can run without them; every
-other check that cannot read what it needs warns ("unreadable") instead of failing, so a flaky
-read never looks like a broken deployment.
+index (connecting creates none). ``config`` and ``connection`` failures end the report early,
+because no other check can run without them; every other check that cannot read what it needs
+warns ("unreadable") instead of failing, so a flaky read never looks like a broken deployment.
+What was read but is not understood — a lock document or changelog record migronaut did not
+write — fails its check: every run would stop on it.
 
-Checks: ``config``, ``connection``, ``transactions``, ``indexes``, ``lock``, ``checksums``,
-``pending``, ``ordering``, ``background`` (only when background migrations exist), ``runtime``.
+Checks: ``config``, ``connection``, ``transactions``, ``indexes``, ``lock``, ``changelog``,
+``checksums``, ``pending``, ``ordering``, ``files``, ``background`` (only when background
+migrations exist), ``runtime``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import platform
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from migronaut.core.lock import read_lock
+from migronaut.core.lock import read_lock_status
 from migronaut.core.plan import build_status_rows
 from migronaut.core.results import AuditCheck, AuditReport, StatusRow
 from migronaut.errors import MigronautError, describe_exception
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     from pymongo.database import Database
 
     from migronaut.background.engine import BackgroundEngine
-    from migronaut.core.changelog import Changelog
+    from migronaut.core.changelog import Changelog, RecordCheck
     from migronaut.core.config import Config
     from migronaut.core.topology import Topology
 
@@ -91,17 +93,26 @@ def run_audit(target: Auditable) -> AuditReport:
     now = (topology.server_time if topology is not None and topology.server_time
            else dt.datetime.now(dt.UTC).replace(tzinfo=None))
     checks.append(_indexes(target.changelog, config))
-    checks.append(_lock(target.state_db[config.lock_collection], config, now))
+    checks.append(_lock(target.state_db[config.lock_collection], config))
 
     records: list[dict[str, Any]] = []
     files: list[str] = []
     try:
-        records, files = target.changelog.all(), target.files()
-        checks += _status_checks(build_status_rows(records, files, checksum=target.checksum))
+        checked, files = target.changelog.check(), target.files()
     except _read_errors() as error:
         unreadable = f"Status unreadable: {describe_exception(error)}"
         checks += [AuditCheck(name, "warn", unreadable)
-                   for name in ("checksums", "pending", "ordering")]
+                   for name in ("changelog", "checksums", "pending", "ordering", "files")]
+    else:
+        records = checked.readable
+        checks.append(_changelog(checked))
+        if checked.problems:
+            checks += [AuditCheck(name, "warn", _NOT_CHECKED)
+                       for name in ("checksums", "pending", "ordering")]
+        else:
+            checks += _status_checks(build_status_rows(
+                records, files, checksum=target.checksum, duplicates=checked.duplicates))
+        checks.append(_files(records, files))
 
     background = _background(target, config, records, files, now)
     if background is not None:
@@ -147,31 +158,64 @@ def _indexes(changelog: Changelog, config: Config) -> AuditCheck:
         return AuditCheck("indexes", "warn", f"Unreadable: {describe_exception(error)}")
     if not missing:
         return AuditCheck("indexes", "pass", "All 5 changelog indexes present")
-    remedy = ("created by the next command that connects" if config.ensure_indexes
+    remedy = ("created by the next command that writes the changelog" if config.ensure_indexes
               else "ensure_indexes is off: create them")
     return AuditCheck("indexes", "warn", f"Missing: {_names(missing)} ({remedy})")
 
 
-def _lock(collection: Collection[dict[str, Any]], config: Config, now: dt.datetime) -> AuditCheck:
+def _lock(collection: Collection[dict[str, Any]], config: Config) -> AuditCheck:
+    """The lock as ``up`` judges it (one rule, :mod:`migronaut.core.lock`)."""
     try:
-        holder = read_lock(collection)
+        status = read_lock_status(collection, ttl_ms=config.lock_ttl_seconds * 1000)
     except _read_errors() as error:
         return AuditCheck("lock", "warn", f"Unreadable: {describe_exception(error)}")
+    holder = status.holder
     if holder is None:
         return AuditCheck("lock", "pass", "Not held")
+    if status.state == "invalid":
+        return AuditCheck("lock", "fail", f"The lock document cannot be read: "
+                          f"{status.describe_problems()}; runs treat it as held until it is "
+                          "removed (migronaut unlock)")
     who = f"pid {holder.pid} on {holder.host}"
-    ttl_s = (holder.ttl_ms or config.lock_ttl_seconds * 1000) / 1000
-    locked_at = holder.locked_at
-    if locked_at is not None and locked_at.tzinfo is not None:
-        locked_at = locked_at.astimezone(dt.UTC).replace(tzinfo=None)
-    if locked_at is None:
-        return AuditCheck("lock", "warn", f"Held by {who} since an unknown time, likely from a "
+    held = f"Held by {who} for {status.held_for_s}s"
+    if status.state == "held":
+        return AuditCheck("lock", "pass", held)
+    ttl_s = (status.ttl_ms or config.lock_ttl_seconds * 1000) / 1000
+    return AuditCheck("lock", "warn", f"{held} — past its TTL of {ttl_s:g}s, likely from a "
                                       "crashed run (migronaut unlock)")
-    held_s = max(0, int((now - locked_at).total_seconds()))
-    if held_s <= ttl_s:
-        return AuditCheck("lock", "pass", f"Held by {who} for {held_s}s")
-    return AuditCheck("lock", "warn", f"Held by {who} for {held_s}s — past its TTL of {ttl_s:g}s, "
-                                  "likely from a crashed run (migronaut unlock)")
+
+
+_NOT_CHECKED = "Not checked: the changelog has records migronaut cannot read"
+
+
+def _changelog(checked: RecordCheck) -> AuditCheck:
+    """Every record understood, one per migration, and every applied one in a batch."""
+    findings: list[str] = []
+    if checked.problems:
+        findings.append(f"{checked.unreadable_count} record(s) migronaut cannot read: "
+                        f"{checked.describe_problems()}")
+    if checked.duplicates:
+        findings.append("Several records for one migration (the unique index on name is "
+                        f"missing): {checked.describe_duplicates()}")
+    if checked.unbatched:
+        findings.append("Applied without a batch (down cannot revert them by batch): "
+                        + _names(checked.unbatched))
+    if findings:
+        return AuditCheck("changelog", "fail", "; ".join(findings))
+    return AuditCheck("changelog", "pass",
+                      f"{len(checked.records)} record(s), all understood, one per migration")
+
+
+def _files(records: Sequence[dict[str, Any]], files: Sequence[str]) -> AuditCheck:
+    """Applied records whose file is gone: ``down`` cannot revert them (imported records may
+    never have had one, hence a warning)."""
+    on_disk = set(files)
+    missing = [r["name"] for r in records
+               if r.get("status") == "applied" and r["name"] not in on_disk]
+    if missing:
+        return AuditCheck("files", "warn",
+                          f"Applied but not on disk (down cannot revert them): {_names(missing)}")
+    return AuditCheck("files", "pass", "Every applied migration has its file")
 
 
 def _status_checks(rows: Sequence[StatusRow]) -> list[AuditCheck]:

@@ -4,14 +4,24 @@ Invariant: a record is never deleted; ``status`` says where a migration stands (
 ``reverted`` or ``failed``). Applying upserts by name, reverting flips the status, a failed
 attempt leaves a trace without ever demoting an applied record. Every timestamp except
 ``firstAppliedAt`` comes from the server clock. Field names are the Node original's.
+
+A record migronaut does not understand is never guessed at (:func:`check_records`): a name that
+is not a string, a missing or unknown ``status``, a ``batch`` that is not a positive integer or
+an ``appliedAt`` that is not a date stops every command that reads it (``STATE_INVALID``) — an
+unknown status is never "pending". Two records for one name (the unique index gone) leave the
+views working but stop every command that writes (:meth:`RecordCheck.require_unique`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from migronaut._redact import shown_value
+from migronaut.errors import StateInvalidError
 
 if TYPE_CHECKING:
     from pymongo.asynchronous.client_session import AsyncClientSession
@@ -20,11 +30,26 @@ if TYPE_CHECKING:
     from pymongo.collection import Collection
     from pymongo.results import UpdateResult
 
-__all__ = ["INDEXES", "Changelog", "ChangelogWrite", "applied_write", "reverted_write"]
+__all__ = [
+    "INDEXES",
+    "Changelog",
+    "ChangelogWrite",
+    "RecordCheck",
+    "RecordProblem",
+    "applied_write",
+    "check_records",
+    "record_problems",
+    "reverted_write",
+]
 
 APPLIED = "applied"
 REVERTED = "reverted"
 FAILED = "failed"
+STATUSES = (APPLIED, REVERTED, FAILED)
+#: What a mutating command reads to check every record before it writes one.
+_CHECKED_FIELDS = {"_id": 1, "name": 1, "status": 1, "batch": 1, "appliedAt": 1}
+#: How many problems an error message names (the context lists up to ``_LISTED``).
+_NAMED, _LISTED = 5, 100
 
 #: The five indexes of reference core §4.2: (name, keys, options).
 INDEXES: tuple[tuple[str, list[tuple[str, int]], dict[str, Any]], ...] = (
@@ -46,19 +71,40 @@ class Changelog:
 
     # -- set-up -------------------------------------------------------------------------------
     def ensure_indexes(self) -> None:
+        """Create the five indexes; duplicate names that stop the unique one are named
+        (``STATE_INVALID``), not a driver error."""
         from pymongo import IndexModel
+        from pymongo.errors import DuplicateKeyError
 
-        self.collection.create_indexes(
-            [IndexModel(keys, name=name, **opts) for name, keys, opts in INDEXES]
-        )
+        try:
+            self.collection.create_indexes(
+                [IndexModel(keys, name=name, **opts) for name, keys, opts in INDEXES]
+            )
+        except DuplicateKeyError as error:
+            self.check(_CHECKED_FIELDS).require_unique(self.collection.name)
+            raise StateInvalidError(
+                f"The unique index on name cannot be built ({self.collection.name}): "
+                f"{error.details.get('errmsg') if error.details else error}",
+                {"collection": self.collection.name}, cause=error,
+            ) from error
 
     def missing_indexes(self) -> list[str]:
         present = set(self.collection.index_information())
         return [name for name, _, _ in INDEXES if name not in present]
 
     # -- reads --------------------------------------------------------------------------------
-    def all(self) -> list[dict[str, Any]]:
-        return list(self.collection.find({}, {"_id": 0}).sort("name", 1))
+    def check(self, projection: Mapping[str, Any] | None = None) -> RecordCheck:
+        """Every record (name ascending, with ``_id``), checked in the same pass."""
+        cursor = self.collection.find({}, dict(projection) if projection else None)
+        return check_records(cursor.sort("name", 1))
+
+    def verify(self) -> RecordCheck:
+        """Before a command writes: every record understood and one per name, or
+        ``STATE_INVALID`` naming them (one read of five fields per record)."""
+        checked = self.check(_CHECKED_FIELDS)
+        checked.require_readable(self.collection.name)
+        checked.require_unique(self.collection.name)
+        return checked
 
     def get(self, name: str) -> dict[str, Any] | None:
         return self.collection.find_one({"name": name}, {"_id": 0})
@@ -105,6 +151,12 @@ class Changelog:
 
     def is_empty(self) -> bool:
         return self.collection.find_one({}, {"_id": 1}) is None
+
+    def applied_without_batch(self) -> list[str]:
+        """Names of applied records with no batch (missing or null): no batch revert selects
+        them."""
+        cursor = self.collection.find({"status": APPLIED, "batch": None}, {"name": 1, "_id": 0})
+        return [str(doc.get("name")) for doc in cursor.sort("name", 1)]
 
     def by_batch(self, batch: int) -> list[dict[str, Any]]:
         query = {"status": APPLIED, "batch": batch}
@@ -165,6 +217,137 @@ class Changelog:
 
     def set_checksum(self, name: str, checksum: str) -> None:
         self.collection.update_one({"name": name}, {"$set": {"checksum": checksum}})
+
+
+# -- checking what is stored ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecordProblem:
+    """One field of one changelog record migronaut does not understand."""
+
+    record: str
+    field: str
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"record": self.record, "field": self.field, "message": self.message}
+
+    def __str__(self) -> str:
+        return f"{self.record}: {self.message}"
+
+
+def _positive_int(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, float):
+        return value.is_integer() and value >= 1
+    return isinstance(value, int) and value >= 1
+
+
+def record_problems(doc: Mapping[str, Any]) -> list[RecordProblem]:
+    """What is wrong with one record (empty: migronaut understands it)."""
+    name = doc.get("name")
+    label = name if isinstance(name, str) and name else f"_id {doc.get('_id')}"
+    problems: list[RecordProblem] = []
+
+    def problem(field: str, message: str) -> None:
+        problems.append(RecordProblem(label, field, message))
+
+    if "name" not in doc:
+        problem("name", "has no name")
+    elif not isinstance(name, str) or not name:
+        problem("name", f"name {shown_value(name)} is not a string")
+    status = doc.get("status")
+    if "status" not in doc:
+        problem("status", "has no status")
+    elif not isinstance(status, str) or status not in STATUSES:
+        problem("status", f"status {shown_value(status)} is not one of {', '.join(STATUSES)}")
+    batch = doc.get("batch")
+    if batch is not None and not _positive_int(batch):
+        problem("batch", f"batch {shown_value(batch)} is not a positive integer")
+    applied_at = doc.get("appliedAt")
+    if applied_at is not None and not isinstance(applied_at, dt.datetime):
+        problem("appliedAt", f"appliedAt {shown_value(applied_at)} is not a date")
+    elif applied_at is None and status == APPLIED:
+        problem("appliedAt", "is applied but has no appliedAt")
+    return problems
+
+
+@dataclass(frozen=True)
+class RecordCheck:
+    """One read of the changelog, checked in one pass: the records, those it understands, what
+    it does not understand, names recorded more than once, and applied records with no batch."""
+
+    records: list[dict[str, Any]]
+    readable: list[dict[str, Any]]
+    problems: tuple[RecordProblem, ...]
+    duplicates: dict[str, int]
+    unbatched: tuple[str, ...]
+
+    @property
+    def unreadable_count(self) -> int:
+        """How many records have a problem."""
+        return len({problem.record for problem in self.problems})
+
+    def describe_problems(self) -> str:
+        """``a.py: status 'x' is not …; b.py: …`` — the first five, then how many more."""
+        named = "; ".join(str(problem) for problem in self.problems[:_NAMED])
+        more = len(self.problems) - _NAMED
+        return named + (f" (and {more} more)" if more > 0 else "")
+
+    def describe_duplicates(self) -> str:
+        """``a.py (2), b.py (3)``: each name recorded more than once, and how often."""
+        return ", ".join(f"{name} ({count})" for name, count in self.duplicates.items())
+
+    def require_readable(self, collection: str) -> None:
+        """``STATE_INVALID`` naming the records and fields migronaut does not understand."""
+        if not self.problems:
+            return
+        context = {"collection": collection, "problemCount": len(self.problems),
+                   "problems": [problem.to_dict() for problem in self.problems[:_LISTED]]}
+        if self.unreadable_count == 1:
+            detail = "; ".join(problem.message for problem in self.problems)
+            raise StateInvalidError(
+                f"Changelog record {self.problems[0].record} ({collection}): {detail} — fix or "
+                "remove it; migronaut does not guess what it means", context)
+        raise StateInvalidError(
+            f"{self.unreadable_count} changelog records ({collection}) migronaut cannot read: "
+            f"{self.describe_problems()} — fix or remove them; migronaut does not guess what "
+            "they mean", context)
+
+    def require_unique(self, collection: str) -> None:
+        """``STATE_INVALID`` naming the names recorded more than once."""
+        if self.duplicates:
+            raise StateInvalidError(
+                f"{self.duplicates_text(collection)}; remove the extra records, then run again",
+                {"collection": collection, "duplicates": self.duplicates})
+
+    def duplicates_text(self, collection: str) -> str:
+        """``Several changelog records for one migration (<collection>): a.py (2) — …``."""
+        return (f"Several changelog records for one migration ({collection}): "
+                f"{self.describe_duplicates()} — the unique index on name is missing")
+
+
+def check_records(docs: Iterable[dict[str, Any]]) -> RecordCheck:
+    """Check every record once (linear in the number of records)."""
+    records: list[dict[str, Any]] = []
+    readable: list[dict[str, Any]] = []
+    problems: list[RecordProblem] = []
+    names: Counter[str] = Counter()
+    unbatched: list[str] = []
+    for doc in docs:
+        records.append(doc)
+        found = record_problems(doc)
+        if found:
+            problems += found
+            continue
+        readable.append(doc)
+        names[doc["name"]] += 1
+        if doc.get("status") == APPLIED and doc.get("batch") is None:
+            unbatched.append(doc["name"])
+    duplicates = {name: count for name, count in sorted(names.items()) if count > 1}
+    return RecordCheck(records, readable, tuple(problems), duplicates, tuple(unbatched))
 
 
 _ACTOR_FIELDS = ("requestedBy", "reason")

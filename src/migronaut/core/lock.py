@@ -1,57 +1,189 @@
 """The cluster-wide migration lock: one document ``{_id: 'migronaut_lock'}`` in the lock collection.
 
 Invariant: at most one owner, judged in server time. Acquiring is one atomic upsert whose
-pipeline replaces the document only when it is missing or older than the TTL by the server's
-``$$NOW``; ownership is then confirmed by reading back our owner token *and* a private nonce.
+pipeline replaces the document only when it is missing or, by the rule below and the server's
+``$$NOW``, free; ownership is then confirmed by reading back our owner token *and* a private nonce.
 Renewals and the release are scoped by owner + nonce, so a process that lost the lock can never
 refresh or delete its successor's. A heartbeat thread renews every ``ttl/2``; when renewals keep
 failing, a deadline declares the lock lost strictly before a peer could reclaim it.
+
+One rule says whether a lock document is free, and every reader uses it (:func:`reclaimable`,
+evaluated by the server both in the acquiring upsert and in :func:`read_lock_status`, which
+``lock``, ``unlock``, ``audit`` and a refused run read through):
+
+* a document is judged by the TTL its holder wrote (``ttlMs``), else by ours (holders before
+  ``ttlMs`` existed): it expires ``ttl`` after ``lockedAt``, never earlier — a holder with a long
+  TTL heartbeats at half of it, and a short-TTL peer must not take its lock meanwhile;
+* a document we cannot read — ``lockedAt`` not a date, ``owner`` missing, ``ttlMs`` not a
+  positive number — is held, never free, and never expires by itself: ``unlock`` removes it
+  (:func:`lock_problems` names what is wrong). A ``lockedAt`` in the future holds the lock until
+  that time has passed, and is reported too;
+* a document with nothing but its ``_id`` holds nothing.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from migronaut.core.results import LockInfo
+from migronaut._redact import shown_value
+from migronaut.core.results import (
+    LockInfo,
+    LockProblem,
+    LockState,
+    LockStatus,
+    iso,
+    naive_utc,
+)
 from migronaut.errors import LockAlreadyHeldError, LockReleaseFailedError, describe_exception
 
 if TYPE_CHECKING:
     from pymongo.collection import Collection
 
-__all__ = ["LOCK_ID", "MigrationLock", "force_release", "lock_info", "read_lock"]
+__all__ = [
+    "LOCK_ID",
+    "MigrationLock",
+    "force_release",
+    "judge_lock",
+    "lock_info",
+    "lock_problems",
+    "read_lock_status",
+    "reclaimable",
+]
 
 LOCK_ID = "migronaut_lock"
-_EPOCH = dt.datetime(1970, 1, 1)
+#: The largest ``ttlMs`` we understand (2³¹−1 s): beyond it ``lockedAt − ttl`` leaves the dates
+#: a server can compute with.
+MAX_TTL_MS = (2**31 - 1) * 1000
+#: How far ahead of the server clock a ``lockedAt`` may be before it is reported: a primary
+#: whose clock runs a little ahead (after a failover) stamps fresh locks like that.
+CLOCK_SKEW_MS = 5_000
+_NUMBER_TYPES = ["int", "long", "double"]
 
 
-def lock_info(doc: dict[str, Any] | None) -> LockInfo | None:
-    if not doc:
+def reclaimable(ttl_ms: int) -> dict[str, Any]:
+    """The rule, as an aggregation expression over the lock document: true when a run may take
+    the lock over. ``ttl_ms`` (ours) judges a document that carries no ``ttlMs``."""
+    missing_ttl = {"$eq": [{"$type": "$ttlMs"}, "missing"]}
+    readable = {"$and": [
+        {"$eq": [{"$type": "$lockedAt"}, "date"]},
+        {"$eq": [{"$type": "$owner"}, "string"]},
+        {"$or": [missing_ttl, {"$and": [
+            {"$in": [{"$type": "$ttlMs"}, _NUMBER_TYPES]},
+            {"$gt": ["$ttlMs", 0]}, {"$lte": ["$ttlMs", MAX_TTL_MS]},
+        ]}]},
+    ]}
+    ttl = {"$cond": [missing_ttl, ttl_ms, "$ttlMs"]}
+    expired = {"$cond": [readable, {"$lt": ["$lockedAt", {"$subtract": ["$$NOW", ttl]}]}, False]}
+    empty = {"$eq": [{"$size": {"$objectToArray": "$$ROOT"}}, 1]}
+    return {"$or": [empty, expired]}
+
+
+def _valid_ttl(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and 0 < value <= MAX_TTL_MS)
+
+
+def lock_problems(
+    doc: Mapping[str, Any], now: dt.datetime | None = None
+) -> tuple[LockProblem, ...]:
+    """What migronaut cannot read in a lock document (the Python side of :func:`reclaimable`,
+    plus a ``lockedAt`` in the future of ``now``, the server's clock)."""
+    problems: list[LockProblem] = []
+    locked_at = doc.get("lockedAt")
+    if "lockedAt" not in doc:
+        problems.append(LockProblem("lockedAt", "lockedAt is missing"))
+    elif not isinstance(locked_at, dt.datetime):
+        problems.append(LockProblem("lockedAt", f"lockedAt {shown_value(locked_at)} is not a date"))
+    elif now is not None and _ahead_ms(locked_at, now) > CLOCK_SKEW_MS:
+        problems.append(LockProblem(
+            "lockedAt", f"lockedAt is in the future (server time): {iso(locked_at)} is after "
+            f"{iso(now)}"))
+    if "owner" not in doc:
+        problems.append(LockProblem("owner", "owner is missing"))
+    elif not isinstance(doc["owner"], str):
+        problems.append(LockProblem("owner", f"owner {shown_value(doc['owner'])} is not a string"))
+    if "ttlMs" in doc and not _valid_ttl(doc["ttlMs"]):
+        problems.append(LockProblem(
+            "ttlMs", f"ttlMs {shown_value(doc['ttlMs'])} is not a positive number of milliseconds"))
+    return tuple(problems)
+
+
+def _ahead_ms(locked_at: dt.datetime, now: dt.datetime) -> float:
+    return (naive_utc(locked_at) - naive_utc(now)).total_seconds() * 1000
+
+
+def lock_info(doc: Mapping[str, Any] | None) -> LockInfo | None:
+    """The public view of a lock document (never its nonce); a field of the wrong type shows
+    as unknown (``None``) — :func:`lock_problems` says what is wrong with it."""
+    if not doc or set(doc) <= {"_id"}:
         return None
+    pid = doc.get("pid")
+    if isinstance(pid, float) and pid.is_integer():
+        pid = int(pid)
+
+    def text(key: str) -> str | None:
+        value = doc.get(key)
+        return value if isinstance(value, str) else None
+
+    locked_at = doc.get("lockedAt")
+    ttl = doc.get("ttlMs")
     return LockInfo(
-        locked_at=doc.get("lockedAt"),
-        pid=doc.get("pid"),
-        host=doc.get("host"),
-        executed_by=doc.get("executedBy"),
-        run_id=doc.get("owner"),
-        ttl_ms=doc.get("ttlMs"),
+        locked_at=locked_at if isinstance(locked_at, dt.datetime) else None,
+        pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+        host=text("host"),
+        executed_by=text("executedBy"),
+        run_id=text("owner"),
+        ttl_ms=int(ttl) if isinstance(ttl, (int, float)) and _valid_ttl(ttl) else None,
     )
 
 
-def read_lock(collection: Collection[dict[str, Any]], lock_id: str = LOCK_ID) -> LockInfo | None:
-    return lock_info(collection.find_one({"_id": lock_id}))
+def judge_lock(
+    doc: Mapping[str, Any] | None, *, can_reclaim: bool, now: dt.datetime | None, ttl_ms: int
+) -> LockStatus:
+    """A lock document as :class:`LockStatus`; ``can_reclaim`` is :func:`reclaimable` as the
+    server evaluated it on this very document."""
+    holder = lock_info(doc)
+    if doc is None or holder is None:
+        return LockStatus("free", server_time=now)
+    problems = lock_problems(doc, now)
+    state: LockState = "invalid" if problems else "expired" if can_reclaim else "held"
+    return LockStatus(state, holder, problems, ttl_ms=holder.ttl_ms or ttl_ms, server_time=now)
+
+
+def _read(
+    collection: Collection[dict[str, Any]], lock_id: str, ttl_ms: int
+) -> tuple[dict[str, Any] | None, LockStatus]:
+    """One read: the document, and the rule applied to it by the server, with its clock."""
+    found = list(collection.aggregate([
+        {"$match": {"_id": lock_id}},
+        {"$replaceWith": {"doc": "$$ROOT", "now": "$$NOW", "reclaimable": reclaimable(ttl_ms)}},
+    ]))
+    if not found:
+        return None, LockStatus("free")
+    doc: dict[str, Any] = found[0]["doc"]
+    return doc, judge_lock(doc, can_reclaim=bool(found[0]["reclaimable"]),
+                           now=found[0]["now"], ttl_ms=ttl_ms)
+
+
+def read_lock_status(
+    collection: Collection[dict[str, Any]], *, ttl_ms: int, lock_id: str = LOCK_ID
+) -> LockStatus:
+    """The lock as every reader sees it (``ttl_ms``: ours, for a document without ``ttlMs``)."""
+    return _read(collection, lock_id, ttl_ms)[1]
 
 
 def force_release(
     collection: Collection[dict[str, Any]], lock_id: str = LOCK_ID
 ) -> LockInfo | None:
-    """Delete the lock whoever holds it; returns the removed holder."""
+    """Delete the lock whoever holds it, readable or not; returns the removed holder."""
     doc = collection.find_one_and_delete({"_id": lock_id})
     return lock_info(doc)
 
@@ -114,19 +246,18 @@ class MigrationLock:
             "nonce": {"$literal": self.nonce},
             "ttlMs": {"$literal": self.ttl_ms},
         }
-        stale = {"$lt": [{"$ifNull": ["$lockedAt", _EPOCH]}, {"$subtract": ["$$NOW", self.ttl_ms]}]}
         try:
             result = self.collection.update_one(
                 {"_id": self.lock_id},
-                [{"$replaceWith": {"$cond": [stale, holder, "$$ROOT"]}}],
+                [{"$replaceWith": {"$cond": [reclaimable(self.ttl_ms), holder, "$$ROOT"]}}],
                 upsert=True,
             )
         except DuplicateKeyError as error:
             raise self._refused() from error
         if result.upserted_id is None:
-            doc = self.collection.find_one({"_id": self.lock_id})
+            doc, status = _read(self.collection, self.lock_id, self.ttl_ms)
             if not doc or doc.get("owner") != self.owner or doc.get("nonce") != self.nonce:
-                raise self._refused(doc)
+                raise self._refused(status)
         self.acquire_ms = int((time.monotonic() - started) * 1000)
         self.held = True
         self._last_renewal = time.monotonic()
@@ -136,15 +267,19 @@ class MigrationLock:
         )
         self._thread.start()
 
-    def _refused(self, doc: dict[str, Any] | None = None) -> LockAlreadyHeldError:
-        if doc is None:
-            doc = self.collection.find_one({"_id": self.lock_id})
-        info = lock_info(doc)
-        detail = f" by {info.describe()}" if info else ""
-        return LockAlreadyHeldError(
-            f"Migration lock is already held{detail}",
-            {"holder": info.to_dict() if info else None},
-        )
+    def _refused(self, status: LockStatus | None = None) -> LockAlreadyHeldError:
+        if status is None:
+            status = read_lock_status(self.collection, ttl_ms=self.ttl_ms, lock_id=self.lock_id)
+        holder = status.holder
+        context: dict[str, Any] = {"holder": holder.to_dict() if holder else None}
+        if status.problems:
+            context["problems"] = [problem.to_dict() for problem in status.problems]
+            return LockAlreadyHeldError(
+                f"Migration lock is held by a lock document migronaut cannot read "
+                f"({status.describe_problems()}) — runs treat it as held until it is removed: "
+                "migronaut unlock", context)
+        detail = f" by {holder.describe()}" if holder else ""
+        return LockAlreadyHeldError(f"Migration lock is already held{detail}", context)
 
     def renew(self) -> bool:
         """Refresh ``lockedAt`` in server time; ``False`` when another run owns the lock now."""

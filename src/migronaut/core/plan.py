@@ -6,7 +6,7 @@ or a preview (reference core §4.7). Every decision reads ``status: 'applied'`` 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from migronaut.errors import (
     MigrationInvalidNameError,
     NotAppliedError,
     OutOfOrderMigrationError,
+    StateInvalidError,
 )
 
 __all__ = [
@@ -195,9 +196,27 @@ def plan_down(
             raise NotAppliedError(f"Migration is not applied: {to}", {"to": to})
         selected = changelog.applied_after(to)
     else:
+        _require_batches(changelog)
         target_batch = batch if batch is not None else changelog.last_batch()
         selected = changelog.by_batch(target_batch) if target_batch is not None else []
     return sorted(selected, key=lambda r: r["name"], reverse=True)
+
+
+def _require_batches(changelog: Changelog) -> None:
+    """A batch revert refuses while an applied record has no batch: it could belong to the
+    batch, and reverting the others without it would leave it applied without a word."""
+    names = changelog.applied_without_batch()
+    if not names:
+        return
+    collection = changelog.collection.name
+    if len(names) == 1:
+        what = (f"the applied record of {names[0]} ({collection}) has no batch — revert it by "
+                f"name (migronaut down {names[0]}) or give it its batch")
+    else:
+        what = (f"the applied records of {', '.join(names)} ({collection}) have no batch — "
+                "revert them by name (migronaut down <file>) or give them their batch")
+    raise StateInvalidError(f"Cannot tell which batch to revert: {what}",
+                            {"collection": collection, "names": names})
 
 
 def check_forward_only(records: Sequence[dict[str, Any]]) -> None:
@@ -224,9 +243,18 @@ def build_status_rows(
     *,
     checksum: Checksum | None,
     filter: str = "all",
+    duplicates: Collection[str] = (),
 ) -> list[StatusRow]:
-    """Files ∪ records, name-sorted; ``reverted`` shows as pending, ``failed`` as failed."""
-    by_name = {r.get("name"): r for r in records}
+    """Files ∪ records, name-sorted; ``reverted`` shows as pending, ``failed`` as failed.
+
+    A name in ``duplicates`` has several records: its row shows the applied one when there is
+    one, and says ``duplicate``.
+    """
+    by_name: dict[Any, dict[str, Any]] = {}
+    for record in records:
+        seen = by_name.get(record.get("name"))
+        if seen is None or (record.get("status") == "applied" and seen.get("status") != "applied"):
+            by_name[record.get("name")] = record
     on_disk = set(files)
     applied_names = [n for n, r in by_name.items() if r.get("status") == "applied" and
                      isinstance(n, str)]
@@ -272,6 +300,7 @@ def build_status_rows(
                 reason=record.get("reason"),
                 revert_requested_by=record.get("revertRequestedBy"),
                 revert_reason=record.get("revertReason"),
+                duplicate=name in duplicates,
             )
         )
     return rows

@@ -17,10 +17,14 @@ __all__ = [
     "ImportResult",
     "ImportRow",
     "LockInfo",
+    "LockProblem",
+    "LockState",
+    "LockStatus",
     "MigrationSummary",
     "RunResult",
     "StatusRow",
     "iso",
+    "naive_utc",
     "to_json_value",
 ]
 
@@ -28,15 +32,19 @@ RunStatus = Literal["applied", "reverted", "skipped", "error"]
 RowStatus = Literal["applied", "pending", "failed"]
 ChecksumSource = Literal["reused", "recomputed", "missing"]
 CheckStatus = Literal["pass", "warn", "fail"]
+LockState = Literal["free", "held", "expired", "invalid"]
+
+
+def naive_utc(value: dt.datetime) -> dt.datetime:
+    """``value`` as pymongo returns dates by default: naive, in UTC."""
+    return value.astimezone(dt.UTC).replace(tzinfo=None) if value.tzinfo else value
 
 
 def iso(value: dt.datetime | None) -> str | None:
     """ISO-8601 with milliseconds and ``Z`` (naive datetimes from pymongo are UTC)."""
     if value is None:
         return None
-    if value.tzinfo is not None:
-        value = value.astimezone(dt.UTC).replace(tzinfo=None)
-    return value.isoformat(timespec="milliseconds") + "Z"
+    return naive_utc(value).isoformat(timespec="milliseconds") + "Z"
 
 
 def to_json_value(value: Any) -> Any:
@@ -124,6 +132,8 @@ class StatusRow:
     reason: str | None = None
     revert_requested_by: str | None = None
     revert_reason: str | None = None
+    #: Several changelog records carry this name (the unique index on ``name`` is missing).
+    duplicate: bool = field(default=False, metadata={"only_true": True})
 
     def to_dict(self) -> dict[str, Any]:
         return _render(
@@ -148,6 +158,62 @@ class LockInfo:
     def describe(self) -> str:
         when = iso(self.locked_at) or "an unknown time"
         return f"pid {self.pid} on {self.host} ({self.executed_by}) since {when}"
+
+
+@dataclass(frozen=True)
+class LockProblem:
+    """One field of a lock document migronaut cannot read, and what is wrong with it."""
+
+    field: str
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"field": self.field, "message": self.message}
+
+
+@dataclass(frozen=True)
+class LockStatus:
+    """A lock document judged by the one rule every reader and ``up`` share (``core/lock.py``).
+
+    ``state``: ``free`` (no document), ``held`` (a run is refused), ``expired`` (past its TTL:
+    the next run reclaims it) or ``invalid`` (``problems`` say what cannot be read: held until
+    ``unlock`` removes it). ``ttl_ms`` is the TTL it is judged by (its own ``ttlMs``, else ours);
+    ``server_time`` the server's clock when it was read.
+    """
+
+    state: LockState
+    holder: LockInfo | None = None
+    problems: tuple[LockProblem, ...] = ()
+    ttl_ms: int | None = None
+    server_time: dt.datetime | None = None
+
+    @property
+    def blocks_runs(self) -> bool:
+        """Whether a run that tried now would get ``LOCK_ALREADY_HELD``."""
+        return self.state in ("held", "invalid")
+
+    @property
+    def held_for_s(self) -> int | None:
+        """Seconds since ``lockedAt``, in server time (never negative)."""
+        locked_at = self.holder.locked_at if self.holder else None
+        if locked_at is None or self.server_time is None:
+            return None
+        return max(0, int((naive_utc(self.server_time) - naive_utc(locked_at)).total_seconds()))
+
+    def describe_problems(self) -> str:
+        """``lockedAt 'x' is not a date; owner is missing`` (empty when there is none)."""
+        return "; ".join(problem.message for problem in self.problems)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``lock --json``: the original's ``{held, holder}`` (``held``: a document is there),
+        with ``state`` and, when there are any, ``problems``."""
+        out: dict[str, Any] = {"held": self.state != "free",
+                               "holder": self.holder.to_dict() if self.holder else None,
+                               "state": self.state}
+        if self.problems:
+            out["problems"] = [problem.to_dict() for problem in self.problems]
+        return out
+
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,8 @@
-"""``migronaut lock`` (who holds the migration lock) and ``unlock`` (force-release it)."""
+"""``migronaut lock`` (who holds the migration lock) and ``unlock`` (force-release it).
+
+Both show the lock as ``up`` judges it: an expired lock is one the next run reclaims, and a lock
+document migronaut cannot read is held until ``unlock`` removes it (the operator's way out).
+"""
 
 from __future__ import annotations
 
@@ -15,23 +19,38 @@ from migronaut.errors import ConfigInvalidError
 
 if TYPE_CHECKING:
     from migronaut.api import Migrator
-    from migronaut.core.results import LockInfo
+    from migronaut.core.results import LockInfo, LockStatus
 
 NOT_HELD = "No migration lock is currently held"
 
 
-def _render_lock(holder: LockInfo | None, out: Output) -> None:
-    out.info(f"Lock held by {describe_holder(holder)}" if holder else NOT_HELD)
+def unreadable_line(status: LockStatus) -> str:
+    """The problems of an unreadable lock document, as ``lock`` and ``unlock`` show them."""
+    return (f"✖ The lock document cannot be read: {status.describe_problems()}; runs treat it "
+            "as held until it is removed (migronaut unlock)")
 
 
-def _lock_json(holder: LockInfo | None) -> dict[str, Any]:
-    return {"held": holder is not None, "holder": holder.to_dict() if holder else None}
+def _render_lock(status: LockStatus, out: Output) -> None:
+    if status.holder is None:
+        out.info(NOT_HELD)
+        return
+    out.info(f"Lock held by {describe_holder(status.holder)}")
+    if status.state == "invalid":
+        out.error(unreadable_line(status))
+    elif status.state == "expired":
+        ttl_s = (status.ttl_ms or 0) / 1000
+        out.warn(f"⚠ Past its TTL of {ttl_s:g}s (likely a crashed run): the next run reclaims it")
 
 
-@command("lock", help="Show who holds the migration lock (read-only).", short_help="Show the lock.")
+@command(
+    "lock",
+    help="Show who holds the migration lock (read-only): held, expired (the next run reclaims "
+    "it) or a lock document migronaut cannot read (held until `unlock` removes it).",
+    short_help="Show the lock.",
+)
 def lock(session: Session) -> int:
-    return session.run(lambda migrator: migrator.lock_info(), render=_render_lock,
-                       to_json=_lock_json)
+    return session.run(lambda migrator: migrator.lock_status(), render=_render_lock,
+                       to_json=lambda status: status.to_dict())
 
 
 @dataclass(frozen=True)
@@ -41,6 +60,8 @@ class Unlocked:
     released: bool
     holder: LockInfo | None
     declined: bool = False
+    #: What migronaut could not read in the document it removed (``LockStatus.problems``).
+    problems: tuple[dict[str, str], ...] = ()
 
 
 def _render_unlock(outcome: Unlocked, out: Output) -> None:
@@ -54,13 +75,17 @@ def _render_unlock(outcome: Unlocked, out: Output) -> None:
 
 def _unlock_json(outcome: Unlocked) -> dict[str, Any]:
     holder = outcome.holder.to_dict() if outcome.holder else None
-    return {"released": outcome.released, "holder": holder}
+    out: dict[str, Any] = {"released": outcome.released, "holder": holder}
+    if outcome.problems:
+        out["problems"] = list(outcome.problems)
+    return out
 
 
 @command(
     "unlock",
-    help="Force-release the migration lock whoever holds it. Dangerous while the holder is "
-    "alive: it allows a concurrent run. Asks for confirmation unless --yes.",
+    help="Force-release the migration lock whoever holds it, and whatever its document holds. "
+    "Dangerous while the holder is alive: it allows a concurrent run. Asks for confirmation "
+    "unless --yes.",
     short_help="Force-release the lock.",
 )
 @click.option("-y", "--yes", is_flag=True, help="Release without a prompt (required with --json).")
@@ -72,15 +97,19 @@ def unlock(session: Session, yes: bool) -> int:
         )
 
     def release(migrator: Migrator) -> Unlocked:
-        holder = migrator.lock_info()
+        status = migrator.lock_status()
+        holder = status.holder
         if holder is None:
             return Unlocked(False, None)
+        problems = tuple(problem.to_dict() for problem in status.problems)
         if not yes:
             session.out.warn(f"⚠ Lock held by {describe_holder(holder)}")
+            if status.problems:
+                session.out.warn(unreadable_line(status))
             if not session.confirm("Force-release this lock? [y/N] ", action="unlock"):
-                return Unlocked(False, holder, declined=True)
+                return Unlocked(False, holder, declined=True, problems=problems)
         session.check_stop()
         removed = migrator.unlock()
-        return Unlocked(removed is not None, removed)
+        return Unlocked(removed is not None, removed, problems=problems if removed else ())
 
     return session.run(release, render=_render_unlock, to_json=_unlock_json, mutating=True)
