@@ -1374,7 +1374,7 @@ def run_migrations(
             waited=waited,
             waited_ms=waited_ms,
             attempts=attempts,
-            waiting=waiting,
+            waiting=waiting if on_background_pending == "stop" else None,
         )
     finally:
         finished.set()
