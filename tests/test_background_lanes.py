@@ -766,24 +766,23 @@ def test_a_slow_server_shrinks_batches_under_the_adaptive_controller(
 def test_a_slow_transform_is_not_a_slow_server_and_keeps_its_batches(
     db: Database[dict[str, Any]]
 ) -> None:
-    """The controller judges the write's round trip: a ``migrate`` that takes 10 ms a document
-    (100 ms a batch, twice the target) neither shrinks batches nor adds pauses."""
-    seed(db, 60)
+    """The controller judges the write's round trip: a ``migrate`` that takes 120 ms a document
+    (600 ms a batch, well over the 400 ms target) neither shrinks batches nor adds pauses."""
+    seed(db, 30)
 
     def migrate(doc: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        time.sleep(0.01)
+        time.sleep(0.12)
         return {**doc, "label": "slow"}
 
-    store, job = declare(db, {**BASE, "migrate": migrate, "batch_size": 10, "adaptive": {
-        "target_latency_ms": 50, "min_batch_size": 1, "max_pause_ms": 30_000}})
+    store, job = declare(db, {**BASE, "migrate": migrate, "batch_size": 5, "adaptive": {
+        "target_latency_ms": 400, "min_batch_size": 1, "max_pause_ms": 30_000}})
     events = Events()
     drain(store, job, db, events)
 
-    assert {e["batchSize"] for e in events.named("background:batch")} == {10}
-    assert all(e["latencyMs"] < 50 for e in events.named("background:batch"))
+    assert {e["batchSize"] for e in events.named("background:batch")} == {5}
     assert events.named("background:throttle") == []
-    assert partition(store)["throttle"] == {"batchSize": 10, "pauseMs": 0}
-    assert db.items.count_documents({"__v": 1, "label": "slow"}) == 60
+    assert partition(store)["throttle"] == {"batchSize": 5, "pauseMs": 0}
+    assert db.items.count_documents({"__v": 1, "label": "slow"}) == 30
 
 
 def test_a_result_bson_cannot_store_fails_only_its_document(
@@ -855,6 +854,26 @@ def test_a_write_whose_reply_is_lost_twice_is_counted_once_and_fails_nothing(
     assert counters["migrated"] == 120
     assert [e for e in events.items if e[0] == "background:slice:end"
             and e[1]["outcome"] == "error"] == []
+
+
+def test_an_outage_longer_than_max_outage_ms_is_a_failed_slice_and_still_counted_once(
+    db: Database[dict[str, Any]], proxy: TcpProxy
+) -> None:
+    seed(db, 120)
+    store, job = declare(db, {**BASE, "batch_size": 40, "max_outage_ms": 0})
+    for cut in through(proxy, db):
+        cut.command("ping")
+        proxy.drop_reply_after(ITEMS_UPDATE, times=2)
+        with pytest.raises(MigronautError) as failed:
+            run(store, job, cut)
+    assert failed.value.code == "CONNECTION_FAILED"
+    assert "lost the connection" in failed.value.message
+    part = partition(store)
+    assert part["failures"] == 1 and part["inflight"]["ids"] == list(range(40))
+    assert drain(store, job, db)["migrated"] == 120  # the next holder counts the lost batch
+    part = partition(store)
+    assert part["counters"]["migrated"] == 120 and part["failures"] == 0
+    assert db.items.count_documents({"__v": 1, "__rev": 1}) == 120
 
 
 def test_transaction_retries_of_a_slice_that_failed_are_still_counted(

@@ -20,7 +20,7 @@ from pymongo.monitoring import CommandListener, CommandStartedEvent
 
 from helpers.proxy import TcpProxy
 from migronaut.background.diff import guard_filter, stamped_diff
-from migronaut.background.wire import guarded_updates, read_batch
+from migronaut.background.wire import guarded_updates, read_batch, transient_error
 
 
 def _statement(doc: dict[str, Any], **changes: Any) -> dict[str, Any]:
@@ -150,3 +150,30 @@ def test_a_batch_that_does_not_fit_the_first_reply_is_read_to_its_limit_by_get_m
     assert names[0] == "find" and "getMore" in names and "killCursors" not in names
     sessions = {str(lsid) for name, lsid in commands if name in ("find", "getMore")}
     assert len(sessions) == 1  # a cursor belongs to the session that opened it
+
+
+def test_outages_are_told_from_faults() -> None:
+    from pymongo.errors import (
+        AutoReconnect,
+        NetworkTimeout,
+        NotPrimaryError,
+        OperationFailure,
+        ServerSelectionTimeoutError,
+        WriteConcernError,
+    )
+
+    from migronaut.errors import ConnectionFailedError
+
+    labelled = OperationFailure("retry me", 1, {"errorLabels": ["RetryableWriteError"]})
+    transient = OperationFailure("again", 1, {"errorLabels": ["TransientTransactionError"]})
+    for outage in (AutoReconnect("cut"), NetworkTimeout("slow"), NotPrimaryError("stepped"),
+                   ServerSelectionTimeoutError("none"), OperationFailure("election", 11602),
+                   OperationFailure("not primary", 10107), labelled, transient,
+                   WriteConcernError("shutting down", 91)):
+        assert transient_error(outage), outage
+    wrapped = ConnectionFailedError("lost the connection")
+    wrapped.__cause__ = AutoReconnect("cut")
+    assert transient_error(wrapped)
+    for fault in (OperationFailure("duplicate", 11000), OperationFailure("bad", 2),
+                  WriteConcernError("timeout", 64), ValueError("x"), None):
+        assert not transient_error(fault), fault
