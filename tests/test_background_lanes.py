@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +23,7 @@ from bson import Decimal128, Int64
 from pymongo import MongoClient
 from pymongo.monitoring import CommandListener, CommandStartedEvent
 
+from helpers.proxy import TcpProxy
 from migronaut.background.job import BackgroundJob, load_job
 from migronaut.background.lanes import SliceResult, run_slice
 from migronaut.background.spec import resolve_background
@@ -724,17 +725,34 @@ def test_a_transactional_lane_that_lost_its_lease_commits_nothing(
 # ------------------------------------------------------------------------- adaptive pacing
 
 
-def test_slow_batches_shrink_under_the_adaptive_controller(db: Database[dict[str, Any]]) -> None:
+@pytest.fixture
+def proxy(mongo_uri: str) -> Iterator[TcpProxy]:
+    with TcpProxy.in_front_of(mongo_uri) as in_front:
+        yield in_front
+
+
+def through(proxy: TcpProxy, db: Database[dict[str, Any]]) -> Iterator[Database[dict[str, Any]]]:
+    client: MongoClient[dict[str, Any]] = MongoClient(proxy.uri, serverSelectionTimeoutMS=5000)
+    try:
+        yield client[db.name]
+    finally:
+        client.close()
+
+
+#: The start of an ``update`` command on the ``items`` collection, as it travels on the wire.
+ITEMS_UPDATE = b"update\x00\x06\x00\x00\x00items\x00"
+
+
+def test_a_slow_server_shrinks_batches_under_the_adaptive_controller(
+    db: Database[dict[str, Any]], proxy: TcpProxy
+) -> None:
     seed(db, 400)
-
-    def migrate(doc: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        time.sleep(0.005)  # 100 documents: over half a second, far above the target
-        return doc
-
-    store, job = declare(db, {**BASE, "migrate": migrate, "batch_size": 100, "adaptive": {
+    proxy.delay_replies(ITEMS_UPDATE, 0.3)  # every batch write takes 300 ms on the server
+    store, job = declare(db, {**BASE, "batch_size": 100, "adaptive": {
         "target_latency_ms": 200, "min_batch_size": 5, "max_pause_ms": 100}})
     events = Events()
-    drain(store, job, db, events)
+    for slow in through(proxy, db):
+        drain(store, job, slow, events)
 
     sizes = [e["batchSize"] for e in events.named("background:batch")]
     assert sizes[:2] == [100, 100]  # the first batch only warms the controller up
@@ -743,6 +761,137 @@ def test_slow_batches_shrink_under_the_adaptive_controller(db: Database[dict[str
     assert throttles and throttles[0]["reason"] == "slow"
     assert partition(store)["throttle"]["batchSize"] < 100
     assert db.items.count_documents({"__v": 1}) == 400
+
+
+def test_a_slow_transform_is_not_a_slow_server_and_keeps_its_batches(
+    db: Database[dict[str, Any]]
+) -> None:
+    """The controller judges the write's round trip: a ``migrate`` that takes 120 ms a document
+    (600 ms a batch, well over the 400 ms target) neither shrinks batches nor adds pauses."""
+    seed(db, 30)
+
+    def migrate(doc: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        time.sleep(0.12)
+        return {**doc, "label": "slow"}
+
+    store, job = declare(db, {**BASE, "migrate": migrate, "batch_size": 5, "adaptive": {
+        "target_latency_ms": 400, "min_batch_size": 1, "max_pause_ms": 30_000}})
+    events = Events()
+    drain(store, job, db, events)
+
+    assert {e["batchSize"] for e in events.named("background:batch")} == {5}
+    assert events.named("background:throttle") == []
+    assert partition(store)["throttle"] == {"batchSize": 5, "pauseMs": 0}
+    assert db.items.count_documents({"__v": 1, "label": "slow"}) == 30
+
+
+def test_a_result_bson_cannot_store_fails_only_its_document(
+    db: Database[dict[str, Any]]
+) -> None:
+    seed(db, 30)
+
+    def migrate(doc: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        if doc["n"] == 7:
+            return {**doc, "x": object()}  # BSON cannot encode it
+        if doc["n"] == 8:
+            return {**doc, "big": 2**70}  # nor an integer over 64 bits
+        return {**doc, "label": "ok"}
+
+    store, job = declare(db, {**BASE, "migrate": migrate, "max_document_errors": 2})
+    events = Events()
+    counters = drain(store, job, db, events)
+
+    assert counters["failed"] == 2 and counters["migrated"] == 28
+    part = partition(store)
+    assert part["status"] == "done" and part["failures"] == 0
+    assert sorted(part["badIds"]) == [7, 8]
+    assert [e["reason"] for e in part["lastDocErrors"]] == ["shape", "shape"]
+    assert "cannot be stored as BSON" in part["lastDocErrors"][0]["error"]
+    assert "object at 0x" not in repr(part["lastDocErrors"])  # no value in the text
+    assert db.items.count_documents({"__v": 1, "label": "ok"}) == 28
+    assert db.items.find_one({"_id": 7}) == {"_id": 7, "n": 7}
+    assert store.require(NAME)["status"] == "running"
+    assert events.named("background:failed") == []
+
+
+def test_a_result_bson_cannot_store_fails_only_its_document_in_a_transaction(
+    db: Database[dict[str, Any]]
+) -> None:
+    seed(db, 30)
+
+    def migrate(doc: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        return {**doc, "x": object()} if doc["n"] == 4 else {**doc, "label": "t"}
+
+    store, job = declare(db, {**BASE, "migrate": migrate, "transaction": True,
+                              "max_document_errors": 1})
+    counters = drain(store, job, db)
+
+    assert counters["failed"] == 1 and counters["migrated"] == 29
+    part = partition(store)
+    assert part["badIds"] == [4] and part["lastDocErrors"][0]["reason"] == "shape"
+    assert db.items.count_documents({"__v": 1, "__rev": 1, "label": "t"}) == 29
+
+
+def test_a_write_whose_reply_is_lost_twice_is_counted_once_and_fails_nothing(
+    db: Database[dict[str, Any]], proxy: TcpProxy
+) -> None:
+    """The write of a batch lands but its reply is lost, and so is the retry's: the lane rides
+    the outage out, starts again from the partition as stored (its write intent names the
+    batch) and counts the batch once — no failed slice, even with ``max_slice_failures`` 1."""
+    seed(db, 120)
+    store, job = declare(db, {**BASE, "batch_size": 40, "max_slice_failures": 1})
+    events = Events()
+    for cut in through(proxy, db):
+        cut.command("ping")
+        proxy.drop_reply_after(ITEMS_UPDATE, times=2)
+        counters = drain(store, job, cut, events)
+
+    assert proxy.dropped.is_set()
+    assert db.items.count_documents({"__v": 1, "__rev": 1}) == 120  # each written once
+    part = partition(store)
+    assert part["status"] == "done" and part["failures"] == 0 and "inflight" not in part
+    assert part["counters"]["migrated"] == 120 and part["counters"]["scanned"] == 120
+    assert counters["migrated"] == 120
+    assert [e for e in events.items if e[0] == "background:slice:end"
+            and e[1]["outcome"] == "error"] == []
+
+
+def test_an_outage_longer_than_max_outage_ms_is_a_failed_slice_and_still_counted_once(
+    db: Database[dict[str, Any]], proxy: TcpProxy
+) -> None:
+    seed(db, 120)
+    store, job = declare(db, {**BASE, "batch_size": 40, "max_outage_ms": 0})
+    for cut in through(proxy, db):
+        cut.command("ping")
+        proxy.drop_reply_after(ITEMS_UPDATE, times=2)
+        with pytest.raises(MigronautError) as failed:
+            run(store, job, cut)
+    assert failed.value.code == "CONNECTION_FAILED"
+    assert "lost the connection" in failed.value.message
+    part = partition(store)
+    assert part["failures"] == 1 and part["inflight"]["ids"] == list(range(40))
+    assert drain(store, job, db)["migrated"] == 120  # the next holder counts the lost batch
+    part = partition(store)
+    assert part["counters"]["migrated"] == 120 and part["failures"] == 0
+    assert db.items.count_documents({"__v": 1, "__rev": 1}) == 120
+
+
+def test_transaction_retries_of_a_slice_that_failed_are_still_counted(
+    db: Database[dict[str, Any]]
+) -> None:
+    from pymongo.errors import OperationFailure
+
+    def step(ctx: Any) -> dict[str, Any]:
+        raise OperationFailure("write conflict", 112)  # retried, then the slice fails
+
+    store, job = declare(db, {"step": step, "transaction": {"max_retries": 2},
+                              "max_slice_failures": 1, "pause_ms": 0},
+                         partitions=[{"scope": {"kind": "step"}, "estimate": 0}])
+    with pytest.raises(MigrationExecutionFailedError, match="more than maxRetries"):
+        run(store, job, db)
+    part = partition(store)
+    assert part["status"] == "failed"
+    assert part["counters"]["txnRetries"] == 3  # every attempt after the first
 
 
 # ---------------------------------------------------------------------- the hot path, I1

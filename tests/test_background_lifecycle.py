@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from helpers.background import background_file, seed
-from helpers.engine import Events, make_migrator, records
+from helpers.engine import LOCKS, Events, make_migrator, records
 
 B1 = "0001_users_v1.py"
 B2 = "0002_orders_v1.py"
@@ -466,3 +466,166 @@ def test_up_refuses_a_background_file_that_also_defines_up(project: Any, cli: An
     assert result.exit_code == 20, result.stderr
     assert result.json["error"]["code"] == "MIGRATION_INVALID_EXPORT"
     assert_nothing_registered(db)
+
+
+# --------------------------------------------------------------- hardening (issue 10)
+
+SLOW = '''
+import time
+
+
+def migrate(doc, ctx):
+    time.sleep(0.01)
+    doc["active"] = True
+    return doc
+
+
+background = {{
+    "collection": "users",
+    "from": 0,
+    "to": 1,
+    "migrate": migrate,
+    "batch_size": 25,
+    "pause_ms": 0,
+    "slice_ms": 1000,
+    "max_parallel": {max_parallel},
+    "adaptive": False,
+    "partitions": {{"min_partition_docs": 50}},
+}}
+'''
+
+
+def test_a_replan_rolls_up_the_superseded_plan_so_totals_count_every_document(
+    project: Any, cli: Any, db: Any
+) -> None:
+    """``repin`` of a changed ``max_parallel`` supersedes the open partitions and plans again;
+    what the superseded plan migrated still counts: ``totals.migrated`` equals the documents
+    migrated (it once reported 521 for 600)."""
+    seed(db, docs=600)
+    project.write_migration("0001_users_v1", SLOW.format(max_parallel=2))
+    assert cli("up").exit_code == 0
+    assert cli("background", "run", B1, "--once").exit_code == 0  # plan + one slice per lane
+    first = state(db)
+    assert first["generation"] == 1 and 0 < db.users.count_documents({"__v": 1}) < 600
+
+    project.write_migration("0001_users_v1", SLOW.format(max_parallel=3))
+    repinned = cli("background", "repin", B1, "--yes", "--json")
+    assert repinned.exit_code == 0, repinned.stderr
+    assert repinned.json["replan"] is True
+    finished = cli("background", "run", B1, "--json")
+    assert finished.exit_code == 0, finished.stderr
+
+    done = state(db)
+    assert done["status"] == "completed" and done["generation"] >= 2
+    assert db.users.count_documents({"__v": 1, "__rev": 1, "active": True}) == 600
+    assert done["totals"]["migrated"] == 600
+    assert done["totals"]["scanned"] == 600
+    assert finished.json["background"][0]["totals"]["migrated"] == 600
+
+
+def test_plans_and_registrations_are_stored_as_the_node_original_writes_them(
+    project: Any, cli: Any, db: Any
+) -> None:
+    import re
+
+    from migronaut.background.planner import plan_id_ranges
+
+    spec = {"batchSize": 50, "maxParallel": 2, "partitions": {"minPartitionDocs": 50}}
+    db.small.insert_many([{"_id": i} for i in range(300)])
+    db.large.insert_many([{"_id": i} for i in range(500)])
+    db.one.insert_many([{"_id": i} for i in range(20)])
+    assert plan_id_ranges(db.small, {}, spec).method == "match-first"  # 300 < 8 × 50
+    assert plan_id_ranges(db.large, {}, spec).method == "sample-first"  # the count hit its cap
+    assert plan_id_ranges(db.one, {}, spec).method == "single"
+    assert plan_id_ranges(db.empty, {}, spec).method == "empty"
+
+    seed(db, docs=300)
+    project.write_migration("0001_users_v1", background_file())
+    assert cli("up").exit_code == 0
+    registration = state(db)["registration"]
+    assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}",
+                        registration), registration
+    assert cli("background", "run", B1).exit_code == 0
+    assert state(db)["plan"]["method"] == "match-first"
+
+    # what older versions stored (a hex registration, method 'sampled') still reads
+    db[STATES].update_one({"_id": B1}, {"$set": {"registration": "ab" * 16,
+                                                 "plan.method": "sampled"}})
+    shown = cli("background", "status", B1, "--json")
+    assert shown.exit_code == 0, shown.stderr
+    view = shown.json["background"][0]
+    assert view["registration"] == "ab" * 16 and view["plan"]["method"] == "sampled"
+
+
+def test_up_prints_every_problem_of_an_invalid_spec(project: Any, cli: Any, db: Any) -> None:
+    seed(db, docs=10)
+    project.write_migration("0001_users_v1", background_file(
+        extra_spec='"batch_size": 0, "max_passes": 0, "colour": "blue",')
+        .replace('"batch_size": 50,', "").replace('"pause_ms": 0,', '"pause_ms": -1,'))
+    result = cli("up")
+    assert result.exit_code == 20
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("✖ MIGRATION_INVALID_EXPORT: Invalid background migration "
+                               f"{B1}: ")
+    listed = [line.strip() for line in lines[1:] if line.strip().startswith("•")]
+    for path in ("background.batch_size", "background.pause_ms", "background.max_passes",
+                 "background.colour"):
+        assert any(line.startswith(f"• {path}: ") for line in listed), (path, result.stderr)
+    assert len(listed) == 4
+    assert_nothing_registered(db)
+
+    as_json = cli("up", "--json")
+    assert as_json.exit_code == 20
+    assert len(as_json.json["error"]["context"]["issues"]) == 4
+
+
+def test_run_migrations_can_stop_before_a_migration_waiting_for_background_work(
+    project: Any, db: Any
+) -> None:
+    """``on_background_pending="stop"``: everything before the waiting migration applies, the
+    run ends cleanly (no error, lock released, no record for it or anything after), the summary
+    says what it waits for and ``background:waiting`` is emitted."""
+    from migronaut import run_migrations
+    from migronaut.errors import BackgroundPendingError, ConfigInvalidError
+
+    write_requires_chain(project, db)
+    project.write_migration("0004_after", "def up(ctx):\n    ctx.db.after.insert_one({})\n"
+                            "\n\ndef down(ctx):\n    pass\n")
+    events: list[dict[str, Any]] = []
+    summary = run_migrations(uri=project.uri, db_name=project.db_name, cwd=project.path,
+                             env_file=False, on_background_pending="stop",
+                             on_migrator=lambda m: m.on("*", events.append))
+    assert [(r.file, r.status) for r in summary.applied] == [(B1, "applied"), (B2, "applied")]
+    assert summary.up_to_date is False
+    assert summary.waiting == [{"migration": C,
+                                "waitsFor": [{"migration": B1, "status": "pending"}]}]
+    assert summary.to_dict()["waiting"] == summary.waiting
+    waiting = [e for e in events if e["event"] == "background:waiting"]
+    assert [(e["migration"], e["waitsFor"]) for e in waiting] == [
+        (C, [{"migration": B1, "status": "pending"}])]
+    ended = [e for e in events if e["event"] == "run:end"]
+    assert ended and ended[-1]["success"] is True
+    assert set(records(db)) == {B1, B2}  # nothing for the waiting one, nor after it
+    assert db.contract_ran.count_documents({}) == 0 and db.after.count_documents({}) == 0
+    assert C not in hook_calls(project)
+    assert db[LOCKS].count_documents({"_id": "migronaut_lock"}) == 0
+
+    with pytest.raises(BackgroundPendingError):  # the default is still an error
+        run_migrations(uri=project.uri, db_name=project.db_name, cwd=project.path,
+                       env_file=False)
+    with pytest.raises(ConfigInvalidError, match="on_background_pending"):
+        run_migrations(uri=project.uri, db_name=project.db_name, cwd=project.path,
+                       env_file=False, on_background_pending="wait")  # type: ignore[arg-type]
+
+    assert cli_run_background(project) == 0
+    done = run_migrations(uri=project.uri, db_name=project.db_name, cwd=project.path,
+                          env_file=False, on_background_pending="stop")
+    assert [(r.file, r.status) for r in done.applied] == [(C, "applied"),
+                                                          ("0004_after.py", "applied")]
+    assert done.waiting == [] and done.up_to_date is False
+
+
+def cli_run_background(project: Any) -> int:
+    with make_migrator(project) as migrator:
+        migrator.background.drive(B1)
+    return 0

@@ -244,3 +244,69 @@ def test_the_verifier_reopens_drift_and_the_lanes_finish_it(project: Any, cli: A
         wait_until(lambda: status(db) == "completed", timeout=60, what="completion again")
     stored = db[STATES].find_one({"_id": NAME})
     assert stored is not None and stored["reopened"] == 1
+
+
+# ------------------------------------------------------- the hosted live drift watcher (§6.3)
+
+
+def test_the_drift_mode_stream_hosts_the_watcher_or_degrades_to_the_poll_without_streams(
+    project: Any, cli: Any, db: Any, server_hello: dict[str, Any], caplog: Any
+) -> None:
+    """``background_drift = 'stream'`` makes the runner host the live watcher. Change streams
+    need a replica set: on a server without them (the dev server) the runner warns, hands the
+    ``CONFIG_INVALID`` refusal to ``on_error`` and serves on, drift left to the poll."""
+    register(project, cli, db, docs=120)
+    errors: list[tuple[BaseException, str | None]] = []
+    with make_migrator(project, background_drift="stream") as streaming, BackgroundRunner(
+        streaming, lanes=1, poll_interval_s=0.05,
+        on_error=lambda error, name: errors.append((error, name)),
+    ) as runner:
+        if server_hello.get("setName"):
+            assert runner.watcher is not None and runner.watcher.running
+            assert runner.watch_error is None
+        else:
+            assert runner.watcher is None
+            assert runner.watch_error is not None
+            assert runner.watch_error.code == "CONFIG_INVALID"
+            assert "change streams" in runner.watch_error.message
+            assert [(e.code, name) for e, name in errors
+                    if isinstance(e, MigronautError)] == [("CONFIG_INVALID", None)]
+            assert any("drift is left to the poll" in r.getMessage() for r in caplog.records)
+        wait_until(lambda: status(db) == "completed", timeout=60, what="completion")
+    assert runner.watcher is None and not ours()
+    assert not any(t.name.startswith("migronaut-watch") for t in threading.enumerate())
+
+
+def test_the_poll_mode_hosts_no_watcher_and_an_explicit_watch_is_refused_without_streams(
+    project: Any, server_hello: dict[str, Any], caplog: Any
+) -> None:
+    with make_migrator(project) as polling:  # background_drift defaults to 'poll'
+        with BackgroundRunner(polling, poll_interval_s=0.05) as runner:
+            assert runner.watcher is None and runner.watch_error is None
+        assert not any("drift watcher" in r.getMessage() for r in caplog.records)
+        with pytest.raises(ConfigInvalidError):
+            BackgroundRunner(polling, watch="yes")  # type: ignore[arg-type]
+        if not server_hello.get("setName"):
+            explicit = BackgroundRunner(polling, watch=True, poll_interval_s=0.05)
+            with pytest.raises(ConfigInvalidError, match="change streams"):
+                explicit.start()
+            explicit.stop()
+    assert not ours()
+
+
+def test_background_work_with_the_stream_drift_mode_says_the_watcher_degraded(
+    project: Any, cli: Any, db: Any, cli_process: Any, server_hello: dict[str, Any]
+) -> None:
+    import signal
+
+    if server_hello.get("setName"):
+        pytest.skip("a replica set has change streams: nothing degrades")
+    register(project, cli, db, docs=60)
+    worker = cli_process.start("background", "work", "--poll", "0.1",
+                               env={"MIGRONAUT_BACKGROUND_DRIFT": "stream"})
+    wait_until(lambda: status(db) == "completed", timeout=60, what="completion")
+    worker.send_signal(signal.SIGTERM)
+    result = cli_process.wait(worker, timeout=60)
+    assert result.exit_code == 0, result.stderr
+    assert "live drift watcher cannot start" in result.stderr
+    assert "drift is left to the poll" in result.stderr

@@ -1,14 +1,13 @@
 """The lanes' data commands (migronaut.background.wire) against the server, over the wire.
 
-The retry is exercised through a real TCP proxy in front of the server that forwards the first
-``update`` command and then cuts the connection instead of passing its reply back — the server
-applied it, the client cannot know — which is what a dropped connection looks like to the driver.
+The retry is exercised through a real TCP proxy in front of the server (``tests/helpers/proxy.py``)
+that forwards the first ``update`` command and then cuts the connection instead of passing its
+reply back — the server applied it, the client cannot know — which is what a dropped connection
+looks like to the driver.
 """
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,10 +17,10 @@ from pymongo import MongoClient, WriteConcern
 from pymongo.database import Database
 from pymongo.errors import DocumentTooLarge, OperationFailure
 from pymongo.monitoring import CommandListener, CommandStartedEvent
-from pymongo.uri_parser import parse_uri
 
+from helpers.proxy import TcpProxy
 from migronaut.background.diff import guard_filter, stamped_diff
-from migronaut.background.wire import guarded_updates, read_batch
+from migronaut.background.wire import guarded_updates, read_batch, transient_error
 
 
 def _statement(doc: dict[str, Any], **changes: Any) -> dict[str, Any]:
@@ -101,78 +100,29 @@ def test_a_write_concern_the_server_cannot_satisfy_is_raised_not_counted(
     assert raised.value.code in {100, 9, 2, 64}
 
 
-class _CuttingProxy:
-    """A TCP proxy that forwards one ``update`` but cuts the connection instead of its reply."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.target = (host, port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.armed = threading.Event()
-        self.cut = threading.Event()
-        self.closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self.closed:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.target)
-            threading.Thread(target=self._pipe, args=(client, server, True), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(server, client, False), daemon=True).start()
-
-    def _pipe(self, source: socket.socket, sink: socket.socket, upstream: bool) -> None:
-        try:
-            while data := source.recv(1 << 16):
-                if not upstream and self.armed.is_set() and not self.cut.is_set():
-                    self.cut.set()  # the reply to the update: dropped, and the connection cut
-                    break
-                sink.sendall(data)
-                if upstream and b"update\x00" in data and not self.armed.is_set():
-                    self.armed.set()
-        except OSError:
-            pass
-        finally:
-            self._close(source, sink)
-
-    @staticmethod
-    def _close(*socks: socket.socket) -> None:
-        for sock in socks:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            sock.close()
-
-    def close(self) -> None:
-        self.closed = True
-        self.listener.close()
-
-
 @pytest.fixture
-def proxied(mongo_uri: str, db_name: str) -> Iterator[tuple[_CuttingProxy, Database[Any]]]:
-    host, port = parse_uri(mongo_uri)["nodelist"][0]
-    proxy = _CuttingProxy(host, port)
-    client: MongoClient[dict[str, Any]] = MongoClient(
-        f"mongodb://127.0.0.1:{proxy.port}/?directConnection=true", retryWrites=False,
-        serverSelectionTimeoutMS=5000)
-    try:
-        yield proxy, client[db_name]
-    finally:
-        client.close()
-        proxy.close()
+def proxied(mongo_uri: str, db_name: str) -> Iterator[tuple[TcpProxy, Database[Any]]]:
+    with TcpProxy.in_front_of(mongo_uri) as proxy:
+        client: MongoClient[dict[str, Any]] = MongoClient(
+            proxy.uri, retryWrites=False, serverSelectionTimeoutMS=5000)
+        try:
+            yield proxy, client[db_name]
+        finally:
+            client.close()
 
 
 def test_a_connection_cut_after_the_update_is_retried_once_and_the_replay_matches_nothing(
-    db: Database[dict[str, Any]], proxied: tuple[_CuttingProxy, Database[Any]],
+    db: Database[dict[str, Any]], proxied: tuple[TcpProxy, Database[Any]],
 ) -> None:
     proxy, through = proxied
     db.docs.insert_many([{"_id": i, "x": i} for i in range(10)])
     statements = [_statement({"_id": i, "x": i}, x2=i * 2) for i in range(10)]
-    outcome = guarded_updates(through.docs, statements)
-    assert proxy.cut.is_set()  # the first attempt's connection was cut after it was sent
+    through.command("ping")  # connected before the fault is armed
+    proxy.drop_reply_after(b"update\x00")
+    confirmed: list[bool] = []
+    outcome = guarded_updates(through.docs, statements, confirm=lambda: confirmed.append(True))
+    # the first attempt's reply was dropped; the retry was confirmed by the caller first
+    assert proxy.dropped.is_set() and confirmed == [True]
     # the first attempt applied everything; the replay is guarded by version and revision, so
     # it matches nothing and nothing is applied twice (the lane re-reads unmatched documents)
     assert outcome.matched == 0 and outcome.write_errors == []
@@ -200,3 +150,30 @@ def test_a_batch_that_does_not_fit_the_first_reply_is_read_to_its_limit_by_get_m
     assert names[0] == "find" and "getMore" in names and "killCursors" not in names
     sessions = {str(lsid) for name, lsid in commands if name in ("find", "getMore")}
     assert len(sessions) == 1  # a cursor belongs to the session that opened it
+
+
+def test_outages_are_told_from_faults() -> None:
+    from pymongo.errors import (
+        AutoReconnect,
+        NetworkTimeout,
+        NotPrimaryError,
+        OperationFailure,
+        ServerSelectionTimeoutError,
+        WriteConcernError,
+    )
+
+    from migronaut.errors import ConnectionFailedError
+
+    labelled = OperationFailure("retry me", 1, {"errorLabels": ["RetryableWriteError"]})
+    transient = OperationFailure("again", 1, {"errorLabels": ["TransientTransactionError"]})
+    for outage in (AutoReconnect("cut"), NetworkTimeout("slow"), NotPrimaryError("stepped"),
+                   ServerSelectionTimeoutError("none"), OperationFailure("election", 11602),
+                   OperationFailure("not primary", 10107), labelled, transient,
+                   WriteConcernError("shutting down", 91)):
+        assert transient_error(outage), outage
+    wrapped = ConnectionFailedError("lost the connection")
+    wrapped.__cause__ = AutoReconnect("cut")
+    assert transient_error(wrapped)
+    for fault in (OperationFailure("duplicate", 11000), OperationFailure("bad", 2),
+                  WriteConcernError("timeout", 64), ValueError("x"), None):
+        assert not transient_error(fault), fault

@@ -130,6 +130,15 @@ class _Run:
     recording: RunRecording | None = None
     #: Where this run's ``async def`` bodies run (made on first use, closed with the run).
     bridge: AsyncBridge | None = None
+    #: ``up`` with ``on_background_pending="stop"``: a migration whose background requirements
+    #: are not done ends the run cleanly instead of failing it; what it waits for is kept here.
+    stop_when_waiting: bool = False
+    waiting: list[dict[str, Any]] = field(default_factory=list)
+
+
+class _WaitingForBackground(Exception):
+    """Ends an ``up`` run cleanly before a migration whose background requirements are not done
+    (``on_background_pending="stop"``); caught by the run loop."""
 
 
 class Migrator:
@@ -169,6 +178,8 @@ class Migrator:
         self._checksums = ChecksumCache()
         self._state_lock = threading.Lock()
         self._run: _Run | None = None
+        #: what the last ``up`` with ``on_background_pending="stop"`` stopped at
+        self._waiting: list[dict[str, Any]] = []
         self._busy = 0
         self._latched_stop: str | None = None
         self._logger: logging.Logger | None = None
@@ -587,14 +598,26 @@ class Migrator:
         batch: int | None = None,
         requested_by: str | None = None,
         reason: str | None = None,
+        on_background_pending: Literal["error", "stop"] = "error",
     ) -> list[RunResult]:
-        """Apply pending migrations (or one named file) in name order, under the lock."""
+        """Apply pending migrations (or one named file) in name order, under the lock.
+
+        A migration whose ``requires`` are not done fails the run with ``BACKGROUND_PENDING``;
+        with ``on_background_pending="stop"`` the run ends cleanly before it instead (event
+        ``background:waiting``; :func:`run_migrations` reports it as ``waiting``).
+        """
         validate_up_options(file, to=to, step=step, batch=batch, force=force,
                             requested_by=requested_by, reason=reason)
+        _check_on_background_pending(on_background_pending)
+        self._waiting = []
 
         def work(run: _Run) -> None:
-            self._up(run, file, to=to, step=step, force=force, batch=batch,
-                     strict=self.config.strict if strict is None else strict)
+            run.stop_when_waiting = on_background_pending == "stop"
+            try:
+                self._up(run, file, to=to, step=step, force=force, batch=batch,
+                         strict=self.config.strict if strict is None else strict)
+            finally:
+                self._waiting = list(run.waiting)
 
         return self._locked_run("up", "up", work, no_lock=no_lock,
                                 requested_by=requested_by, reason=reason)
@@ -1038,8 +1061,12 @@ class Migrator:
                 batch = None
                 if direction == "up":
                     batch = batches[index] if batches else (step_base or 1) + done
-                with run.trace.migration(name, direction, batch=batch, index=index, total=total):
-                    self._execute_one(run, ctx, hooks, name, direction, batch, index, total)
+                try:
+                    with run.trace.migration(name, direction, batch=batch, index=index,
+                                             total=total):
+                        self._execute_one(run, ctx, hooks, name, direction, batch, index, total)
+                except _WaitingForBackground:
+                    break  # on_background_pending="stop": nothing after it runs
                 done += 1
         except BaseException as error:
             failure = error
@@ -1226,6 +1253,12 @@ class Migrator:
         waiting = self.background.unmet(requires, self.changelog)
         if waiting:
             names = ", ".join(f"{w['migration']} ({w['status']})" for w in waiting)
+            if run.stop_when_waiting:
+                run.waiting.append({"migration": name, "waitsFor": waiting})
+                self._emit("background:waiting", migration=name, waitsFor=waiting)
+                self.logger.info("⧗ %s waits for %d background migration(s): %s — stopping here",
+                                 name, len(waiting), names)
+                raise _WaitingForBackground(name)
             raise BackgroundPendingError(
                 f"{name} is blocked: {len(waiting)} background migration(s) not done: {names}",
                 {"migration": name, "waitsFor": waiting,
@@ -1249,10 +1282,19 @@ def _replace_row(row: StatusRow, **changes: Any) -> StatusRow:
     return replace(row, **changes)
 
 
+def _check_on_background_pending(value: Any) -> None:
+    if value not in ("error", "stop"):
+        raise ConfigInvalidError(
+            f"on_background_pending must be 'error' or 'stop' (got {value!r})",
+            {"option": "on_background_pending"},
+        )
+
+
 def run_migrations(
     config: Config | Mapping[str, Any] | None = None,
     *,
     on_lock_held: Literal["throw", "wait"] = "throw",
+    on_background_pending: Literal["error", "stop"] = "error",
     lock_wait_timeout_ms: int | None = None,
     lock_poll_interval_ms: int = 500,
     no_lock: bool = False,
@@ -1268,11 +1310,17 @@ def run_migrations(
     With ``on_lock_held="wait"`` a process that finds the lock held waits for the holder (a peer
     replica booting at the same time) and then applies whatever is still pending. The wait is
     bounded by *stall* time: it is re-armed whenever the holder's heartbeat advances.
+
+    A migration whose background ``requires`` are not done raises ``BACKGROUND_PENDING``; with
+    ``on_background_pending="stop"`` everything before it applies and the summary says
+    ``up_to_date=False`` and ``waiting=[{migration, waitsFor: [{migration, status}]}]`` (event
+    ``background:waiting``) — the next start-up goes on from there.
     """
     if on_lock_held not in ("throw", "wait"):
         raise ConfigInvalidError(
             "on_lock_held must be 'throw' or 'wait'", {"option": "on_lock_held"}
         )
+    _check_on_background_pending(on_background_pending)
     for option, value in (("lock_wait_timeout_ms", lock_wait_timeout_ms),
                           ("lock_poll_interval_ms", lock_poll_interval_ms)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
@@ -1314,7 +1362,8 @@ def run_migrations(
                 raise RunAbortedError("Lock wait aborted", {"attempts": attempts})
             attempted = time.monotonic()
             try:
-                applied = migrator.up(no_lock=no_lock)
+                applied = migrator.up(no_lock=no_lock,
+                                      on_background_pending=on_background_pending)
                 break
             except LockAlreadyHeldError as refused:
                 if on_lock_held != "wait" or refused.context.get("problems"):
@@ -1350,12 +1399,14 @@ def run_migrations(
                 raise
         record_wait("acquired", attempted)
         waited_ms = int((time.monotonic() - started) * 1000) if waited else 0
+        waiting = list(migrator._waiting)
         return MigrationSummary(
             applied=applied,
-            up_to_date=not any(r.status == "applied" for r in applied),
+            up_to_date=not waiting and not any(r.status == "applied" for r in applied),
             waited=waited,
             waited_ms=waited_ms,
             attempts=attempts,
+            waiting=waiting if on_background_pending == "stop" else None,
         )
     finally:
         finished.set()

@@ -6,14 +6,17 @@ lock, and everything else is a compare-and-set on the stored state, so any numbe
 any number of processes can drive the same migration (reference background §3, §2.5, §6.1).
 
 Invariants: only one plan per generation commits (CAS on generation + previous plan token + status
-+ checksum); counters are rolled up once per generation (``rolledGeneration``); completion is
-decided only by counting what is left, never by summing partitions.
++ checksum); every generation's partition counters are rolled up exactly once
+(``rolledGeneration``), before any of its partitions is deleted — a pass that closes, a plan
+superseded by a replan and a ``retry --from-start`` all roll up first; completion is decided only
+by counting what is left, never by summing partitions.
 """
 
 from __future__ import annotations
 
 import contextvars
 import logging
+import random
 import threading
 import time
 import uuid
@@ -209,6 +212,12 @@ class BackgroundEngine:
                 self.store.set_open_partitions(name, state["generation"], "superseded")
                 if self.store.live_leases(name):
                     return Answer("wait", reason="replan-draining", retry_after_ms=1000)
+                if int(state.get("rolledGeneration", 0)) < int(state["generation"]):
+                    # the superseded plan's work counts: roll it up before a new plan's commit
+                    # drops its partitions (its failures do not fail the migration: the new
+                    # plan takes their documents again)
+                    self._roll_up(state, closing=False)
+                    state = self.store.require(name)
                 answer = self._plan_pass(state, job)  # phase 'replan': the same pass
                 if answer is not None:
                     return answer
@@ -389,7 +398,18 @@ class BackgroundEngine:
         self.store.drop_generations_below(name, generation)
         return None
 
-    def _roll_up(self, state: Mapping[str, Any]) -> None:
+    def _roll_up(
+        self, state: Mapping[str, Any], *, closing: bool = True, counters_only: bool = False
+    ) -> None:
+        """Add the current generation's partition counters into ``totals``, once (CAS on
+        ``rolledGeneration``).
+
+        A write intent left on a partition (its lane stopped between a write and its next
+        checkpoint, and no lane will hold the partition again) is counted here: its documents
+        found at the target. ``closing`` (a pass closes) also records failed partitions, which
+        fail the migration; a superseded plan's do not. ``counters_only`` leaves the failed ids
+        and document errors alone (``retry --from-start`` has just cleared them).
+        """
         name = state["_id"]
         generation = int(state["generation"])
         totals: dict[str, int] = {}
@@ -405,6 +425,10 @@ class BackgroundEngine:
                     totals[key] = totals.get(key, 0) + int(value)
             if partition.get("reclaims"):
                 totals["reclaims"] = totals.get("reclaims", 0) + int(partition["reclaims"])
+            landed = self._landed_intent(state, partition)
+            if landed:
+                for key in ("scanned", "migrated"):
+                    totals[key] = totals.get(key, 0) + landed
             for bad in partition.get("badIds") or []:
                 if repr(bad) not in seen:
                     seen.add(repr(bad))
@@ -414,14 +438,29 @@ class BackgroundEngine:
                 failed += 1
                 last_error = last_error or partition.get("lastError")
         inc = {f"totals.{k}": v for k, v in totals.items() if v}
-        fields: dict[str, Any] = {
-            "rolledGeneration": generation,
-            "badIds": bad_ids[: MAX_BAD_IDS + 1],
-            "docErrors": doc_errors[-DOC_ERRORS_KEPT:],
-        }
-        if failed:
+        fields: dict[str, Any] = {"rolledGeneration": generation}
+        if not counters_only:
+            fields.update({"badIds": bad_ids[: MAX_BAD_IDS + 1],
+                           "docErrors": doc_errors[-DOC_ERRORS_KEPT:]})
+        if failed and closing:
             fields.update({"failedPartitions": failed, "lastError": last_error})
         self.store.update_state(name, {"rolledGeneration": {"$lt": generation}}, fields, inc=inc)
+
+    def _landed_intent(self, state: Mapping[str, Any], partition: Mapping[str, Any]) -> int:
+        """How many documents a partition's leftover write intent names that are now at the
+        target version (written by the lane that stopped; never counted by a checkpoint)."""
+        ids = list((partition.get("inflight") or {}).get("ids") or ())
+        spec = state.get("spec") or {}
+        if not ids or spec.get("mode") == "step" or not spec.get("collection"):
+            return 0
+        forward = state.get("direction", "forward") == "forward"
+        target = int(spec["to"] if forward else spec["from"])
+        version = str(spec.get("field") or "__v")
+        at: dict[str, Any] = (
+            {version: target} if target else {"$or": [{version: None}, {version: 0}]}
+        )
+        return self.db[str(spec["collection"])].count_documents(
+            {"$and": [{"_id": {"$in": ids}}, at]})
 
     def fail_state(self, name: str, reason: str) -> None:
         from migronaut._redact import redact
@@ -527,6 +566,8 @@ class BackgroundEngine:
             elif effective == "reopen":
                 self.store.update_state(name, {}, {}, inc={"reopened": 1})
             elif action == "retry" and from_start:
+                if int(state.get("rolledGeneration", 0)) < generation:
+                    self._roll_up(state, closing=False, counters_only=True)  # totals are kept
                 self.store.partitions.delete_many({"background": name,
                                                    "generation": {"$lte": generation}})
             elif action == "retry":
@@ -784,13 +825,20 @@ class BackgroundEngine:
         from migronaut.background.lanes import run_slice
 
         cancel = cancellation or Cancellation()
+        outage = DriverOutage(self.logger, name)
         while True:
             if cancel.cancelled:
                 raise RunAbortedError(
                     f"Stopped driving background migration {name} — it goes on from here",
                     {"migration": name},
                 )
-            answer = self.coordinate(name, driver=driver, cancellation=cancel)
+            try:
+                answer = self.coordinate(name, driver=driver, cancellation=cancel)
+            except Exception as error:
+                if cancel.cancelled or not outage.ride_out(error, cancel):
+                    raise
+                continue
+            outage.clear()
             if answer.next in ("done", "superseded"):
                 break
             if answer.next == "process":
@@ -829,9 +877,11 @@ class BackgroundEngine:
         """Run ``lanes`` lane loops in threads until the current plan has nothing claimable."""
         fatal: list[MigronautError] = []
         lane_cancel = _Linked(cancel)
+        budget_ms = int(job.spec.get("maxOutageMs", DEFAULT_OUTAGE_MS))
 
         def lane() -> None:
             failures = 0
+            outage = DriverOutage(self.logger, name, budget_ms)
             while not lane_cancel.cancelled:
                 try:
                     result = run_slice(
@@ -840,6 +890,8 @@ class BackgroundEngine:
                         emit=self.emit, logger=self.logger, telemetry=self.telemetry,
                     )
                 except MigronautError as error:
+                    if not lane_cancel.cancelled and outage.ride_out(error, lane_cancel):
+                        continue  # an outage: not a failure until it outlasts maxOutageMs
                     failures += 1
                     if error.code in _FATAL or failures >= 10:
                         fatal.append(error)
@@ -850,6 +902,7 @@ class BackgroundEngine:
                     lane_cancel.wait(min(30.0, 0.25 * 2 ** failures))
                     continue
                 failures = 0
+                outage.clear()
                 if once or result.outcome not in ("yielded", "busy"):
                     return
                 if result.outcome == "busy":
@@ -895,6 +948,56 @@ class BackgroundEngine:
         from migronaut.background.watch import watch_status
 
         return watch_status(self, collection)
+
+
+#: ``maxOutageMs`` of a spec stored before the setting existed.
+DEFAULT_OUTAGE_MS = 300_000
+
+
+class DriverOutage:
+    """A driver's view of an outage (a lost connection, an election): how long it has lasted.
+
+    While it lasts less than the budget, :meth:`ride_out` waits (jittered, doubling up to 2 s)
+    and says to try again — the error is not a failure; past the budget it says ``False`` and
+    the error counts. Any success :meth:`clear` s it. Used by the ``run`` driver and the runner.
+    """
+
+    def __init__(self, logger: logging.Logger, name: str,
+                 budget_ms: int = DEFAULT_OUTAGE_MS) -> None:
+        self.logger = logger
+        self.name = name
+        self.budget_s = max(0, budget_ms) / 1000.0
+        self.since: float | None = None
+        self.tries = 0
+
+    def clear(self) -> None:
+        self.since, self.tries = None, 0
+
+    def pause_s(self, error: BaseException) -> float | None:
+        """The pause before trying again, or ``None`` when ``error`` counts as a failure."""
+        from migronaut.background.wire import transient_error
+
+        if not transient_error(error):
+            return None
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+            message = error.message if isinstance(error, MigronautError) else (
+                type(error).__name__)
+            self.logger.info("%s: %s — retrying for up to %gs", self.name, message,
+                             self.budget_s)
+        if now - self.since >= self.budget_s:
+            return None
+        pause: float = min(2.0, 0.1 * 2 ** min(self.tries, 10)) * random.uniform(0.5, 1.0)
+        self.tries += 1
+        return pause
+
+    def ride_out(self, error: BaseException, cancellation: Cancellation) -> bool:
+        pause = self.pause_s(error)
+        if pause is None:
+            return False
+        cancellation.wait(pause)
+        return True
 
 
 _FATAL = frozenset({

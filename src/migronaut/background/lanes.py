@@ -46,10 +46,18 @@ Two decisions keep it there:
   collection. (Transactional batches read :class:`~bson.raw_bson.RawBSONDocument` to know each
   document's size for the 8 MiB cut, then decode each once.)
 
-The adaptive controller judges a batch by its *work latency*: read + transforms + guarded writes
-(not the pacing nor the checkpoint). That is both the server-load signal and the window in which
-an application write can conflict with the batch, so keeping it near ``targetLatencyMs`` bounds
-conflicts too; it also means a slow transform shrinks batches.
+The adaptive controller judges a batch by the **server's time**: the round trip of its guarded
+write commands (and, in a transaction, the commit) — reference §4.8's "write phase". A slow
+``migrate`` function is the author's cost, not a sign of a loaded server: it must not shrink
+batches nor add pauses (a transform sleeping 60 ms a document would otherwise be paced towards
+``maxPauseMs``).
+
+**Outages are not failures.** A lost connection, an election or a primary stepping down (see
+:func:`migronaut.background.wire.transient_error`) is ridden out by the lane holding the
+partition: it keeps its lease (the keeper keeps renewing), backs off, then starts again from what
+the partition document records — counting the write intent's documents found at the target and
+reading on from the stored cursor — so a write whose reply was lost is counted exactly once.
+Only an outage longer than ``maxOutageMs`` counts as a failed slice.
 """
 
 from __future__ import annotations
@@ -68,6 +76,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import bson
+from bson.errors import BSONError
 from bson.raw_bson import RawBSONDocument
 
 from migronaut.background.diff import DocumentProblem, copy_document, guard_filter, stamper
@@ -76,7 +85,7 @@ from migronaut.background.planner import index_named, scope_filter
 from migronaut.background.sharding import epoch_is_stale, key_values
 from migronaut.background.store import SCHEMA, BackgroundStore, Lease
 from migronaut.background.throttle import AdaptiveController, Throttle, controller_for
-from migronaut.background.wire import guarded_updates, read_batch
+from migronaut.background.wire import UpdateOutcome, guarded_updates, read_batch, transient_error
 from migronaut.core._calls import call_user
 from migronaut.core.context import Cancellation
 from migronaut.core.topology import refuses_transactions
@@ -122,8 +131,11 @@ OUTCOMES = (
 )
 #: How often the lease keeper reads the state's control fields (seconds).
 CONTROL_INTERVAL_S = 1.0
-#: Consecutive heartbeat errors that count as a lost lease.
-HEARTBEAT_ERRORS = 3
+#: A lease not renewed for this share of its TTL may be reaped any moment: the lane stops.
+LEASE_LOST_AFTER = 0.9
+#: First pause of an outage (seconds); it doubles up to :data:`OUTAGE_PAUSE_MAX_S`, jittered.
+OUTAGE_PAUSE_S = 0.1
+OUTAGE_PAUSE_MAX_S = 5.0
 #: A step's checkpoint, encoded as ``{checkpoint: ...}``, may not exceed this (bytes).
 STEP_CHECKPOINT_MAX = 64 * 1024
 #: A transactional batch keeps the leading documents whose BSON fits in this (bytes).
@@ -134,6 +146,8 @@ TXN_BATCH_BYTES = 8 * 1024 * 1024
 INTENT_MAX_BYTES = 2 * 1024 * 1024
 #: Clean transactional batches in a row before the transaction size grows by ×1.5.
 TXN_GROW_AFTER = 5
+#: What encoding a value BSON cannot store raises (an ``object()``, an int over 64 bits, …).
+_UNENCODABLE: Final = (BSONError, OverflowError, TypeError, ValueError)
 #: Write errors that fail only their document (reference Appendix A).
 DOCUMENT_WRITE_CODES = frozenset({11000, 121, 72, 66, 17280})
 #: Transaction time/size limits, transient codes, overload codes.
@@ -374,6 +388,35 @@ class _Part:
         return bool(self.pending or self.pending_errors or self.intent)
 
 
+class _Outage:
+    """How long a lane has been riding out an outage, against the ``maxOutageMs`` budget."""
+
+    def __init__(self, budget_ms: int) -> None:
+        self.budget_s = max(0, budget_ms) / 1000.0
+        self.since: float | None = None
+        self.tries = 0
+
+    def clear(self) -> None:
+        """Progress: the outage (if any) is over."""
+        self.since, self.tries = None, 0
+
+    def ride_out(self, error: BaseException, lane: _Lane) -> bool:
+        """Wait before trying again (jittered, doubling); ``False`` when the budget is spent
+        and ``error`` should count as a failure. A stop or a lost lease ends the wait."""
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+            lane.logger.info("%s: %s — retrying for up to %gs", lane.name, _describe_server(error),
+                             self.budget_s, extra={"migration": lane.name})
+        if now - self.since >= self.budget_s:
+            return False
+        pause = min(OUTAGE_PAUSE_MAX_S, OUTAGE_PAUSE_S * 2 ** min(self.tries, 10))
+        self.tries += 1
+        if lane.signal.wait(pause * random.uniform(0.5, 1.0)):
+            lane.signal.raise_if_cancelled()
+        return True
+
+
 @dataclass
 class _Batch:
     counters: dict[str, int]
@@ -396,8 +439,10 @@ class _LeaseKeeper:
     """The heartbeat thread of one held lease: renewals every ``ttl/2`` and control reads.
 
     Renewal is skipped when a checkpoint touched the lease within ``ttl/4``. A renewal that
-    matches nothing, or three failing in a row, marks the lane lost and sets its signal with
-    ``LOCK_LOST``. The control read (every :data:`CONTROL_INTERVAL_S`) stores the first stop
+    matches nothing marks the lane lost and sets its signal with ``LOCK_LOST``; a renewal that
+    fails (the network, an election) is tried again soon, and only when no renewal succeeded for
+    most of the TTL — when a reaper may take the lease — is the lane lost. The control read
+    (every :data:`CONTROL_INTERVAL_S`) stores the first stop
     outcome it sees (``paused``, ``cancelled``, ``failed``, ``stale``) for the lane to act on.
     """
 
@@ -427,6 +472,7 @@ class _LeaseKeeper:
 
     def _run(self) -> None:
         renew_every = max(0.01, self._ttl_s / 2)
+        retry_every = max(0.01, min(renew_every, self._ttl_s / 8, 1.0))
         now = time.monotonic()
         next_renew = now + renew_every
         next_control = now + CONTROL_INTERVAL_S
@@ -437,18 +483,22 @@ class _LeaseKeeper:
                 if self._lane.control is None:
                     self._read_control()
             if now >= next_renew:
-                next_renew = now + renew_every
-                if now - self._touched >= self._ttl_s / 4 and not self._renew():
+                renewed: bool | None = True
+                if now - self._touched >= self._ttl_s / 4:
+                    renewed = self._renew()
+                if renewed is None:
                     return
+                next_renew = now + (renew_every if renewed else retry_every)
 
-    def _renew(self) -> bool:
+    def _renew(self) -> bool | None:
+        """``True`` renewed, ``False`` failed (try again soon), ``None`` lost (lane stopped)."""
         try:
             held = self._lane.store.renew(self._lease)
         except Exception as error:
             self._errors += 1
             self._lane.logger.debug("lease renewal failed: %s", type(error).__name__)
-            if self._errors < HEARTBEAT_ERRORS:
-                return True
+            if time.monotonic() - self._touched < self._ttl_s * LEASE_LOST_AFTER:
+                return False
             held = False
         else:
             self._errors = 0
@@ -456,7 +506,7 @@ class _LeaseKeeper:
             self.touch()
             return True
         self._lane.lose(self._lease)
-        return False
+        return None
 
     def _read_control(self) -> None:
         try:
@@ -551,6 +601,12 @@ class _Lane:
         )
         self.txn_size: int | None = None
         self.txn_clean = 0
+        #: counters of work that no checkpoint recorded yet and that must be recorded once
+        #: (transaction retries of a batch that never committed)
+        self.carried: dict[str, int] = {}
+        #: server time of the current batch's write commands (what the controller judges)
+        self.write_s = 0.0
+        self.outage = _Outage(int(self.spec.get("maxOutageMs", 300_000)))
         if self.mode == "declarative":
             self._init_declarative()
 
@@ -697,7 +753,13 @@ class _Lane:
 
     def _hold(self, lease: Lease) -> _Outcome:
         """Work one claimed partition under its lease; settle the lease whatever happens."""
-        partition = self.store.load_partition(lease)
+        try:
+            partition = self._reload(lease)
+        except LockLostError:
+            partition = None
+        except Exception:
+            self._release(lease)
+            raise
         if partition is None:
             self.emit("background:lease:lost", {"partition": str(lease.partition_id)})
             return _Outcome("lost", {}, LockLostError(
@@ -719,11 +781,8 @@ class _Lane:
             try:
                 with _LeaseKeeper(self, lease, part.generation,
                                   str(partition.get("plan"))) as keeper:
-                    if partition.get("inflight"):
-                        self._recover(lease, part, partition["inflight"], counters)
-                    outcome = self._work(lease, part, keeper, controller, counters)
-                    if part.unflushed:
-                        self._flush(lease, part, controller)
+                    outcome = self._work_through_outages(lease, part, partition, keeper,
+                                                         controller, counters)
             except BaseException as error:
                 outcome = self._settle_error(lease, part, error, counters)
             else:
@@ -734,6 +793,67 @@ class _Lane:
             traced.set({f"migronaut.background.slice.{key}": outcome.counters.get(key)
                         for key in ("batches", "migrated")})
             return outcome
+
+    def _work_through_outages(
+        self,
+        lease: Lease,
+        part: _Part,
+        partition: Mapping[str, Any],
+        keeper: _LeaseKeeper,
+        controller: AdaptiveController | None,
+        counters: dict[str, int],
+    ) -> _Outcome:
+        """Work the partition; after an outage (lost connection, election) start again from
+        what the partition document says, keeping the lease.
+
+        Whatever of the lane's work landed is exactly what the stored partition records: its
+        checkpoint's counters and cursor, and the intent naming the one batch that may have been
+        written after it. Starting again from there — counting the intent's documents now at the
+        target, then reading on from the stored cursor — counts every document once, whether the
+        last command's reply was lost after it applied or before. Outages are not failures until
+        the outage budget (``maxOutageMs``) runs out; the lease keeper keeps renewing meanwhile.
+        """
+        while True:
+            try:
+                if partition.get("inflight"):
+                    self._recover(lease, part, partition["inflight"], counters)
+                outcome = self._work(lease, part, keeper, controller, counters)
+                if part.unflushed:
+                    self._flush(lease, part, controller)
+                return outcome
+            except Exception as error:
+                if isinstance(error, (LockLostError, RunAbortedError)) or self.caller.cancelled:
+                    raise
+                if not transient_error(error) or not self.outage.ride_out(error, self):
+                    raise
+            for key, value in part.pending.items():  # written, maybe not recorded: see intent
+                counters[key] = counters.get(key, 0) - value
+            reloaded = self._reload(lease)
+            if reloaded is None:
+                return _Outcome("exhausted", counters)
+            partition = reloaded
+            part.cursor = dict(partition.get("cursor") or {})
+            part.pending, part.pending_errors = {}, []
+            part.intent = bool(partition.get("inflight"))
+
+    def _reload(self, lease: Lease) -> dict[str, Any] | None:
+        """The held partition as stored (outages ridden out); ``None`` when it is done.
+
+        ``LOCK_LOST`` when another lane holds it now (a reaper took the lease meanwhile).
+        """
+        while True:
+            try:
+                doc = self.store.partitions.find_one({"_id": lease.partition_id})
+                break
+            except Exception as error:
+                if not transient_error(error) or not self.outage.ride_out(error, self):
+                    raise
+        if doc is not None and (doc.get("lease") or {}).get("token") == lease.token:
+            return doc
+        if doc is not None and doc.get("status") == "done":
+            return None  # its last checkpoint landed, or its next holder finished it
+        raise LockLostError("Lost the partition lease", {"lease": True,
+                                                         "partition": str(lease.partition_id)})
 
     def _recover(
         self, lease: Lease, part: _Part, inflight: Mapping[str, Any], counters: dict[str, int]
@@ -792,6 +912,9 @@ class _Lane:
         if self.lost or fenced:
             lost = error if fenced and isinstance(error, LockLostError) else LockLostError(
                 "Lost the partition lease", {"lease": True, "partition": part.key})
+            # fenced by the token: frees the slot when the lease is still ours (the partition was
+            # superseded or cancelled under it), a no-op when another lane holds it
+            self._release(lease)
             self.emit("background:lease:lost", {"partition": part.key})
             self.emit("background:slice:end", {
                 "partition": part.key, "outcome": "lost", "counters": counters,
@@ -799,6 +922,7 @@ class _Lane:
             return _Outcome("lost", counters, lost)
         if self.caller.cancelled and isinstance(error, Exception):
             # a shutdown or deploy, never a failure — whatever the stop made user code raise
+            _add(part.pending, self._take_carried())
             if part.unflushed:
                 try:
                     self._flush(lease, part, None)
@@ -819,6 +943,7 @@ class _Lane:
                 partition_failed = self.store.fail_slice(
                     lease, failure.message,
                     max_failures=int(self.spec.get("maxSliceFailures", 3) or 3),
+                    counters=self._take_carried(),
                 )
             except Exception as store_error:
                 self.logger.debug("slice failure not recorded: %s", type(store_error).__name__)
@@ -831,6 +956,10 @@ class _Lane:
             "counters": counters,
         })
         raise failure from error
+
+    def _take_carried(self) -> dict[str, int]:
+        carried, self.carried = self.carried, {}
+        return carried
 
     def _slice_error(self, error: Exception, part: _Part) -> MigronautError:
         return _wrap(self.name, error, part.key)
@@ -870,6 +999,7 @@ class _Lane:
                 continue
             self.first_batch = False
             batch = self._batch(lease, part, keeper, controller, size)
+            self.outage.clear()
             batches += 1
             _add(counters, batch.counters)
             self.emit("background:batch", {
@@ -1083,7 +1213,7 @@ class _Lane:
         write), so a lane killed between a write and its checkpoint leaves a record the next
         holder counts from (:meth:`_recover`) — totals stay exact — at 3 round trips a batch.
         """
-        started = time.monotonic()
+        self.write_s = 0.0
         docs = self._read_batch(self.coll, part, limit)
         read = len(docs)
         docs = _within_intent(docs)
@@ -1094,17 +1224,14 @@ class _Lane:
         candidates: Sequence[dict[str, Any]] = docs
         max_rounds = int(self.spec.get("maxConflictRetries", 3))
         rounds = 0
-        flushed_s = 0.0
         left: list[Any] = []
         while candidates:
             written, ops, doc_errors = self._prepare(candidates, ctx)
             errors.extend(doc_errors)
             if rounds == 0 and ops:
-                flush_started = time.monotonic()
                 self._flush(lease, part, controller, intent=[doc["_id"] for doc in written])
                 keeper.touch()
-                flushed_s = time.monotonic() - flush_started
-            retry = self._write(written, ops, errors, counters)
+            retry = self._write(lease, written, ops, errors, counters)
             if not retry:
                 break
             if rounds >= max_rounds:
@@ -1116,7 +1243,7 @@ class _Lane:
             candidates = self._read(
                 {"$and": [self.match, {"_id": {"$in": retry}}]}, len(retry))
             counters["skipped"] += len(retry) - len(candidates)
-        latency_ms = (time.monotonic() - started - flushed_s) * 1000.0
+        latency_ms = self.write_s * 1000.0
         if controller is not None:
             self._report(controller.record(latency_ms, overloaded=self.throttle.take_lagged()))
         counters["failed"] = len(errors)
@@ -1149,17 +1276,31 @@ class _Lane:
 
     def _write(
         self,
+        lease: Lease,
         written: list[dict[str, Any]],
         ops: list[Any],
         errors: list[_DocError],
         counters: dict[str, int],
     ) -> list[Any]:
-        """One unordered guarded ``update`` command; returns the ids to re-transform."""
+        """One unordered guarded ``update`` command; returns the ids to re-transform.
+
+        Its round trip is the batch's server time (:attr:`write_s`). A retry after a lost reply
+        first confirms the lease (:meth:`_confirm`).
+        """
         from pymongo.errors import WriteError
 
         if not ops:
             return []
-        outcome = guarded_updates(self.write_coll, ops)
+        try:
+            outcome = self._send(lease, ops)
+        except _UNENCODABLE:
+            kept_docs, kept_ops = self._storable(written, ops, errors)
+            if len(kept_ops) == len(ops):
+                raise  # not a value BSON cannot store
+            if not kept_ops:
+                return []
+            written, ops = kept_docs, kept_ops
+            outcome = self._send(lease, ops)
         failed_at: set[int] = set()
         for item in outcome.write_errors:
             code = item.get("code")
@@ -1174,6 +1315,46 @@ class _Lane:
             counters["migrated"] += len(pending)
             return []
         return self._classify(pending, counters)
+
+    def _send(self, lease: Lease, ops: list[Any]) -> UpdateOutcome:
+        started = time.monotonic()
+        try:
+            return guarded_updates(self.write_coll, ops, confirm=lambda: self._confirm(lease))
+        finally:
+            self.write_s += time.monotonic() - started
+
+    def _storable(
+        self, written: list[dict[str, Any]], ops: list[Any], errors: list[_DocError]
+    ) -> tuple[list[dict[str, Any]], list[Any]]:
+        """The statements BSON can encode; the others are document errors (reason ``shape``).
+
+        Called only when a batch's command failed to encode (a ``migrate`` that returned a value
+        BSON cannot store, such as an ``object()``) — before its statements were sent, since
+        encoding comes first: the hot path never encodes anything twice.
+        """
+        keep_docs: list[dict[str, Any]] = []
+        keep_ops: list[Any] = []
+        for doc, op in zip(written, ops, strict=True):
+            try:
+                self._encode(op)
+            except _UNENCODABLE as error:
+                errors.append(_DocError(doc.get("_id"), "shape",
+                                        "the migrated document cannot be stored as BSON "
+                                        f"({type(error).__name__})"))
+                continue
+            keep_docs.append(doc)
+            keep_ops.append(op)
+        return keep_docs, keep_ops
+
+    def _encode(self, value: Mapping[str, Any]) -> None:
+        bson.encode(value, codec_options=self.write_coll.codec_options)
+
+    def _confirm(self, lease: Lease) -> None:
+        """Renew the lease (fenced) before a write is sent again: ``LOCK_LOST`` when another
+        lane holds the partition now, so a retried write never lands after a takeover."""
+        if not self.store.renew(lease):
+            raise LockLostError("Lost the partition lease before retrying a write",
+                                {"lease": True, "partition": str(lease.partition_id)})
 
     def _classify(self, pending: list[dict[str, Any]], counters: dict[str, int]) -> list[Any]:
         """Re-read unmatched candidates: which writes landed, which to retry (§4.4)."""
@@ -1259,7 +1440,9 @@ class _Lane:
         txn_retries = 0
         last_read: list[Any] = []
         while True:
-            self.signal.raise_if_cancelled()
+            if self.signal.cancelled:
+                self.carried["txnRetries"] = self.carried.get("txnRetries", 0) + txn_retries
+                self.signal.raise_if_cancelled()
             attempt_no += 1
             started = time.monotonic()
             try:
@@ -1272,8 +1455,11 @@ class _Lane:
                     excluded[_id_key(doc_error.id)] = doc_error
                 continue
             except (_Conflict, PyMongoError) as error:
-                kind = _txn_error_kind(error)
+                kind = None if _outage(error) else _txn_error_kind(error)
                 if kind is None:
+                    # not retried here (an outage is ridden out by the partition's holder):
+                    # the retries so far are recorded with the next checkpoint or the failure
+                    self.carried["txnRetries"] = self.carried.get("txnRetries", 0) + txn_retries
                     raise
                 txn_retries += 1
                 if controller is not None and kind != "conflict":
@@ -1295,6 +1481,7 @@ class _Lane:
                     continue
                 attempts += 1
                 if attempts > max_retries:
+                    self.carried["txnRetries"] = self.carried.get("txnRetries", 0) + txn_retries
                     raise _SliceFailure(
                         f"a transactional batch failed {attempts} times in a row "
                         f"({_describe_server(error)}) — more than maxRetries ({max_retries})"
@@ -1333,7 +1520,7 @@ class _Lane:
 
         assert self.transaction is not None
         timeout_ms = int(self.transaction.get("timeoutMs", 10_000))
-        started = time.monotonic()
+        self.write_s = 0.0
         with self.db.client.start_session() as session:
             session.start_transaction(
                 read_concern=ReadConcern("snapshot"),
@@ -1361,7 +1548,7 @@ class _Lane:
                 if errors:
                     raise _DocumentFailure(errors)
                 if ops:
-                    outcome = guarded_updates(self.coll, ops, session=session)
+                    outcome = self._txn_write(written, ops, session)
                     refused = [
                         _DocError(written[int(item["index"])].get("_id"), "write",
                                   _write_error_message(item))
@@ -1376,9 +1563,9 @@ class _Lane:
                                          item.get("code"), dict(item))
                     if outcome.matched < len(ops):
                         raise _Conflict("a guarded write matched nothing")
-                latency_ms = (time.monotonic() - started) * 1000.0
+                carried = self.carried.get("txnRetries", 0)
                 counters = {"scanned": len(kept), "migrated": len(ops), "failed": len(failed),
-                            "batches": 1, "txnRetries": txn_retries}
+                            "batches": 1, "txnRetries": txn_retries + carried}
                 over = self._over_budget(failed)
                 cursor_before = part.cursor
                 last = [decode(kept[-1].raw, options)] if kept else []
@@ -1387,10 +1574,17 @@ class _Lane:
                 done = exhausted and over is None
                 try:
                     self._checkpoint(lease, part, counters, failed, controller, done, session)
-                    _commit(session)
+                    committing = time.monotonic()
+                    try:
+                        _commit(session)
+                    finally:
+                        self.write_s += time.monotonic() - committing
                 except BaseException:
                     part.cursor = cursor_before
                     raise
+                if carried:
+                    self.carried.pop("txnRetries", None)
+                latency_ms = self.write_s * 1000.0
             except BaseException:
                 if session.in_transaction:
                     try:
@@ -1401,6 +1595,23 @@ class _Lane:
         if controller is not None:
             self._report(controller.record(latency_ms, overloaded=self.throttle.take_lagged()))
         return _Batch(_nonzero(counters), latency_ms, size, done, failed, over)
+
+    def _txn_write(
+        self, written: list[dict[str, Any]], ops: list[Any], session: ClientSession
+    ) -> UpdateOutcome:
+        """The batch's guarded writes in the transaction (timed); a statement BSON cannot store
+        fails its document (the attempt is retried without it)."""
+        started = time.monotonic()
+        try:
+            return guarded_updates(self.coll, ops, session=session)
+        except _UNENCODABLE:
+            refused: list[_DocError] = []
+            self._storable(written, ops, refused)
+            if not refused:
+                raise
+            raise _DocumentFailure(refused) from None
+        finally:
+            self.write_s += time.monotonic() - started
 
     def _step_past(
         self,
@@ -1413,12 +1624,15 @@ class _Lane:
         limit: int,
     ) -> _Batch:
         """A one-document batch that keeps conflicting: leave it to the next pass."""
-        counters = {"scanned": 1, "conflicts": 1, "batches": 1, "txnRetries": txn_retries}
+        carried = self.carried.get("txnRetries", 0)
+        counters = {"scanned": 1, "conflicts": 1, "batches": 1,
+                    "txnRetries": txn_retries + carried}
         if self.key_ranges is not None and part.scope.get("kind") == "key-range":
             part.cursor = {**part.cursor, "stuck": [*(part.cursor.get("stuck") or ()), doc_id]}
         else:
             part.cursor = {"lastId": doc_id}
         self._checkpoint(lease, part, counters, (), controller, False)
+        self.carried.pop("txnRetries", None)
         keeper.touch()
         return _Batch(counters, 0.0, limit, False)
 
@@ -1495,12 +1709,14 @@ class _Lane:
                         result = self._call_step(
                             fn, self._step_context(part, attempt_no, session))
                         checkpoint, done, counters = _validate_step(result)
-                        if txn_retries:
-                            counters["txnRetries"] = txn_retries
+                        carried = self.carried.get("txnRetries", 0)
+                        if txn_retries + carried:
+                            counters["txnRetries"] = txn_retries + carried
                         cursor = {"checkpoint": checkpoint}
                         self.store.checkpoint(lease, cursor=cursor, counters=counters,
                                               done=done, session=session)
                         _commit(session)
+                        self.carried.pop("txnRetries", None)
                     except BaseException:
                         if session.in_transaction:
                             try:
@@ -1512,11 +1728,13 @@ class _Lane:
             except LockLostError:
                 raise
             except PyMongoError as error:
-                if _txn_error_kind(error) is None:
+                if _outage(error) or _txn_error_kind(error) is None:
+                    self.carried["txnRetries"] = self.carried.get("txnRetries", 0) + txn_retries
                     raise
                 txn_retries += 1
                 attempts += 1
                 if attempts > max_retries:
+                    self.carried["txnRetries"] = self.carried.get("txnRetries", 0) + txn_retries
                     raise _SliceFailure(
                         f"a transactional step failed {attempts} times in a row "
                         f"({_describe_server(error)}) — more than maxRetries ({max_retries})"
@@ -1599,6 +1817,15 @@ def _txn_error_kind(error: BaseException) -> str | None:
     if error.has_error_label("TransientTransactionError") or code in TXN_TRANSIENT_CODES:
         return "transient"
     return None
+
+
+def _outage(error: BaseException) -> bool:
+    """A lost connection or a server that is not the primary: over once it is back."""
+    from pymongo.errors import ConnectionFailure
+
+    from migronaut.background.wire import OUTAGE_CODES
+
+    return isinstance(error, ConnectionFailure) or getattr(error, "code", None) in OUTAGE_CODES
 
 
 def _overloaded(error: BaseException) -> bool:

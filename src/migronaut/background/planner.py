@@ -299,5 +299,7 @@ def plan_id_ranges(
                 "estimate": round(estimate * counts[index] / n),
             })
     partitions.sort(key=lambda p: -p["estimate"])
-    return Plan(partitions=partitions, method="sampled", estimate=estimate, at_least=large)
+    # the reference's names: which came first, the match or the $sample
+    method = "sample-first" if large else "match-first"
+    return Plan(partitions=partitions, method=method, estimate=estimate, at_least=large)
 

@@ -18,7 +18,9 @@ Invariants:
   process because the slot index enforces it, and within this process a migration is never worked
   by more lanes than its ``maxParallel``;
 * a lane never raises: a failing turn is logged, handed to ``on_error`` and backs that migration
-  off for ``min(60 s, 1 s × 2^failures)`` (jittered); ``busy``/``wait`` answers back off for the
+  off for ``min(60 s, 1 s × 2^failures)`` (jittered); an outage (a lost connection, an election)
+  is not a failure until it outlasts the migration's ``maxOutageMs``: the migration is looked at
+  again within 2 s; ``busy``/``wait`` answers back off for the
   answer's ``retryAfterMs`` without counting a failure (a coordinator lock held by another
   process: at most the poll interval, since its step takes milliseconds); the lanes of one
   runner take coordinator steps for one migration one at a time;
@@ -26,6 +28,13 @@ Invariants:
   release their leases (a stop is never counted as a failure), and the threads are joined. Only
   when ``stop(timeout=...)`` gives up waiting are lane threads left behind (daemon threads, which
   end at their next batch boundary; their leases expire after the lock TTL otherwise).
+
+The live drift watcher (reference §6.3/§6.8) is hosted by the runner when asked (``watch=True``)
+or, by default, when the config's ``background_drift`` is ``stream`` or ``both``. It needs change
+streams: on a server without them (a standalone, the dev server) an explicit ``watch=True`` is
+refused by :meth:`BackgroundRunner.start` with ``CONFIG_INVALID``, while the config's default
+degrades — a warning, ``on_error`` sees the error, drift is left to the poll (the verifier) and
+the lanes serve as usual.
 """
 
 from __future__ import annotations
@@ -50,7 +59,8 @@ from migronaut.errors import (
 
 if TYPE_CHECKING:
     from migronaut.api import Migrator
-    from migronaut.background.engine import BackgroundEngine
+    from migronaut.background.engine import BackgroundEngine, DriverOutage
+    from migronaut.background.watch import Watcher
 
 __all__ = ["BackgroundRunner", "RunnerStats", "work"]
 
@@ -104,7 +114,9 @@ class BackgroundRunner:
     (default 600, ``None`` = never) runs the drift poll (``background_on_drift`` decides
     between reopening and reporting);
     ``on_error(error, migration)`` sees every failing turn (what it raises is ignored);
-    ``cancellation`` is an outside stop signal (the runner stops when it is set).
+    ``cancellation`` is an outside stop signal (the runner stops when it is set); ``watch``
+    hosts the live drift watcher (``None``: when the config's ``background_drift`` is not
+    ``poll``; see the module docstring for a server without change streams).
 
     Options are checked when the runner is built (``CONFIG_INVALID``); :meth:`start` connects, so
     a bad URI fails there, synchronously.
@@ -121,6 +133,7 @@ class BackgroundRunner:
         verify_interval_s: float | None = DEFAULT_VERIFY_INTERVAL_S,
         on_error: OnError | None = None,
         cancellation: Cancellation | None = None,
+        watch: bool | None = None,
     ) -> None:
         if isinstance(lanes, bool) or not isinstance(lanes, int) or not 1 <= lanes <= MAX_LANES:
             raise ConfigInvalidError(
@@ -150,6 +163,9 @@ class BackgroundRunner:
                 f"(got {verify_interval_s!r})",
                 {"option": "verify_interval_s"},
             )
+        if watch is not None and not isinstance(watch, bool):
+            raise ConfigInvalidError(
+                f"watch must be True, False or None (got {watch!r})", {"option": "watch"})
         wanted = None if names is None else frozenset(names)
         if wanted is not None and not all(isinstance(n, str) and n for n in wanted):
             raise ConfigInvalidError("names must be migration file names", {"option": "names"})
@@ -175,12 +191,23 @@ class BackgroundRunner:
         self._coordinator_locks: dict[str, threading.Lock] = {}
         self._stats = RunnerStats()
         self._engine: BackgroundEngine | None = None
+        self.watch = watch
+        self._watcher: Watcher | None = None
+        #: why the hosted watcher could not start (the server has no change streams), if so
+        self.watch_error: MigronautError | None = None
+        self._outages: dict[str, DriverOutage] = {}
+        self._outage_budgets: dict[str, int] = {}
 
     # -- lifecycle ------------------------------------------------------------------------
     @property
     def running(self) -> bool:
         """Whether lanes are serving (started, not stopped, at least one lane alive)."""
         return not self._cancel.cancelled and any(t.is_alive() for t in self._threads)
+
+    @property
+    def watcher(self) -> Watcher | None:
+        """The hosted live drift watcher, when one runs."""
+        return self._watcher
 
     @property
     def stats(self) -> RunnerStats:
@@ -211,11 +238,31 @@ class BackgroundRunner:
         if self.verify_interval_s is not None:
             threads.append(threading.Thread(target=self._verifier,
                                             name="migronaut-runner-verify", daemon=True))
+        self._start_watcher(self._engine)
         self._threads = threads
         for thread in threads:
             thread.start()
         self._engine.logger.debug("Background runner started with %d lane(s)", self.lanes)
         return self
+
+    def _start_watcher(self, engine: BackgroundEngine) -> None:
+        """Host the live drift watcher when asked, or when the drift mode says so."""
+        config = self.migrator.config
+        wanted = self.watch if self.watch is not None else config.background_drift != "poll"
+        self.watch_error = None
+        if not wanted:
+            return
+        try:
+            self._watcher = engine.watch(on_drift=config.background_on_drift,
+                                         cancellation=self._cancel)
+        except ConfigInvalidError as refused:
+            if self.watch:  # asked for explicitly: refuse, as watching alone would
+                raise
+            self.watch_error = refused
+            engine.logger.warning(
+                "⚠ Background runner: the live drift watcher cannot start (%s) — drift is left "
+                "to the poll", refused.message)
+            self._report(refused, None, warn=False)
 
     def stop(self, timeout: float | None = None) -> bool:
         """Stop cooperatively and join the lanes; ``True`` when every lane has ended.
@@ -227,6 +274,9 @@ class BackgroundRunner:
         """
         self._cancel.cancel(RunAbortedError("Background runner stopped", {}))
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        if self._watcher is not None:
+            watcher, self._watcher = self._watcher, None
+            watcher.stop(30.0 if deadline is None else max(0.0, deadline - time.monotonic()))
         for thread in self._threads:
             if thread is threading.current_thread():
                 continue
@@ -326,6 +376,9 @@ class BackgroundRunner:
             return None
         if state["status"] != "running" or state.get("phase") != "process":
             return "stale"  # nothing to claim before the coordinator has planned
+        budget = (state.get("spec") or {}).get("maxOutageMs")
+        if isinstance(budget, int) and not isinstance(budget, bool):
+            self._outage_budgets[name] = budget
         try:
             job = engine.job(state)
         except (ChecksumMismatchError, MigrationFileNotFoundError):
@@ -435,8 +488,25 @@ class BackgroundRunner:
     def _succeeded(self, name: str) -> None:
         with self._lock:
             self._failures.pop(name, None)
+            outage = self._outages.get(name)
+        if outage is not None:
+            outage.clear()
 
     def _failed(self, name: str, error: BaseException) -> None:
+        from migronaut.background.engine import DEFAULT_OUTAGE_MS, DriverOutage
+
+        with self._lock:
+            outage = self._outages.get(name)
+            if outage is None:
+                outage = self._outages[name] = DriverOutage(
+                    self.migrator.logger, name,
+                    self._outage_budgets.get(name, DEFAULT_OUTAGE_MS))
+        pause = outage.pause_s(error)
+        if pause is not None:  # an outage, within its budget: not a failure
+            self._back_off(name, pause)
+            self.migrator.logger.debug("Background runner: %s: an outage — again in %.1fs",
+                                       name, pause)
+            return
         with self._lock:
             failures = self._failures.get(name, 0)
             self._failures[name] = failures + 1
@@ -446,13 +516,14 @@ class BackgroundRunner:
         self._report(error, name, retry_s=delay)
 
     def _report(self, error: BaseException, name: str | None, *,
-                retry_s: float | None = None) -> None:
-        message = error.message if isinstance(error, MigronautError) else \
-            describe_exception(error)
-        where = f"{name}: " if name else ""
-        after = f" — retrying in {retry_s:.1f}s" if retry_s is not None else ""
-        self.migrator.logger.warning("⚠ Background runner: %sa turn failed (%s)%s", where,
-                                     message, after)
+                retry_s: float | None = None, warn: bool = True) -> None:
+        if warn:
+            message = error.message if isinstance(error, MigronautError) else \
+                describe_exception(error)
+            where = f"{name}: " if name else ""
+            after = f" — retrying in {retry_s:.1f}s" if retry_s is not None else ""
+            self.migrator.logger.warning("⚠ Background runner: %sa turn failed (%s)%s", where,
+                                         message, after)
         if self.on_error is not None:
             try:
                 self.on_error(error, name)

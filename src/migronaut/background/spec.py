@@ -110,6 +110,7 @@ _SETTING_KEYS: Final = (
     "max_passes",
     "max_conflict_retries",
     "max_slice_failures",
+    "max_outage_ms",
     "max_replication_lag_ms",
     "throttle",
     "max_parallel",
@@ -129,6 +130,7 @@ _INT_SETTINGS: Final = (
     ("max_passes", "maxPasses", 10, 1, 1000),
     ("max_conflict_retries", "maxConflictRetries", 3, 0, 100),
     ("max_slice_failures", "maxSliceFailures", 3, 1, 100),
+    ("max_outage_ms", "maxOutageMs", 300_000, 0, 86_400_000),
 )
 _PARTITION_KEYS: Final = ("over_partition", "max_partitions", "min_partition_docs", "sample_size")
 _TRANSACTION_KEYS: Final = ("timeout_ms", "max_retries")
@@ -444,6 +446,7 @@ def _raise(name: str, issues: _Issues) -> NoReturn:
         f"Invalid background migration {name}: {first['path']} {first['message']}",
         {"issues": issues.items},
     )
+
 
 
 def _check_collection(

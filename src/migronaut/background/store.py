@@ -277,7 +277,7 @@ class BackgroundStore:
         that the new registration's generation numbers could mistake for its own.
         """
         self.partitions.delete_many({"background": name}, session=session)
-        registration = uuid.uuid4().hex
+        registration = str(uuid.uuid4())  # with dashes, as the Node original mints them
         fields: dict[str, Any] = {
             "schema": SCHEMA,
             "registration": registration,
@@ -751,23 +751,32 @@ class BackgroundStore:
             )
 
     def fail_slice(
-        self, lease: Lease, error: str, *, max_failures: int
+        self, lease: Lease, error: str, *, max_failures: int,
+        counters: Mapping[str, int] | None = None,
     ) -> bool:
         """Count a failed slice on the partition; ``True`` when the partition failed for good.
 
         A lane whose lease was taken by another lane is ignored (its failure is not the
         partition's), and so is a partition no longer open (cancelled or superseded under it).
+        ``counters`` are added with the failure: work the slice did that no checkpoint recorded
+        and nothing else will (the retries of a transaction that never committed).
         """
         from pymongo import ReturnDocument
 
+        stage: dict[str, Any] = {
+            "failures": {"$add": [{"$ifNull": ["$failures", 0]}, 1]},
+            "lastError": literal(error),
+            "updatedAt": "$$NOW",
+        }
+        for key, amount in (counters or {}).items():
+            if amount:
+                stage["counters." + key] = {
+                    "$add": [{"$ifNull": ["$counters." + key, 0]}, amount]
+                }
         doc = self.partitions.find_one_and_update(
             {"_id": lease.partition_id, "lease.token": lease.token, "status": {"$in": _OPEN}},
             [
-                {"$set": {
-                    "failures": {"$add": [{"$ifNull": ["$failures", 0]}, 1]},
-                    "lastError": literal(error),
-                    "updatedAt": "$$NOW",
-                }},
+                {"$set": stage},
                 {"$set": {"status": {"$cond": [
                     {"$gte": ["$failures", max_failures]}, "failed", "$status"]}}},
                 {"$unset": "lease"},

@@ -20,7 +20,9 @@ What ``bulk_write`` gave that a plain command does not is kept:
   write's one retry). The server cannot deduplicate the replay (no transaction number), and it
   does not need to: every statement is guarded by version and revision, so a statement that
   already applied matches nothing the second time, and the caller classifies unmatched ones by
-  re-reading them.
+  re-reading them (a write whose reply was lost is counted once, as landed). The caller may ask
+  to ``confirm`` something first — a lane confirms it still holds its lease, so a retry never
+  lands after another lane took the partition over.
 * **Size limits.** A command larger than the server's BSON limit is split in halves until each
   part fits, as ``bulk_write`` splits batches (per-statement error indexes are kept).
 * **Write concern** of the collection, omitted inside a transaction (the transaction's applies),
@@ -29,7 +31,7 @@ What ``bulk_write`` gave that a plain command does not is kept:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -37,10 +39,41 @@ if TYPE_CHECKING:
     from pymongo.client_session import ClientSession
     from pymongo.collection import Collection
 
-__all__ = ["UpdateOutcome", "guarded_updates", "read_batch"]
+__all__ = ["UpdateOutcome", "guarded_updates", "read_batch", "transient_error"]
 
 _D = TypeVar("_D", bound=Mapping[str, Any])
 _BY_ID: Final = (("_id", 1),)
+#: Server answers meaning "not the primary now / shutting down / unreachable": an election or a
+#: restart, over once a primary answers again (the codes drivers retry writes on).
+OUTAGE_CODES: Final = frozenset({
+    6, 7, 89, 91, 189, 9001, 10058, 10107, 11600, 11602, 13435, 13436,
+})
+
+
+def transient_error(error: BaseException | None) -> bool:
+    """Whether ``error`` (or an error it was raised from) is an outage rather than a fault.
+
+    A lost connection, a server that is not (or no longer) the primary, an election, a shutdown,
+    and any error the server labels ``RetryableWriteError`` or ``TransientTransactionError`` is
+    over once the network or the replica set is back: callers back off and retry instead of
+    counting a failure.
+    """
+    from pymongo.errors import ConnectionFailure, PyMongoError
+
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, ConnectionFailure):
+            return True
+        if isinstance(error, PyMongoError):
+            if getattr(error, "code", None) in OUTAGE_CODES:
+                return True
+            if error.has_error_label("RetryableWriteError") or error.has_error_label(
+                "TransientTransactionError"
+            ):
+                return True
+        error = error.__cause__
+    return False
 
 
 def read_batch(
@@ -125,8 +158,12 @@ def guarded_updates(
     statements: Sequence[Mapping[str, Any]],
     *,
     session: ClientSession | None = None,
+    confirm: Callable[[], None] | None = None,
 ) -> UpdateOutcome:
-    """Send ``statements`` (``{q, u}`` update statements) as one unordered ``update`` command."""
+    """Send ``statements`` (``{q, u}`` update statements) as one unordered ``update`` command.
+
+    ``confirm`` runs before the one retry (it raises to prevent it).
+    """
     from pymongo.errors import AutoReconnect, ServerSelectionTimeoutError
 
     in_transaction = session is not None and session.in_transaction
@@ -137,6 +174,8 @@ def guarded_updates(
     except AutoReconnect:  # network error, not-primary, step-down
         if in_transaction:
             raise
+        if confirm is not None:
+            confirm()
         return _send(coll, statements, session, in_transaction)
 
 

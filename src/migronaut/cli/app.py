@@ -172,6 +172,7 @@ def report_error(out: Output, error: BaseException) -> int:
                 document["partial"] = error.context["results"]
             out.json(document)
         out.error(f"✖ {error.code}: {error.message}")
+        _list_issues(out, error.context.get("issues"))
         _debug_causes(out, error)
         return error.exit_code
     message = (str(error).strip() or type(error).__name__).splitlines()[0]
@@ -183,6 +184,16 @@ def report_error(out: Output, error: BaseException) -> int:
 
         out.detail("".join(traceback.format_exception(error)).rstrip())
     return 1
+
+
+def _list_issues(out: Output, issues: Any) -> None:
+    """Every problem of an error that found several (a spec, a config), one line each — the
+    message names only the first."""
+    if not isinstance(issues, list) or len(issues) < 2:
+        return
+    for issue in issues:
+        if isinstance(issue, dict):
+            out.error(f"  • {issue.get('path')}: {issue.get('message')}")
 
 
 def _debug_causes(out: Output, error: BaseException) -> None:

@@ -225,6 +225,9 @@ class MigrationSummary:
     waited: bool = False
     waited_ms: int = 0
     attempts: int = 1
+    #: ``on_background_pending="stop"`` only (``None`` otherwise): the migration the run stopped
+    #: before, and what it waits for — ``[{migration, waitsFor: [{migration, status}]}]``
+    waiting: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _render(self, ())
