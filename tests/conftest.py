@@ -235,11 +235,19 @@ def project(
     tmp_path: Path, mongo_uri: str, db_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> Project:
     """A project dir in ``tmp_path`` whose environment points at the test's database."""
+    return project_on(tmp_path, mongo_uri, db_name, monkeypatch)
+
+
+def project_on(
+    tmp_path: Path, uri: str, db_name: str, monkeypatch: pytest.MonkeyPatch
+) -> Project:
+    """A project dir in ``tmp_path`` whose environment points at ``uri``/``db_name`` (test
+    modules on another server override the ``project`` fixture with it)."""
     root = tmp_path / "project"
     root.mkdir()
-    monkeypatch.setenv("MIGRONAUT_URI", mongo_uri)
+    monkeypatch.setenv("MIGRONAUT_URI", uri)
     monkeypatch.setenv("MIGRONAUT_DB", db_name)
-    return Project(path=root, uri=mongo_uri, db_name=db_name)
+    return Project(path=root, uri=uri, db_name=db_name)
 
 
 # ------------------------------------------------------------------------------------- CLI

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from bson import Int64, MaxKey, MinKey
 
-from conftest import Project
+from conftest import Project, project_on
 from helpers.background import NAME, STATES, migration
 
 pytestmark = []
@@ -40,11 +40,7 @@ def db(sharded_client: Any, db_name: str) -> Any:
 @pytest.fixture
 def project(tmp_path: Path, sharded_uri: str, db_name: str,
             monkeypatch: pytest.MonkeyPatch) -> Project:
-    root = tmp_path / "project"
-    root.mkdir()
-    monkeypatch.setenv("MIGRONAUT_URI", sharded_uri)
-    monkeypatch.setenv("MIGRONAUT_DB", db_name)
-    return Project(path=root, uri=sharded_uri, db_name=db_name)
+    return project_on(tmp_path, sharded_uri, db_name, monkeypatch)
 
 
 # ------------------------------------------------------------------------ the simulated mongos

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from pymongo import MongoClient
 
-from conftest import Project
+from conftest import Project, project_on
 from helpers.background import background_file
 from helpers.wire_audit import AUDIT, OWN_PREFIX, Sent
 
@@ -65,11 +65,7 @@ def primary(secondary_uri: str, db_name: str) -> Iterator[Any]:
 @pytest.fixture
 def project(tmp_path: Path, secondary_uri: str, db_name: str,
             monkeypatch: pytest.MonkeyPatch) -> Project:
-    root = tmp_path / "project"
-    root.mkdir()
-    monkeypatch.setenv("MIGRONAUT_URI", secondary_uri)
-    monkeypatch.setenv("MIGRONAUT_DB", db_name)
-    return Project(path=root, uri=secondary_uri, db_name=db_name)
+    return project_on(tmp_path, secondary_uri, db_name, monkeypatch)
 
 
 def own_reads(sent: list[Sent]) -> list[Sent]:
