@@ -242,6 +242,6 @@ def test_the_cases_exercise_each_kind_of_junk(project: Any, junk: list[str]) -> 
     assert [c.what for c in built if c.what.startswith("--batch")] == [
         f"--batch {v!r}" for v in junk]
     assert Case("down", ("--batch", HUGE), (), "").argv() == ["down", "--batch", HUGE]
-    file_case = [c for c in built if c.what == f"FILE {'-1'!r}"][0]
+    file_case = next(c for c in built if c.what == f"FILE {'-1'!r}")
     assert file_case.argv() == ["down", "--", "-1"]
     assert Path(junk[5]).is_file() and Path(junk[6]).is_dir()

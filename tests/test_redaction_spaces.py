@@ -39,14 +39,14 @@ def test_uris_without_a_password_are_left_alone() -> None:
         assert redact(text) == text
 
 
-LOGGING = '''
+LOGGING = f'''
 def up(ctx):
-    ctx.logger.info("connecting to %s", "{uri}", extra={{"userland": True, "uri": "{uri}"}})
-    ctx.logger.warning("retrying {uri}")
+    ctx.logger.info("connecting to %s", "{SPACED}", extra={{"userland": True, "uri": "{SPACED}"}})
+    ctx.logger.warning("retrying {SPACED}")
 
 def down(ctx):
     pass
-'''.format(uri=SPACED)
+'''
 
 
 def test_ctx_logger_lines_are_masked_as_printed_and_as_stored(
