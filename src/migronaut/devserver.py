@@ -139,11 +139,6 @@ def serve(
     if auth is not None and not (auth[0] and auth[1]):
         raise ConfigInvalidError("dev server auth needs a non-empty user and password")
     if path is not None:
-        if not path.strip() or Path(path).expanduser().is_dir():
-            raise ConfigInvalidError(
-                f"dev server data file {path!r} must be the path of a file (not a directory)",
-                {"flag": "--path", "path": path},
-            )
         parent = Path(path).expanduser().resolve().parent
         if not parent.is_dir():
             raise ConfigInvalidError(
