@@ -693,7 +693,7 @@ def test_node_migronaut_records_map_onto_the_py_files_by_stem(
     assert result.exit_code == 0, result.stderr
     document = result.json
     assert (document["source"], document["target"], document["origin"]) == (
-        CHANGELOG, CHANGELOG, "migronaut")
+        CHANGELOG, CHANGELOG, "migronaut-node")
     assert [(r["file"], r["sourceName"]) for r in document["rows"]] == [
         ("20240101000000_create_users.py", "20240101000000-create-users.js"),
         ("20240102000000_add_email_index.py", "20240102000000-add-email-index.ts"),
@@ -702,7 +702,8 @@ def test_node_migronaut_records_map_onto_the_py_files_by_stem(
     stored = records(db)
     for row in document["rows"]:
         record = stored[row["file"]]
-        assert record["origin"] == "migronaut" and record["status"] == "applied"
+        # not "migronaut": in the original's storage that marks a native record
+        assert record["origin"] == "migronaut-node" and record["status"] == "applied"
         assert record["checksum"] == file_checksum(node_project, row["file"])
         assert record["batch"] > 2  # after the Node batches, which stay as they are
     # the Node records are left exactly as they were

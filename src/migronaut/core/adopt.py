@@ -20,8 +20,9 @@ Two ways in (reference core §11.1, §11.2):
       records count; records of our own ``.py`` files in that collection are not the tool's
       and are left out. By default the import writes into that same collection: each Node
       record stays as it is (a record is never deleted or rewritten by an import) and the
-      ``.py`` file it stands for gets a record of its own; a Node record with no ``.py`` file
-      is left alone (skipped, with a warning).
+      ``.py`` file it stands for gets a record of its own, with ``origin: "migronaut-node"``
+      (``"migronaut"`` marks a native record in that storage); a Node record with no ``.py``
+      file is left alone (skipped, with a warning).
 
 * **baseline** marks the pending migration files (up to ``to``) applied as they are on disk.
 
@@ -189,6 +190,12 @@ class SourceFormat:
     parse: Callable[[Mapping[str, Any]], SourceEntry | None]
     owns: Callable[[Mapping[str, Any]], bool] = _always
     applied: Callable[[Mapping[str, Any]], bool] = _always
+    #: The ``origin`` of the records it imports (default: the tool's name).
+    origin: str = ""
+
+    @property
+    def record_origin(self) -> str:
+        return self.origin or self.tool
 
 
 IMPORT_TOOLS: Mapping[str, SourceFormat] = {
@@ -208,6 +215,8 @@ IMPORT_TOOLS: Mapping[str, SourceFormat] = {
         _migronaut_entry,
         owns=_migronaut_owns,
         applied=lambda doc: doc.get("status") == "applied",
+        # "migronaut" is what a native record may carry in the original's storage
+        origin="migronaut-node",
     ),
 }
 
@@ -398,10 +407,10 @@ def import_changelog(
     def result(imported: int, rows: list[ImportRow]) -> ImportResult:
         if request.dry_run:  # nothing was imported: say what would be, in a field saying so
             return ImportResult(source=request.source, target=request.target, imported=0,
-                                skipped=skipped, dry_run=True, rows=rows, origin=fmt.tool,
-                                would_import=imported)
+                                skipped=skipped, dry_run=True, rows=rows,
+                                origin=fmt.record_origin, would_import=imported)
         return ImportResult(source=request.source, target=request.target, imported=imported,
-                            skipped=skipped, dry_run=False, rows=rows, origin=fmt.tool)
+                            skipped=skipped, dry_run=False, rows=rows, origin=fmt.record_origin)
 
     if not entries:
         logger.info('Nothing to import from "%s"', request.source)
@@ -448,7 +457,8 @@ def import_changelog(
         records.append({
             **adoption.stamp(), "name": name, "batch": batch, "status": "applied",
             "appliedAt": entry.applied_at, "checksum": value,
-            "environment": IMPORTED_ENVIRONMENT, "executedBy": IMPORTED_BY, "origin": fmt.tool,
+            "environment": IMPORTED_ENVIRONMENT, "executedBy": IMPORTED_BY,
+            "origin": fmt.record_origin,
         })
 
     if request.dry_run:

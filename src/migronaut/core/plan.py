@@ -37,7 +37,9 @@ __all__ = [
     "validate_up_options",
 ]
 
-FORWARD_ONLY_ORIGINS = frozenset({"migrate-mongo", "mongodb-migrations", "migronaut",
+#: Origins of records migronaut never ran the ``up`` of. ``"migronaut"`` (or none) is a native
+#: record in the original's storage; one imported from the Node original is ``"migronaut-node"``.
+FORWARD_ONLY_ORIGINS = frozenset({"migrate-mongo", "mongodb-migrations", "migronaut-node",
                                   "baseline"})
 Checksum = Callable[[str], str | None]
 
