@@ -12,7 +12,12 @@ from typing import Any
 import pytest
 
 from helpers.engine import ListHandler, make_migrator, write_simple
-from migronaut.core.config import NOT_YET_SUPPORTED
+
+#: The declared-collections keys: accepted (a config shared with the Node original loads) but
+#: not implemented yet.
+NOT_YET_SUPPORTED = ("collections", "collections_dir", "converge_after_up",
+                     "on_search_unavailable", "wait_for_search_indexes",
+                     "search_index_wait_timeout_ms")
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -64,6 +69,12 @@ def test_the_api_warns_once_per_migrator_through_its_logger(project: Any) -> Non
     assert len(warned) == 1
     assert "collections (the collections argument)" in warned[0]
     assert "on_search_unavailable (the on_search_unavailable argument)" in warned[0]
+
+
+def test_the_keys_are_the_ones_the_config_warns_about() -> None:
+    from migronaut.core import config
+
+    assert config.NOT_YET_SUPPORTED == NOT_YET_SUPPORTED
 
 
 def test_the_docs_do_not_present_them_as_working() -> None:

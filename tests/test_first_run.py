@@ -66,10 +66,16 @@ def test_the_dev_server_listens_on_27017_by_default(cli_process: Any) -> None:
     assert result.exit_code == 0, result.stderr
 
 
+@pytest.mark.slow
 @needs_embedded
-def test_a_taken_default_port_says_what_to_do(cli: Any) -> None:
+def test_a_taken_default_port_says_what_to_do(cli_process: Any) -> None:
     with port_taken(27017):
-        result = cli("dev-server", "--json")
+        process = cli_process.start("dev-server", "--json")
+        try:
+            result = cli_process.wait(process, timeout=30)  # exits at once: it cannot listen
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
     assert result.exit_code == 6, result.stdout + result.stderr
     message = result.json["error"]["message"]
     assert message.startswith("dev server cannot listen on 127.0.0.1:27017")
@@ -78,8 +84,11 @@ def test_a_taken_default_port_says_what_to_do(cli: Any) -> None:
 
 @pytest.mark.parametrize("flags", [("--uri", "mongodb://x/"), ("--db", "app"), ("--dir", "m"),
                                    ("--config", "migronaut.toml"), ("--no-env",)])
-def test_the_dev_server_refuses_configuration_flags(cli: Any, flags: tuple[str, ...]) -> None:
-    result = cli("dev-server", *flags, "--port", "0")
+def test_the_dev_server_refuses_configuration_flags(
+    cli_process: Any, flags: tuple[str, ...]
+) -> None:
+    # a real process: a dev server that ignored the flag would serve until stopped
+    result = cli_process(*flags, "dev-server", "--port", "0", timeout=30)
     assert result.exit_code == 6
     assert result.stderr.startswith(f"✖ CONFIG_INVALID: {flags[0]} does not apply to dev-server")
 
