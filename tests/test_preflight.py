@@ -241,3 +241,14 @@ def test_a_failing_migration_names_its_file_and_line_and_the_verbose_flag(
     assert json.loads(as_json.stdout) == as_json.json
     assert records(db)["0001_a.py"]["status"] == "failed"
     assert "line 8" in records(db)["0001_a.py"]["error"]
+
+
+def test_a_missing_default_directory_says_how_to_choose_one(cli: Any, project: Any) -> None:
+    project.migrations.rmdir()
+    result = cli("up")
+    assert result.exit_code == 6
+    line = one_error_line(result.stderr, "CONFIG_INVALID")
+    assert line.endswith("migrations does not exist (the default: create it, or set --dir, "
+                         "MIGRONAUT_MIGRATIONS_DIR or migrations_dir)")
+    created = cli("create", "first")  # create makes the directory
+    assert created.exit_code == 0 and cli("status").exit_code == 0

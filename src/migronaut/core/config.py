@@ -47,7 +47,7 @@ MAX_ENV_FILE_BYTES = 1024 * 1024
 
 Kind = Literal[
     "str", "uri", "dbname", "collection", "posint", "bool", "enum", "env_file", "extensions",
-    "mapping", "code", "telemetry",
+    "mapping", "code",
 ]
 
 
@@ -192,7 +192,8 @@ class Config:
 
     def origin(self, key: str) -> str:
         """Where ``key``'s value came from, for an error that must say what to fix: ``the --uri
-        flag``, ``the MIGRONAUT_URI environment variable (from .env)``, ``migronaut.toml`` …"""
+        flag``, ``the MIGRONAUT_URI environment variable``, ``MIGRONAUT_URI from the .env
+        file``, ``migronaut.toml``, ``the default`` …"""
         where = self.origins.get(key, "default")
         kind, _, detail = where.partition(":")
         if kind == "flag":

@@ -83,7 +83,11 @@ def unusable_directory(directory: Path, origin: str | None = None) -> ConfigInva
     migrate" and a CI gate would pass). ``origin`` says which setting to fix.
     """
     problem = "is not a directory" if directory.exists() else "does not exist"
-    where = f" (set by {origin})" if origin else ""
+    if origin == "the default":
+        where = " (the default: create it, or set --dir, MIGRONAUT_MIGRATIONS_DIR or " \
+                "migrations_dir)"
+    else:
+        where = f" (set by {origin})" if origin else ""
     return ConfigInvalidError(
         f"Invalid configuration: migrations_dir: {directory} {problem}{where}",
         {"issues": [{"path": "migrations_dir", "message": problem}],
