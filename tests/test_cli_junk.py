@@ -245,3 +245,20 @@ def test_the_cases_exercise_each_kind_of_junk(project: Any, junk: list[str]) -> 
     file_case = next(c for c in built if c.what == f"FILE {'-1'!r}")
     assert file_case.argv() == ["down", "--", "-1"]
     assert Path(junk[5]).is_file() and Path(junk[6]).is_dir()
+
+
+@pytest.mark.parametrize(("args", "flag"), [
+    (("down", "--batch", HUGE), "--batch"), (("down", "--steps", HUGE), "--steps"),
+    (("dry-run", "down", "--batch", HUGE), "--batch"), (("status", "--limit", HUGE), "--limit"),
+    (("logs", "--limit", HUGE), "--limit"), (("dev-server", "--port", HUGE), "--port"),
+    (("background", "run", "--all", "--concurrency", HUGE), "--concurrency"),
+    (("background", "work", "--lanes", HUGE), "--lanes"),
+])
+def test_a_huge_number_is_refused_before_connecting_naming_the_flag(
+    cli: Any, args: tuple[str, ...], flag: str
+) -> None:
+    unreachable = "mongodb://nowhere.invalid:1/?serverSelectionTimeoutMS=1"
+    result = cli(*args, "--json", env={"MIGRONAUT_URI": unreachable})
+    assert result.exit_code == 6, result.stdout + result.stderr  # not 5: it never connected
+    assert result.json["error"]["code"] == "CONFIG_INVALID"
+    assert result.json["error"]["message"].startswith(f"{flag} must be ")
