@@ -205,7 +205,7 @@ def test_an_unreachable_server_fails_the_connection_check(cli: Any) -> None:
     assert report["ok"] is False and report["failed"] == 1
     assert [(c["name"], c["status"]) for c in report["checks"]] == [
         ("config", "pass"), ("connection", "fail")]
-    assert check(report, "connection")["detail"].startswith("Failed to connect to MongoDB: ")
+    assert check(report, "connection")["detail"].startswith("Failed to connect to MongoDB at ")
     assert "error" not in report  # a finding, not an error envelope
 
     human = cli("audit", "--uri", BAD_URI)

@@ -25,13 +25,34 @@ def test_init_writes_toml_prefilled_from_flags(cli: Any, project: Any) -> None:
     )
 
 
-def test_init_defaults_without_flags(cli: Any, project: Any) -> None:
-    result = cli("init", env=UNREACHABLE)  # never connects
+def test_init_defaults_without_flags_or_environment(cli: Any, project: Any) -> None:
+    result = cli("init", env={"MIGRONAUT_URI": None, "MIGRONAUT_DB": None})
     assert result.exit_code == 0
     data = tomllib.loads((project.path / "migronaut.toml").read_text())
     assert (data["uri"], data["db_name"], data["migrations_dir"]) == (
         "mongodb://localhost:27017", "myapp", "./migrations"
     )
+
+
+def test_init_writes_the_uri_and_database_of_the_environment(cli: Any, project: Any) -> None:
+    result = cli("init", env={**UNREACHABLE, "MIGRONAUT_DB": "shop",
+                              "MIGRONAUT_MIGRATIONS_DIR": "db/migrations"})  # never connects
+    assert result.exit_code == 0, result.stderr
+    data = tomllib.loads((project.path / "migronaut.toml").read_text())
+    assert (data["uri"], data["db_name"], data["migrations_dir"]) == (
+        UNREACHABLE["MIGRONAUT_URI"], "shop", "db/migrations"
+    )
+    flags_win = cli("init", "--force", "--db", "other", env=UNREACHABLE)
+    assert flags_win.exit_code == 0
+    data = tomllib.loads((project.path / "migronaut.toml").read_text())
+    assert (data["uri"], data["db_name"]) == (UNREACHABLE["MIGRONAUT_URI"], "other")
+    # a new shell (no MIGRONAUT_* variables) finds the same server and database in the file
+    (project.migrations / "0001_a.py").write_text("def up(ctx): pass\ndef down(ctx): pass\n")
+    project.write("migronaut.toml", (project.path / "migronaut.toml").read_text().replace(
+        UNREACHABLE["MIGRONAUT_URI"], project.uri).replace('"other"', f'"{project.db_name}"'))
+    fresh = cli("status", "--json", env={"MIGRONAUT_URI": None, "MIGRONAUT_DB": None})
+    assert fresh.exit_code == 0, fresh.stderr
+    assert [row["file"] for row in fresh.json] == ["0001_a.py"]
 
 
 @pytest.mark.parametrize(

@@ -111,7 +111,7 @@ def test_logs_shows_a_failed_run(cli: Any, project: Any) -> None:
         (("logs", "--migration", "x.py"), "--migration needs a run: pass RUN_ID or --last"),
         (("logs", "--last", "--level", "loud"), "level must be one of debug, info, warning"),
         (("logs", "--last", "--limit", "3"), "--limit lists runs"),
-        (("logs", "--limit", "0"), "limit must be a positive integer"),
+        (("logs", "--limit", "0"), "--limit must be a positive integer"),
         (("logs", "--limit", "many"), "--limit must be a positive integer"),
     ],
 )

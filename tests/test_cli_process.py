@@ -187,7 +187,7 @@ def test_dev_server_redacts_the_password_and_stops_on_sigterm(
 ) -> None:
     data = tmp_path / "dev.sqlite"
     process = cli_process.start(
-        "dev-server", "--auth", "dev:pa55word", "--path", str(data), "--json"
+        "dev-server", "--port", "0", "--auth", "dev:pa55word", "--path", str(data), "--json"
     )
     assert process.stdout is not None
     lines: list[str] = []
@@ -210,7 +210,7 @@ def test_dev_server_redacts_the_password_and_stops_on_sigterm(
 @pytest.mark.slow
 @needs_embedded
 def test_dev_server_sharded_answers_like_a_mongos(cli_process: Any) -> None:
-    process = cli_process.start("dev-server", "--sharded")
+    process = cli_process.start("dev-server", "--port", "0", "--sharded")
     uri = read_uri(process)
     with connect(uri) as client:
         hello = client.admin.command("hello")

@@ -167,14 +167,13 @@ def test_source_docs_without_a_usable_file_name_are_skipped_and_counted(
         {"appliedAt": T1},
         {"fileName": "", "appliedAt": T1},
         {"fileName": 42, "appliedAt": T1},
-        {"fileName": "../../etc/passwd", "appliedAt": T1},
-        {"fileName": "$where.js", "appliedAt": T1},
+        {"fileName": "   ", "appliedAt": T1},
         {"fileName": {"$ne": None}, "appliedAt": T1},
     ])
     result = cli("import", "--json")
     assert result.exit_code == 0, result.stderr
-    assert (result.json["imported"], result.json["skipped"]) == (1, 6)
-    assert result.stderr.count("⚠ Skipping source doc without a usable fileName") == 6
+    assert (result.json["imported"], result.json["skipped"]) == (1, 5)
+    assert result.stderr.count("⚠ Skipping source doc without a usable fileName") == 5
     assert [r["name"] for r in db[CHANGELOG].find({})] == ["20200101120000_ok.py"]
 
 
@@ -261,7 +260,7 @@ def test_dry_run_writes_nothing_takes_no_lock_and_emits_no_event(
         hold_lock(db)  # a dry run does not need the lock
         before = snapshot(db)
         result = migrator.import_changelog(dry_run=True)
-    assert result.dry_run and result.imported == 2
+    assert result.dry_run and result.imported == 0 and result.would_import == 2
     assert [r.batch for r in result.rows] == [1, 2]
     assert snapshot(db) == before
     assert events.items == []
@@ -566,10 +565,187 @@ def test_cli_dry_run_shows_the_table_and_writes_nothing(
     assert f"{ADD_INDEX} ← 20200102120000-add_index.js" in result.stdout
     assert snapshot(db) == before
     as_json = cli("import", "--dry-run", "--json")
-    assert as_json.json["dryRun"] is True and as_json.json["imported"] == 2
+    assert as_json.json["dryRun"] is True and as_json.json["imported"] == 0
+    assert as_json.json["wouldImport"] == 2
     assert snapshot(db) == before
 
 
 def test_cli_reason_is_recorded(migrate_mongo: Any, db: Any, cli: Any) -> None:
     assert cli("import", "--reason", "adopt OPS-12").exit_code == 0
     assert {r["reason"] for r in records(db).values()} == {"adopt OPS-12"}
+
+
+# ------------------------------------------------------------- a dry run writes nothing at all
+
+
+def collections_and_indexes(db: Any) -> dict[str, list[str]]:
+    """Every collection of the database (``listCollections``) with its index names."""
+    return {name: sorted(db[name].index_information()) for name in
+            sorted(db.list_collection_names())}
+
+
+@pytest.mark.parametrize("args", [("import", "--dry-run"), ("import", "--dry-run", "--json"),
+                                  ("import", "--dry-run", "--to", "adopted"),
+                                  ("baseline", "--dry-run")])
+def test_a_dry_run_on_a_fresh_database_creates_no_collection_and_no_index(
+    migrate_mongo: Any, db: Any, cli: Any, args: tuple[str, ...]
+) -> None:
+    before = collections_and_indexes(db)
+    assert CHANGELOG not in before
+    result = cli(*args)
+    assert result.exit_code == 0, result.stderr
+    assert collections_and_indexes(db) == before
+
+
+def test_a_dry_run_reports_what_it_would_import_in_a_field_that_says_so(
+    migrate_mongo: Any, db: Any, cli: Any
+) -> None:
+    result = cli("import", "--dry-run", "--json")
+    assert result.exit_code == 0, result.stderr
+    document = result.json
+    assert (document["dryRun"], document["imported"], document["wouldImport"]) == (True, 0, 2)
+    assert [row["file"] for row in document["rows"]] == [ADD_USERS, ADD_INDEX]
+    real = cli("import", "--json")
+    assert (real.json["dryRun"], real.json["imported"]) == (False, 2)
+    assert "wouldImport" not in real.json
+
+
+def test_a_dry_run_then_a_real_import_on_one_migrator_still_creates_the_indexes(
+    migrate_mongo: Any, db: Any
+) -> None:
+    with make_migrator(migrate_mongo) as migrator:
+        migrator.import_changelog(dry_run=True)
+        assert CHANGELOG not in db.list_collection_names()
+        migrator.import_changelog()
+    assert "name_unique" in db[CHANGELOG].index_information()
+
+
+# ------------------------------------------------------------------ unsafe recorded names
+
+
+@pytest.mark.parametrize(("tool", "field", "collection", "extra"), [
+    ("migrate-mongo", "fileName", "changelog", {"appliedAt": T1}),
+    ("migronaut", "name", CHANGELOG, {"status": "applied", "appliedAt": T1, "batch": 1}),
+])
+@pytest.mark.parametrize("unsafe", ["../../etc/passwd", "..", "a/b.js", "a\\b.js", "$where.js"])
+def test_a_path_like_recorded_name_refuses_the_whole_import_with_exit_19(
+    project: Any, db: Any, cli: Any, tool: str, field: str, collection: str,
+    extra: dict[str, Any], unsafe: str,
+) -> None:
+    write_simple(project, "20200101120000_ok")
+    db[collection].insert_many([{field: "20200101120000-ok.js", **extra},
+                                {field: unsafe, **extra}])
+    before = collections_and_indexes(db), list(db[collection].find({}, {"_id": 0}))
+    for args in (("import", "--tool", tool, "--dry-run"), ("import", "--tool", tool)):
+        result = cli(*args)
+        assert result.exit_code == 19, (args, result.stdout + result.stderr)
+        lines = [line for line in result.stderr.splitlines() if line.startswith("✖")]
+        assert len(lines) == 1 and lines[0].startswith("✖ MIGRATION_INVALID_NAME: ")
+        assert repr(unsafe) in lines[0]
+        as_json = cli(*args, "--json")
+        assert as_json.exit_code == 19
+        assert as_json.json["error"]["code"] == "MIGRATION_INVALID_NAME"
+        if "--dry-run" in args:  # not even a collection or an index
+            assert (collections_and_indexes(db), list(db[collection].find({}, {"_id": 0}))) \
+                == before
+    # the real import was refused before its first write: no record, the lock released
+    assert list(db[collection].find({}, {"_id": 0})) == before[1]
+    if collection != CHANGELOG:
+        assert db[CHANGELOG].count_documents({}) == 0
+    assert db[LOCKS].count_documents({}) == 0
+
+
+# --------------------------------------------------------------- from the Node.js migronaut
+
+
+def node_record(name: str, batch: int, applied_at: dt.datetime, **extra: Any) -> dict[str, Any]:
+    """A changelog record as the Node.js migronaut writes it."""
+    return {"name": name, "batch": batch, "status": "applied", "appliedAt": applied_at,
+            "checksum": "c" * 64, "duration": 12, "environment": "production",
+            "executedBy": "node-ci", "runId": f"run-{batch}", **extra}
+
+
+@pytest.fixture
+def node_project(project: Any, db: Any) -> Any:
+    """A Node.js migronaut project moving to Python: its records in `_migronaut_migrations`
+    (``.js``, ``.ts``, ``.mjs``), the migrations rewritten as ``.py`` files, plus one new file."""
+    write_simple(project, "20240101000000_create_users", "20240102000000_add_email_index",
+                 "20240103000000_backfill_names", "20240201000000_new_in_python")
+    db[CHANGELOG].insert_many([
+        node_record("20240102000000-add-email-index.ts", 1, T2),
+        node_record("20240101000000-create-users.js", 1, T1),
+        node_record("20240103000000-backfill-names.mjs", 2, T3),
+        # reverted in Node: not applied, so not imported (the .py file stays pending? no:)
+        node_record("20231201000000-dropped.cjs", 1, T1, status="reverted"),
+    ])
+    return project
+
+
+def test_node_migronaut_records_map_onto_the_py_files_by_stem(
+    node_project: Any, db: Any, cli: Any
+) -> None:
+    node_before = list(db[CHANGELOG].find({"name": {"$regex": r"\.(js|ts|mjs|cjs)$"}}))
+    preview = cli("import", "--tool", "migronaut", "--dry-run", "--json")
+    assert preview.exit_code == 0, preview.stderr
+    assert preview.json["wouldImport"] == 3 and preview.json["imported"] == 0
+    assert db[CHANGELOG].count_documents({}) == 4  # nothing written
+
+    result = cli("import", "--tool", "migronaut", "--json")
+    assert result.exit_code == 0, result.stderr
+    document = result.json
+    assert (document["source"], document["target"], document["origin"]) == (
+        CHANGELOG, CHANGELOG, "migronaut-node")
+    assert [(r["file"], r["sourceName"]) for r in document["rows"]] == [
+        ("20240101000000_create_users.py", "20240101000000-create-users.js"),
+        ("20240102000000_add_email_index.py", "20240102000000-add-email-index.ts"),
+        ("20240103000000_backfill_names.py", "20240103000000-backfill-names.mjs"),
+    ]
+    stored = records(db)
+    for row in document["rows"]:
+        record = stored[row["file"]]
+        # not "migronaut": in the original's storage that marks a native record
+        assert record["origin"] == "migronaut-node" and record["status"] == "applied"
+        assert record["checksum"] == file_checksum(node_project, row["file"])
+        assert record["batch"] > 2  # after the Node batches, which stay as they are
+    # the Node records are left exactly as they were
+    assert list(db[CHANGELOG].find({"name": {"$regex": r"\.(js|ts|mjs|cjs)$"}})) == node_before
+
+    assert cli("up").exit_code == 0
+    assert calls(db, "up") == ["20240201000000_new_in_python"]
+    refused = cli("down", "20240101000000_create_users.py")
+    assert refused.exit_code == 13  # imported records are forward-only
+
+
+def test_node_import_in_place_needs_force_once_python_records_exist_and_is_stable(
+    node_project: Any, db: Any, cli: Any
+) -> None:
+    assert cli("import", "--tool", "migronaut").exit_code == 0
+    first = records(db)
+    again = cli("import", "--tool", "migronaut", "--json")
+    assert again.exit_code == 17, again.stdout
+    forced = cli("import", "--tool", "migronaut", "--force")
+    assert forced.exit_code == 0, forced.stderr
+    assert {n: (r["batch"], r["checksum"]) for n, r in records(db).items()} == {
+        n: (r["batch"], r["checksum"]) for n, r in first.items()}
+
+
+def test_a_node_record_without_a_py_file_is_left_as_it_is(
+    node_project: Any, db: Any, cli: Any
+) -> None:
+    (node_project.migrations / "20240103000000_backfill_names.py").unlink()
+    node_record_before = db[CHANGELOG].find_one({"name": "20240103000000-backfill-names.mjs"})
+    result = cli("import", "--tool", "migronaut", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert (result.json["imported"], result.json["skipped"]) == (2, 1)
+    assert "⚠ Skipping 20240103000000-backfill-names.mjs: no migration file stands for it" in (
+        result.stderr)
+    assert db[CHANGELOG].find_one({"name": "20240103000000-backfill-names.mjs"}) == (
+        node_record_before)
+
+
+def test_node_import_into_another_collection(node_project: Any, db: Any, cli: Any) -> None:
+    result = cli("import", "--tool", "migronaut", "--to", "adopted", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert sorted(d["name"] for d in db["adopted"].find({})) == [
+        "20240101000000_create_users.py", "20240102000000_add_email_index.py",
+        "20240103000000_backfill_names.py"]

@@ -294,7 +294,8 @@ def test_a_failed_migration_sets_error_status_and_error_type(
     assert ok.status.status_code is StatusCode.UNSET and "error.type" not in attrs(ok)
     assert failed.status.status_code is StatusCode.ERROR
     message = failed.status.description or ""
-    assert message.startswith("Migration up failed: 0002_fail.py: RuntimeError: no route to")
+    assert message.startswith(
+        "Migration up failed: 0002_fail.py, line 3: RuntimeError: no route to")
     assert "Pw0rdLeak" not in message and "mongodb://u:****@h" in message
     assert len(message) == 1024 and message.endswith("…")
     assert attrs(failed)["error.type"] == "MIGRATION_EXECUTION_FAILED"

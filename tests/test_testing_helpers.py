@@ -240,10 +240,11 @@ def test_assert_reversible_fails_with_the_diff_when_down_restores_nothing(
     ("down", "up_again", "message"),
     [
         ('raise RuntimeError("cannot go back")', "", "down failed: Migration down failed: "
-         "0001_one_way.py: RuntimeError: cannot go back"),
+         "0001_one_way.py, line 12: RuntimeError: cannot go back"),
         ("ctx.db.things.delete_one({'_id': 1})",
          'if len(RUNS) > 1: raise RuntimeError("only once")',
-         "up failed after down: Migration up failed: 0001_one_way.py: RuntimeError: only once"),
+         "up failed after down: Migration up failed: 0001_one_way.py, line 7: RuntimeError: "
+         "only once"),
     ],
     ids=["down raises", "second up raises"],
 )

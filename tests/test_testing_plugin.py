@@ -317,7 +317,7 @@ BAD_INPUT: dict[str, tuple[dict[str, str], dict[str, str | None], tuple[str, ...
         {"migrations/20260104000000_broken.py": "def up(ctx):\n    1 / 0\n\n\n"
                                                 "def down(ctx):\n    pass\n"}, {}, (),
         "migronaut: could not apply the migrations: Migration up failed: "
-        "20260104000000_broken.py: ZeroDivisionError: division by zero",
+        "20260104000000_broken.py, line 2: ZeroDivisionError: division by zero",
     ),
 }
 

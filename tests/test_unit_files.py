@@ -158,8 +158,14 @@ def test_discovery_order_is_plain_string_order(tmp_path: Path) -> None:
     assert discover(d, (".py",)) == sorted(names)
 
 
-def test_discovery_of_a_missing_directory_is_empty(tmp_path: Path) -> None:
-    assert discover(tmp_path / "nope", (".py",)) == []
+def test_discovery_of_a_missing_directory_is_config_invalid(tmp_path: Path) -> None:
+    from migronaut.errors import ConfigInvalidError
+
+    with pytest.raises(ConfigInvalidError, match=r"nope does not exist \(set by the --dir flag\)"):
+        discover(tmp_path / "nope", (".py",), origin="the --dir flag")
+    (tmp_path / "file.py").write_text("x")
+    with pytest.raises(ConfigInvalidError, match="is not a directory"):
+        discover(tmp_path / "file.py", (".py",))
 
 
 def test_discovery_honours_the_configured_extensions(tmp_path: Path) -> None:

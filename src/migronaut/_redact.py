@@ -1,8 +1,9 @@
 """Credential redaction and terminal sanitisation for every string that leaves the process.
 
 Invariant: no password from a connection string (``scheme://user:secret@``, empty-user passwords,
-secret query parameters, secret ``authMechanismProperties``) survives :func:`redact`, whatever the
-number of hosts in the URI. Regexes, not URL parsing, so a malformed URI is still scrubbed.
+passwords with literal spaces, secret query parameters, secret ``authMechanismProperties``)
+survives :func:`redact`, whatever the number of hosts in the URI. Regexes, not URL parsing, so a
+malformed URI is still scrubbed.
 """
 
 from __future__ import annotations
@@ -15,9 +16,13 @@ __all__ = ["MASK", "redact", "redact_value", "sanitize_terminal", "shown_value"]
 
 MASK = "****"
 
-# scheme://user:password@ — user may be empty; password runs to the last '@' before the host list.
+# scheme://user:password@ — user may be empty; password runs to the last '@' before the host list
+# and may hold literal spaces or tabs (pymongo accepts `mongodb://user:pa ss@host`): it is masked
+# up to the '@' even then. Over-masking text that merely follows a URI on the same line is the
+# safe failure.
 _USERINFO = re.compile(
-    r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<secret>[^@\s/]*(?:@[^@\s/]*)*)@"
+    r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]*):"
+    r"(?P<secret>[^@\s/]*(?:[ \t]+[^@\s/]+)*(?:@[^@\s/]*)*)@"
 )
 _SECRET_PARAMS = (
     "tlsCertificateKeyFilePassword",

@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
+from migronaut._redact import redact
 from migronaut.core.changelog import Changelog, applied_write, reverted_write
 from migronaut.core.config import DEFAULT_LOGGER, Config, load_config
 from migronaut.core.context import Cancellation, MigrationContext, RunInfo
-from migronaut.core.files import ChecksumCache, discover, load_migration, resolve_file
+from migronaut.core.files import ChecksumCache, discover, load_migrations
 from migronaut.core.hooks import Hooks, call_hook, normalise_hooks
 from migronaut.core.lock import MigrationLock, force_release, read_lock_status
 from migronaut.core.plan import (
@@ -113,6 +114,16 @@ def _null_logger() -> logging.Logger:
     return logger
 
 
+def _logger_of(config: Config) -> logging.Logger:
+    """The configured logger: ``migronaut``'s by default, a silenced one for ``None``."""
+    configured = config.logger
+    if configured is DEFAULT_LOGGER:
+        return logging.getLogger("migronaut")
+    if configured is None:
+        return _null_logger()
+    return configured  # type: ignore[no-any-return]
+
+
 @dataclass
 class _Run:
     """The state of one run: its id, lock, cancellation and the results so far."""
@@ -159,10 +170,13 @@ class Migrator:
         config_path: str | os.PathLike[str] | None = None,
         cwd: str | os.PathLike[str] | None = None,
         progress: ProgressReporter | None = None,
+        _flags_origin: Literal["flag", "argument"] = "argument",
         **overrides: Any,
     ) -> None:
         self._flags: dict[str, Any] = {}
+        self._flags_origin = _flags_origin
         self._config: Config | None = None
+        self._config_warned = False
         if isinstance(config, Config):
             self._config = config
         elif config is not None:
@@ -194,19 +208,24 @@ class Migrator:
     @property
     def config(self) -> Config:
         if self._config is None:
-            self._config = load_config(self._flags, config_path=self._config_path, cwd=self._cwd)
+            self._config = load_config(self._flags, config_path=self._config_path, cwd=self._cwd,
+                                       flags_origin=self._flags_origin)
+        self._warn_unsupported(self._config)
         return self._config
+
+    def _warn_unsupported(self, config: Config) -> None:
+        """Config keys that do nothing yet: one warning per migrator, whichever command runs."""
+        if self._config_warned:
+            return
+        self._config_warned = True
+        warning = config.unsupported_warning()
+        if warning is not None:
+            _logger_of(config).warning(warning, extra={"event": "config:unsupported"})
 
     @property
     def logger(self) -> logging.Logger:
         if self._logger is None:
-            configured = self.config.logger
-            if configured is DEFAULT_LOGGER:
-                self._logger = logging.getLogger("migronaut")
-            elif configured is None:
-                self._logger = _null_logger()
-            else:
-                self._logger = configured
+            self._logger = _logger_of(self.config)
         return self._logger
 
     @property
@@ -242,9 +261,7 @@ class Migrator:
             try:
                 client, owned = MongoClient(config.uri, **options), True
             except (PyMongoError, ValueError, TypeError) as error:
-                raise ConnectionFailedError(
-                    f"Failed to connect to MongoDB: {describe_exception(error)}", cause=error
-                ) from error
+                raise self._connection_failed(error) from error
         try:
             client.admin.command("ping")
             self._client, self._owns_client = client, owned
@@ -252,10 +269,25 @@ class Migrator:
             self._client = None
             if owned:
                 client.close()
-            raise ConnectionFailedError(
-                f"Failed to connect to MongoDB: {describe_exception(error)}", cause=error
-            ) from error
+            raise self._connection_failed(error) from error
         self.logger.debug("Connected to MongoDB (db: %s)", config.db_name)
+
+    def _connection_failed(self, error: BaseException) -> ConnectionFailedError:
+        """``CONNECTION_FAILED`` naming the (masked) URI and the setting it came from, with the
+        driver's reason but not its topology dump (the cause, shown by ``--verbose``, has it)."""
+        config = self.config
+        reason = describe_exception(error).split(", Topology Description:")[0]
+        if config.client is not None:
+            target = "with the injected client (client)"
+            context: dict[str, Any] = {"cause": reason}
+        else:
+            uri = redact(config.uri or "")
+            origin = config.origin("uri")
+            target = f"at {uri} (uri from {origin})"
+            context = {"uri": uri, "uriFrom": origin, "cause": reason}
+        return ConnectionFailedError(
+            f"Failed to connect to MongoDB {target}: {reason}", context, cause=error
+        )
 
     def _client_options(self) -> dict[str, Any]:
         """The client's keyword arguments: migronaut's defaults never override what the URI
@@ -348,7 +380,9 @@ class Migrator:
         return self._directory
 
     def files(self) -> list[str]:
-        return discover(self.directory, self.config.file_extensions)
+        """The migration files on disk, in run order (a missing directory is CONFIG_INVALID)."""
+        return discover(self.directory, self.config.file_extensions,
+                        origin=self.config.origin("migrations_dir"))
 
     def checksum(self, name: str) -> str | None:
         return self._checksums.checksum(self.directory / name)
@@ -514,13 +548,20 @@ class Migrator:
         """
         from migronaut.core.audit import run_audit
 
-        with self._busy_scope():
-            opened = self._client is None
-            try:
-                return run_audit(self)
-            finally:
-                if opened:
-                    self.close()
+        with self._busy_scope(), self._transient_connection():
+            return run_audit(self)
+
+    @contextmanager
+    def _transient_connection(self) -> Iterator[None]:
+        """A read-only command (``audit``, an import or baseline dry run) leaves the migrator as
+        it found it: a connection it opened is closed again. Connecting writes nothing (no
+        index: the changelog's come with the first run that may write it)."""
+        opened = self._client is None
+        try:
+            yield
+        finally:
+            if opened:
+                self.close()
 
     def next_batch(self) -> int:
         return self.changelog.max_batch() + 1
@@ -567,8 +608,9 @@ class Migrator:
             )
         config = self._config or load_config(
             self._flags, config_path=self._config_path, cwd=self._cwd, require_db=False,
-            lenient=True, warnings=self.warnings,
+            lenient=True, warnings=self.warnings, flags_origin=self._flags_origin,
         )
+        self._warn_unsupported(config)
         skeleton: str | None = None
         if background:
             from migronaut.background.spec import SKELETON
@@ -583,6 +625,7 @@ class Migrator:
             template_path=Path(config.cwd, template_path) if template_path and not background
             else None,
             template=skeleton,
+            origin=config.origin("migrations_dir"),
         )
 
     # -- mutating commands --------------------------------------------------------------------
@@ -689,12 +732,14 @@ class Migrator:
         requested_by: str | None = None,
         reason: str | None = None,
     ) -> ImportResult:
-        """Adopt another tool's record of applied migrations (``migrate-mongo`` or
-        ``mongodb-migrations``) so ``up`` runs only what is new; the records are forward-only.
+        """Adopt another tool's record of applied migrations (``migrate-mongo``,
+        ``mongodb-migrations``, or ``migronaut`` — the Node original) so ``up`` runs only what
+        is new; the records are forward-only.
 
-        ``source`` defaults to the tool's collection, ``target`` to the changelog. A non-empty
-        target needs ``force``. ``dry_run`` reads only: no lock, no events, no writes. How a
-        record finds its file: :mod:`migronaut.core.adopt`.
+        ``source`` defaults to the tool's collection, ``target`` to the changelog (for
+        ``migronaut`` they are the same collection). A non-empty target needs ``force``.
+        ``dry_run`` reads only: no lock, no events, no writes — not even an index. How a record
+        finds its file: :mod:`migronaut.core.adopt`.
         """
         from migronaut.core.adopt import (
             IMPORT_TOOLS,
@@ -786,7 +831,7 @@ class Migrator:
         from migronaut.core.adopt import Adoption
 
         if dry_run:
-            with self._busy_scope():
+            with self._busy_scope(), self._transient_connection():
                 self.connect()
                 self.changelog.verify()  # what the real run would refuse, the preview refuses
                 return work(Adoption(None))
@@ -1048,7 +1093,12 @@ class Migrator:
         batches: Sequence[int] | None = None,
         step_base: int | None = None,
     ) -> None:
-        """Run targets in order with hooks, events and records; stop at the first failure."""
+        """Run targets in order with hooks, events and records; stop at the first failure.
+
+        Every target is loaded and validated first (:meth:`_preflight`): a broken file anywhere
+        in the list refuses the run before the first migration, or any hook, runs.
+        """
+        migrations = self._preflight(names, direction)
         hooks = self.hooks
         ctx = self._base_context(run, direction)
         total = len(names)
@@ -1056,15 +1106,16 @@ class Migrator:
         call_hook(hooks, "before_all", ctx)
         failure: BaseException | None = None
         try:
-            for index, name in enumerate(names):
+            for index, migration in enumerate(migrations):
                 self._check_between(run)
                 batch = None
                 if direction == "up":
                     batch = batches[index] if batches else (step_base or 1) + done
                 try:
-                    with run.trace.migration(name, direction, batch=batch, index=index,
-                                             total=total):
-                        self._execute_one(run, ctx, hooks, name, direction, batch, index, total)
+                    with run.trace.migration(migration.name, direction, batch=batch,
+                                             index=index, total=total):
+                        self._execute_one(run, ctx, hooks, migration, direction, batch, index,
+                                          total)
                 except _WaitingForBackground:
                     break  # on_background_pending="stop": nothing after it runs
                 done += 1
@@ -1081,22 +1132,35 @@ class Migrator:
                 self.logger.warning("⚠ after_all hook failed after a failed run: %s",
                                     hook_error.message)
 
+    def _preflight(self, names: Sequence[str], direction: Direction) -> list[MigrationModule]:
+        """Load and validate every file the run will execute (and, going up, every background
+        spec) before the first one runs."""
+        migrations = load_migrations(self.directory, names,
+                                     reload=self.config.reload_migrations)
+        background = [m for m in migrations if m.background is not None]
+        if background and direction == "up":
+            from migronaut.background.registration import Registrar
+
+            registrar = Registrar(self.background, files=self.files())
+            for migration in background:
+                registrar.validate(migration)
+        return migrations
+
     def _execute_one(
         self,
         run: _Run,
         base_ctx: MigrationContext,
         hooks: Hooks,
-        name: str,
+        migration: MigrationModule,
         direction: Direction,
         batch: int | None,
         index: int,
         total: int,
     ) -> None:
         config = self.config
+        name = migration.name
         ctx = base_ctx.for_migration(migration=name, batch=batch)
         info = {"direction": direction, "index": index, "total": total}
-        path = resolve_file(self.directory, name)
-        migration = load_migration(path, reload=config.reload_migrations)
         if direction == "up" and migration.background is None and migration.requires:
             self._require_background_done(run, migration.name, migration.requires)
         call_hook(hooks, "before_each", name, ctx, info)
@@ -1155,7 +1219,7 @@ class Migrator:
             outcome = execute(body, ctx, name=name, direction=direction,
                               use_transaction=use_transaction, timeout_ms=timeout_ms,
                               record=record, batch=batch, sessions=sessions,
-                              record_async=record_async)
+                              record_async=record_async, path=migration.path)
         except MigronautError as error:
             duration = outcome_ms()
             if self._progress:

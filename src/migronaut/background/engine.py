@@ -38,6 +38,7 @@ from migronaut.background.store import (
 )
 from migronaut.core.context import Cancellation
 from migronaut.core.lock import MigrationLock
+from migronaut.core.plan import FORWARD_ONLY_ORIGINS
 from migronaut.errors import (
     BackgroundConflictError,
     BackgroundFailedError,
@@ -480,8 +481,7 @@ class BackgroundEngine:
         state = self.store.get(required, {"status": 1, "direction": 1})
         if state is None:
             record = changelog.get(required) if changelog is not None else None
-            if record and record.get("origin") in ("baseline", "migrate-mongo",
-                                                   "mongodb-migrations"):
+            if record and record.get("origin") in FORWARD_ONLY_ORIGINS:  # imported/baselined
                 return "adopted"
             return "unregistered"
         if state.get("direction") == "revert":

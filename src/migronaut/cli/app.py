@@ -171,7 +171,10 @@ def report_error(out: Output, error: BaseException) -> int:
             if "results" in error.context:
                 document["partial"] = error.context["results"]
             out.json(document)
-        out.error(f"✖ {error.code}: {error.message}")
+        hint = ""
+        if error.context.get("line") is not None and not out.enabled(DEBUG):
+            hint = " (--verbose shows the traceback)"  # the error points into the user's code
+        out.error(f"✖ {error.code}: {error.message}{hint}")
         _list_issues(out, error.context.get("issues"))
         _debug_causes(out, error)
         return error.exit_code

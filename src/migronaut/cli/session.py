@@ -209,14 +209,15 @@ class Session:
         progress = SpinnerProgress(self.out.spinner)
         flags = self.options.config_flags()
         if not lenient:
-            return Migrator(flags, config_path=self.options.config, progress=progress)
+            return Migrator(flags, config_path=self.options.config, progress=progress,
+                            _flags_origin="flag")
         # create: never connects, needs no uri/db, and survives a config file that cannot load.
         from migronaut.core.config import load_config
 
         warnings: list[str] = []
         config = load_config(
             flags, config_path=self.options.config, require_db=False, lenient=True,
-            warnings=warnings,
+            warnings=warnings, flags_origin="flag",
         )
         for warning in warnings:
             self.out.warn(f"⚠ {warning}")

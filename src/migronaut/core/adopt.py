@@ -14,6 +14,15 @@ Two ways in (reference core §11.1, §11.2):
       file name (``20200101120000_add_users.py``); a downgrade deletes the document, so every
       document stands for an applied migration. ``created_at`` is the client's local time,
       kept as it is.
+  ``migronaut`` (the Node.js original)
+      the same changelog as ours, ``_migronaut_migrations``: ``{name, status, appliedAt, …}``
+      with ``name`` a ``.js``/``.ts``/``.mjs``/``.cjs`` file. Only ``status: 'applied'``
+      records count; records of our own ``.py`` files in that collection are not the tool's
+      and are left out. By default the import writes into that same collection: each Node
+      record stays as it is (a record is never deleted or rewritten by an import) and the
+      ``.py`` file it stands for gets a record of its own, with ``origin: "migronaut-node"``
+      (``"migronaut"`` marks a native record in that storage); a Node record with no ``.py``
+      file is left alone (skipped, with a warning).
 
 * **baseline** marks the pending migration files (up to ``to``) applied as they are on disk.
 
@@ -37,7 +46,9 @@ Which file an imported record stands for (:class:`FileIndex`) — the first rule
 A rule that finds several files refuses the import (``CONFIG_INVALID``): recording the wrong one
 as applied would make ``up`` skip a migration that never ran or re-run one that did. A record
 that finds no file keeps the recorded name (it stays applied, shows in ``status``, and its
-checksum cannot be verified).
+checksum cannot be verified). A recorded name that is not a bare, safe file name
+(``../../etc/passwd``, ``$where.js``) refuses the whole import (``MIGRATION_INVALID_NAME``), as
+every unsafe name does; a document with no name at all is skipped and counted.
 """
 
 from __future__ import annotations
@@ -50,7 +61,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from migronaut.core.config import validate_collection_name
-from migronaut.core.files import check_name, is_valid_name
+from migronaut.core.files import check_name
 from migronaut.core.plan import Checksum
 from migronaut.core.results import BaselineResult, ChecksumSource, ImportResult, ImportRow
 from migronaut.errors import (
@@ -69,6 +80,7 @@ __all__ = [
     "Adoption",
     "FileIndex",
     "ImportRequest",
+    "Source",
     "SourceEntry",
     "baseline",
     "import_changelog",
@@ -106,9 +118,18 @@ def _epoch_ms(value: Any) -> float:
     return 0.0
 
 
+def _recorded_name(doc: Mapping[str, Any], key: str) -> str | None:
+    """The recorded file name: ``None`` when there is none (skipped); an unsafe one refuses
+    the import (``MIGRATION_INVALID_NAME``), never silently skipped."""
+    name = doc.get(key)
+    if not isinstance(name, str) or not name.strip():
+        return None
+    return check_name(name, field=key)
+
+
 def _migrate_mongo_entry(doc: Mapping[str, Any]) -> SourceEntry | None:
-    name = doc.get("fileName")
-    if not isinstance(name, str) or not is_valid_name(name):
+    name = _recorded_name(doc, "fileName")
+    if name is None:
         return None
     file_hash = doc.get("fileHash")
     block = doc.get("migrationBlock")
@@ -130,15 +151,51 @@ def _mongodb_migrations_entry(doc: Mapping[str, Any]) -> SourceEntry | None:
     return SourceEntry(version, doc.get("created_at"), None, (version,))
 
 
+def _migronaut_entry(doc: Mapping[str, Any]) -> SourceEntry | None:
+    name = _recorded_name(doc, "name")
+    if name is None:
+        return None
+    applied_at = doc.get("appliedAt")
+    # The Node checksum hashes the .js file: never comparable with the .py file's.
+    return SourceEntry(name, applied_at, None, (_epoch_ms(applied_at), name))
+
+
+#: The file extensions of this port's own migrations: such records in the Node original's
+#: changelog (the same collection) are ours, not the tool's.
+_OWN_EXTENSIONS = (".py",)
+
+
+def _migronaut_owns(doc: Mapping[str, Any]) -> bool:
+    name = doc.get("name")
+    return not (isinstance(name, str) and name.endswith(_OWN_EXTENSIONS))
+
+
+def _always(doc: Mapping[str, Any]) -> bool:
+    return True
+
+
 @dataclass(frozen=True)
 class SourceFormat:
-    """Where a tool keeps its record and how one of its documents reads."""
+    """Where a tool keeps its record and how one of its documents reads.
+
+    ``owns`` tells the tool's documents from others sharing the collection (left out, never
+    counted); ``applied`` tells which of its documents stand for an applied migration (the
+    others are left out too); ``parse`` reads one (``None``: unusable, skipped and counted).
+    """
 
     tool: str
     default_collection: str
     key_field: str
     projection: Mapping[str, int]
     parse: Callable[[Mapping[str, Any]], SourceEntry | None]
+    owns: Callable[[Mapping[str, Any]], bool] = _always
+    applied: Callable[[Mapping[str, Any]], bool] = _always
+    #: The ``origin`` of the records it imports (default: the tool's name).
+    origin: str = ""
+
+    @property
+    def record_origin(self) -> str:
+        return self.origin or self.tool
 
 
 IMPORT_TOOLS: Mapping[str, SourceFormat] = {
@@ -151,6 +208,15 @@ IMPORT_TOOLS: Mapping[str, SourceFormat] = {
         "mongodb-migrations", "database_migrations", "migration_datetime",
         {"migration_datetime": 1, "created_at": 1},
         _mongodb_migrations_entry,
+    ),
+    "migronaut": SourceFormat(
+        "migronaut", "_migronaut_migrations", "name",
+        {"name": 1, "status": 1, "appliedAt": 1},
+        _migronaut_entry,
+        owns=_migronaut_owns,
+        applied=lambda doc: doc.get("status") == "applied",
+        # "migronaut" is what a native record may carry in the original's storage
+        origin="migronaut-node",
     ),
 }
 
@@ -170,6 +236,11 @@ class ImportRequest:
     def format(self) -> SourceFormat:
         return IMPORT_TOOLS[self.tool]
 
+    @property
+    def in_place(self) -> bool:
+        """Reading and writing one collection (the Node original's changelog is ours)."""
+        return self.source == self.target
+
 
 def validate_import_options(tool: Any, source: Any = None, target: Any = None) -> None:
     """Pure checks that run before any connection: a known tool, valid collection names."""
@@ -182,20 +253,38 @@ def validate_import_options(tool: Any, source: Any = None, target: Any = None) -
         problem = None if value is None else validate_collection_name(value)
         if problem:
             raise ConfigInvalidError(f"{option} {problem} (got {value!r})", {"option": option})
-    if source is not None and source == target:
+    if source is not None and source == target and tool != "migronaut":
         raise ConfigInvalidError(
             f"--from and --to name the same collection ({source!r})",
             {"options": ["--from", "--to"]},
         )
 
 
+@dataclass
+class Source:
+    """What was read from the source: the usable entries in import order, how many of the
+    tool's documents were skipped, and the names of all the tool's documents."""
+
+    entries: list[SourceEntry]
+    skipped: int
+    names: set[str]
+
+
 def read_source(
     collection: Collection[dict[str, Any]], fmt: SourceFormat, logger: logging.Logger
-) -> tuple[list[SourceEntry], int]:
-    """The usable entries of the source in import order, and how many documents were skipped."""
+) -> Source:
+    """Read the whole source (only reads) and parse it, before anything is written."""
     entries: list[SourceEntry] = []
+    names: set[str] = set()
     skipped = 0
     for doc in collection.find({}, dict(fmt.projection)):
+        if not fmt.owns(doc):
+            continue
+        key = doc.get(fmt.key_field)
+        if isinstance(key, str):
+            names.add(key)
+        if not fmt.applied(doc):
+            continue
         entry = fmt.parse(doc)
         if entry is None:
             skipped += 1
@@ -204,7 +293,7 @@ def read_source(
             continue
         entries.append(entry)
     entries.sort(key=lambda e: e.order)
-    return entries, skipped
+    return Source(entries, skipped, names)
 
 
 # ---------------------------------------------------------------------------- name mapping
@@ -309,16 +398,24 @@ def import_changelog(
 ) -> ImportResult:
     """Plan the whole import, refuse or preview it, then write it (reference core §11.1)."""
     fmt = request.format
-    entries, skipped = read_source(source, fmt, logger)
+    read = read_source(source, fmt, logger)
+    entries, skipped = read.entries, read.skipped
+    # In place (the Node original's changelog is ours), the tool's own records are not "records
+    # already in the target": only ours are.
+    others_empty = target.is_empty(excluding=read.names if request.in_place else ())
 
     def result(imported: int, rows: list[ImportRow]) -> ImportResult:
+        if request.dry_run:  # nothing was imported: say what would be, in a field saying so
+            return ImportResult(source=request.source, target=request.target, imported=0,
+                                skipped=skipped, dry_run=True, rows=rows,
+                                origin=fmt.record_origin, would_import=imported)
         return ImportResult(source=request.source, target=request.target, imported=imported,
-                            skipped=skipped, dry_run=request.dry_run, rows=rows, origin=fmt.tool)
+                            skipped=skipped, dry_run=False, rows=rows, origin=fmt.record_origin)
 
     if not entries:
         logger.info('Nothing to import from "%s"', request.source)
         return result(0, [])
-    if not request.dry_run and not request.force and not target.is_empty():
+    if not request.dry_run and not request.force and not others_empty:
         raise ImportTargetNotEmptyError(
             f'The target changelog "{request.target}" already has records — pass --force to '
             "merge the import into it",
@@ -330,6 +427,11 @@ def import_changelog(
     claimed: dict[str, str] = {}
     for entry in entries:
         file = index.match(entry.name)
+        if file is None and request.in_place:  # its own record is already there, applied
+            skipped += 1
+            logger.warning("⚠ Skipping %s: no migration file stands for it — its record stays "
+                           "as it is", entry.name)
+            continue
         name = file or entry.name
         if name in claimed:
             skipped += 1
@@ -355,11 +457,12 @@ def import_changelog(
         records.append({
             **adoption.stamp(), "name": name, "batch": batch, "status": "applied",
             "appliedAt": entry.applied_at, "checksum": value,
-            "environment": IMPORTED_ENVIRONMENT, "executedBy": IMPORTED_BY, "origin": fmt.tool,
+            "environment": IMPORTED_ENVIRONMENT, "executedBy": IMPORTED_BY,
+            "origin": fmt.record_origin,
         })
 
     if request.dry_run:
-        if not request.force and not target.is_empty():
+        if not request.force and not others_empty:
             logger.warning('⚠ The target changelog "%s" already has records — the import will '
                            "need --force", request.target)
         logger.info('◎ Dry-run  Would import %d record(s) from "%s" → "%s"', len(rows),

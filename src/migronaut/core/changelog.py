@@ -149,8 +149,11 @@ class Changelog:
         found = list(cursor)
         return int(found[0].get("batch") or 0) if found else 0
 
-    def is_empty(self) -> bool:
-        return self.collection.find_one({}, {"_id": 1}) is None
+    def is_empty(self, *, excluding: Iterable[str] = ()) -> bool:
+        """No record at all (``excluding`` those names)."""
+        names = list(excluding)
+        query: dict[str, Any] = {"name": {"$nin": names}} if names else {}
+        return self.collection.find_one(query, {"_id": 1}) is None
 
     def applied_without_batch(self) -> list[str]:
         """Names of applied records with no batch (missing or null): no batch revert selects

@@ -26,6 +26,7 @@ from migronaut.errors import ConfigInvalidError, MigronautError
 __all__ = [
     "CONFIG_FILE_NAMES",
     "KEYS",
+    "NOT_YET_SUPPORTED",
     "Config",
     "Issue",
     "KeySpec",
@@ -34,10 +35,19 @@ __all__ = [
 ]
 
 CONFIG_FILE_NAMES = ("migronaut.toml", "migronaut_config.py", "pyproject.toml")
+#: Keys of declared collections / converge (reference collections.md), accepted so a config
+#: shared with the Node original still loads, but not implemented yet: setting one is a warning.
+NOT_YET_SUPPORTED = ("collections", "collections_dir", "converge_after_up",
+                     "on_search_unavailable", "wait_for_search_indexes",
+                     "search_index_wait_timeout_ms")
+#: The command-line flag of each config key the global flags set (for :meth:`Config.origin`).
+FLAG_NAMES = {"uri": "--uri", "db_name": "--db", "migrations_dir": "--dir",
+              "log_format": "--log-format", "env_file": "--env-file"}
 MAX_ENV_FILE_BYTES = 1024 * 1024
 
 Kind = Literal[
-    "str", "collection", "posint", "bool", "enum", "env_file", "extensions", "mapping", "code"
+    "str", "uri", "dbname", "collection", "posint", "bool", "enum", "env_file", "extensions",
+    "mapping", "code",
 ]
 
 
@@ -61,8 +71,8 @@ def _k(name: str, kind: Kind, default: Any = None, env: str | None = "", **kw: A
 
 #: Every key of reference core §3.4 (plus the background and collections keys), Python-named.
 KEYS: tuple[KeySpec, ...] = (
-    _k("uri", "str", None),
-    _k("db_name", "str", None, "MIGRONAUT_DB"),
+    _k("uri", "uri", None),
+    _k("db_name", "dbname", None, "MIGRONAUT_DB"),
     _k("migrations_dir", "str", "./migrations"),
     _k("migrations_collection", "collection", "_migronaut_migrations", "MIGRONAUT_COLLECTION"),
     _k("lock_collection", "collection", "_migronaut_locks"),
@@ -160,6 +170,8 @@ class Config:
     #: Where things were read from (for ``--verbose``); not a config key.
     source: str | None = field(default=None, compare=False)
     cwd: str = field(default=".", compare=False)
+    #: Which layer set each key that is not a default (:meth:`origin`); not a config key.
+    origins: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def migrations_path(self) -> Path:
@@ -168,6 +180,34 @@ class Config:
     @property
     def resolved_environment(self) -> str:
         return self.environment or "production"
+
+    def unsupported_warning(self) -> str | None:
+        """The warning for the :data:`NOT_YET_SUPPORTED` keys this config sets, if any."""
+        named = [f"{key} ({self.origin(key)})" for key in NOT_YET_SUPPORTED
+                 if key in self.origins]
+        if not named:
+            return None
+        return ("⚠ Not supported yet, ignored: " + ", ".join(named) + " — declared collections "
+                "and converge are not implemented in this version of migronaut")
+
+    def origin(self, key: str) -> str:
+        """Where ``key``'s value came from, for an error that must say what to fix: ``the --uri
+        flag``, ``the MIGRONAUT_URI environment variable``, ``MIGRONAUT_URI from the .env
+        file``, ``migronaut.toml``, ``the default`` …"""
+        where = self.origins.get(key, "default")
+        kind, _, detail = where.partition(":")
+        if kind == "flag":
+            flag = FLAG_NAMES.get(key)
+            return f"the {flag} flag" if flag else f"the {key} argument"
+        if kind == "argument":
+            return f"the {key} argument"
+        if kind == "env":
+            return f"the {detail} environment variable"
+        if kind == "dotenv":
+            return f"{detail} from the .env file"
+        if kind == "file":
+            return detail
+        return "the default"
 
     def public_view(self) -> dict[str, Any]:
         """The config as plain data with live objects shown as ``[injected]`` (for debug logs)."""
@@ -208,6 +248,23 @@ def validate_collection_name(value: Any) -> str | None:
     return None
 
 
+#: What MongoDB refuses in a database name (pymongo raises ``InvalidName`` on these).
+_DB_NAME_FORBIDDEN = (" ", ".", "$", "/", "\\", "\x00", '"')
+URI_SCHEMES = ("mongodb://", "mongodb+srv://")
+
+
+def validate_db_name(value: Any) -> str | None:
+    """MongoDB's database-name rule; returns a problem or ``None``."""
+    if not isinstance(value, str) or not value.strip():
+        return "must be a non-empty string"
+    bad = [ch for ch in _DB_NAME_FORBIDDEN if ch in value]
+    if bad:
+        return f"must be a valid database name (no {bad[0]!r})"
+    if len(value.encode("utf-8")) > 63:
+        return "must be a valid database name (at most 63 bytes)"
+    return None
+
+
 def _check_value(spec: KeySpec, value: Any, *, from_text: bool) -> tuple[Any, str | None]:
     """Coerce (only from environment text) and check one value; returns (value, problem)."""
     kind = spec.kind
@@ -232,6 +289,14 @@ def _check_value(spec: KeySpec, value: Any, *, from_text: bool) -> tuple[Any, st
         if isinstance(value, str) and value.strip():
             return value, None
         return value, "must be a non-empty string"
+    if kind == "uri":
+        if not isinstance(value, str) or not value.strip():
+            return value, "must be a non-empty string"
+        if not value.strip().lower().startswith(URI_SCHEMES):
+            return value, "must be a mongodb:// or mongodb+srv:// connection string"
+        return value, None
+    if kind == "dbname":
+        return value, validate_db_name(value)
     if kind == "collection":
         return value, validate_collection_name(value)
     if kind == "enum":
@@ -255,6 +320,77 @@ def _check_value(spec: KeySpec, value: Any, *, from_text: bool) -> tuple[Any, st
     if kind == "mapping":
         return value, None if isinstance(value, Mapping) else "must be a table/object"
     return value, None
+
+
+# ------------------------------------------------------------------------------ telemetry
+
+#: At most this many user attributes on every span and metric point (reference core §10.5).
+MAX_TELEMETRY_ATTRIBUTES = 20
+#: Attribute names migronaut sets itself (besides every ``migronaut.*`` name).
+RESERVED_TELEMETRY_ATTRIBUTES = ("db.namespace", "error.type")
+_TELEMETRY_KEYS = ("tracer", "meter", "attributes")
+_PROVIDER_METHODS = {"tracer": ("start_span",), "meter": ("create_histogram", "create_counter")}
+
+
+def telemetry_parts(value: Any) -> dict[str, Any]:
+    """The ``tracer``, ``meter`` and ``attributes`` of a ``telemetry`` value that
+    :func:`telemetry_issue` accepted (``True``: the global tracer and meter)."""
+    if value is None or value is False:
+        return {}
+    if value is True:
+        return {"tracer": True, "meter": True}
+    if isinstance(value, Mapping):
+        return dict(value)
+    return {key: getattr(value, key, None) for key in _TELEMETRY_KEYS}
+
+
+def telemetry_issue(value: Any) -> Issue | None:
+    """What is wrong with a ``telemetry`` value, checked when the config loads (every command),
+    without importing OpenTelemetry: ``None``/``False`` (off), ``True``, or a mapping or object
+    with ``tracer`` / ``meter`` (an OpenTelemetry tracer or meter, or ``True``) and
+    ``attributes`` (at most 20 names → string, number or boolean)."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, Mapping):
+        unknown = [key for key in value if key not in _TELEMETRY_KEYS]
+        if unknown:
+            return Issue(f"telemetry.{unknown[0]}",
+                         "unknown key (telemetry takes tracer, meter and attributes)")
+    elif not any(hasattr(value, key) for key in _TELEMETRY_KEYS):
+        return Issue("telemetry", "must be True, or a mapping or object with tracer, meter "
+                     f"and/or attributes (got {type(value).__name__})")
+    parts = telemetry_parts(value)
+    issue = _attributes_issue(parts.get("attributes"))
+    if issue is not None:
+        return issue
+    for kind, methods in _PROVIDER_METHODS.items():
+        provider = parts.get(kind)
+        if provider is None or isinstance(provider, bool):
+            continue
+        missing = [m for m in methods if not callable(getattr(provider, m, None))]
+        if missing:
+            return Issue(f"telemetry.{kind}", f"must be an OpenTelemetry {kind} (no "
+                         f"{missing[0]}() on {type(provider).__name__})")
+    return None
+
+
+def _attributes_issue(value: Any) -> Issue | None:
+    if value is None:
+        return None
+    path = "telemetry.attributes"
+    if not isinstance(value, Mapping):
+        return Issue(path, "must be a mapping of names to scalars")
+    if len(value) > MAX_TELEMETRY_ATTRIBUTES:
+        return Issue(path, f"at most {MAX_TELEMETRY_ATTRIBUTES} attributes (got {len(value)})")
+    for key, item in value.items():
+        if not isinstance(key, str) or not key:
+            return Issue(path, f"names must be non-empty strings (got {key!r})")
+        if key.startswith("migronaut.") or key in RESERVED_TELEMETRY_ATTRIBUTES:
+            return Issue(f"{path}.{key}", "is migronaut's own attribute and cannot be overridden")
+        if not isinstance(item, (str, bool, int, float)):
+            return Issue(f"{path}.{key}",
+                         f"must be a string, number or boolean (got {type(item).__name__})")
+    return None
 
 
 def _layer(
@@ -437,11 +573,14 @@ def load_config(
     lenient: bool = False,
     environ: os._Environ[str] | dict[str, str] | None = None,
     warnings: list[str] | None = None,
+    flags_origin: Literal["flag", "argument"] = "argument",
 ) -> Config:
     """Resolve flags > env > file > defaults into a validated :class:`Config`.
 
     ``lenient`` (``create``) skips a config file that fails to load, with a warning appended to
     ``warnings``, so an unreachable secret manager never blocks writing a new migration file.
+    ``flags_origin`` says what the flags tier is (the CLI's flags, or API arguments), so that
+    :meth:`Config.origin` can tell a user which setting to fix.
     """
     env = os.environ if environ is None else environ
     root = Path(cwd or os.getcwd()).resolve()
@@ -454,8 +593,9 @@ def load_config(
     env_file = flag_layer.get("env_file", env.get("MIGRONAUT_ENV_FILE") or ".env")
     if isinstance(env_file, str) and env_file.strip().lower() in ("false", "0", "no"):
         env_file = False
+    from_dotenv: list[str] = []
     if env_file is not False:
-        load_env_file(root / str(env_file), env)
+        from_dotenv = load_env_file(root / str(env_file), env)
 
     source: Path | None = None
     file_layer: dict[str, Any] = {}
@@ -489,9 +629,17 @@ def load_config(
 
     merged: dict[str, Any] = {spec.name: spec.default for spec in KEYS}
     merged["logger"] = DEFAULT_LOGGER
-    for layer in (file_layer, env_layer, flag_layer):
+    origins: dict[str, str] = {}
+    shown = source.name if source is not None and source.parent == root else str(source)
+    for layer, origin in ((file_layer, f"file:{shown}"), (env_layer, "env"),
+                          (flag_layer, flags_origin)):
         merged.update(layer)
-    config = Config(**merged, source=str(source) if source else None, cwd=str(root))
+        for key in layer:
+            variable = _BY_NAME[key].env or ""
+            origins[key] = origin if origin != "env" else \
+                f"dotenv:{variable}" if variable in from_dotenv else f"env:{variable}"
+    config = Config(**merged, source=str(source) if source else None, cwd=str(root),
+                    origins=origins)
 
     if require_db:
         if not config.uri and config.client is None:
@@ -502,6 +650,9 @@ def load_config(
             )
     if config.generate_id is not None and not callable(config.generate_id):
         issues.append(Issue("generate_id", "must be a function"))
+    telemetry = telemetry_issue(config.telemetry)
+    if telemetry is not None:
+        issues.append(telemetry)
     if issues:
         raise _fail(issues)
     return config
@@ -513,4 +664,5 @@ def with_overrides(config: Config, **values: Any) -> Config:
     checked = _layer(values, "flags", issues, allow_code=True)
     if issues:
         raise _fail(issues)
-    return replace(config, **checked)
+    return replace(config, **checked,
+                   origins={**config.origins, **dict.fromkeys(checked, "argument")})

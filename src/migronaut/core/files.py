@@ -1,9 +1,11 @@
 """Migration files: discovery, name safety, checksums and loading by path.
 
 Invariants: a migration's identity is its bare file name; no name that could escape the
-migrations directory or read as a query operator (``$…``) is ever accepted; files run in plain
-string order of their names; a checksum is the SHA-256 of the file with a leading BOM and CRLF
-line endings normalised, so a line-ending-only change is not drift.
+migrations directory or read as a query operator (``$…``) is ever accepted, and no file whose
+path resolves outside it (a symlink to elsewhere) is ever listed or loaded; a migrations
+directory that does not exist is a configuration error, never "no migrations"; files run in
+plain string order of their names; a checksum is the SHA-256 of the file with a leading BOM and
+CRLF line endings normalised, so a line-ending-only change is not drift.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import inspect
+import os
 import re
 import sys
 import threading
@@ -21,6 +24,7 @@ from types import ModuleType
 from typing import Any
 
 from migronaut.errors import (
+    ConfigInvalidError,
     MigrationFileNotFoundError,
     MigrationInvalidExportError,
     MigrationInvalidNameError,
@@ -34,6 +38,7 @@ __all__ = [
     "discover",
     "load_migration",
     "load_migration_module",
+    "load_migrations",
     "load_module",
     "resolve_file",
 ]
@@ -71,24 +76,81 @@ def is_valid_name(name: Any) -> bool:
     return True
 
 
-def discover(directory: Path, extensions: Sequence[str]) -> list[str]:
+def unusable_directory(directory: Path, origin: str | None = None) -> ConfigInvalidError:
+    """``CONFIG_INVALID`` for a migrations directory that is missing or not a directory.
+
+    A typo in ``--dir`` must never read as "no migrations" (``up`` would say "Nothing to
+    migrate" and a CI gate would pass). ``origin`` says which setting to fix.
+    """
+    problem = "is not a directory" if directory.exists() else "does not exist"
+    if origin == "the default":
+        where = " (the default: create it, or set --dir, MIGRONAUT_MIGRATIONS_DIR or " \
+                "migrations_dir)"
+    else:
+        where = f" (set by {origin})" if origin else ""
+    return ConfigInvalidError(
+        f"Invalid configuration: migrations_dir: {directory} {problem}{where}",
+        {"issues": [{"path": "migrations_dir", "message": problem}],
+         "directory": str(directory)},
+    )
+
+
+def _escapes(root: Path, path: Path, name: str) -> MigrationInvalidNameError | None:
+    """The refusal of a file whose real path is not directly inside ``root`` (a symlink)."""
+    try:
+        target = path.resolve()
+    except (OSError, RuntimeError):  # a symlink loop
+        target = None
+    if target is not None and target.parent == root:
+        return None
+    return MigrationInvalidNameError(
+        f"Invalid migration name — resolves outside the migrations directory: {name!r}"
+        + (f" (→ {target})" if target is not None else ""),
+        {"name": name, "directory": str(root)},
+    )
+
+
+def discover(
+    directory: Path, extensions: Sequence[str], *, origin: str | None = None
+) -> list[str]:
     """Migration file names at the top level of ``directory``, in execution (name) order.
 
     Dotfiles, names starting with ``_`` (``__init__.py``, shared helpers), sub-directories and
-    files with another extension are ignored; a missing directory holds no migrations.
+    files with another extension are ignored. A missing directory is ``CONFIG_INVALID``; an
+    unsafe name, or a symlink that resolves outside the directory, is
+    ``MIGRATION_INVALID_NAME``. One ``scandir``: only symlinks cost a path resolution.
     """
     try:
-        entries = list(directory.iterdir())
+        with os.scandir(directory) as scan:
+            entries = list(scan)
     except (FileNotFoundError, NotADirectoryError):
-        return []
+        raise unusable_directory(directory, origin) from None
+    except OSError as error:
+        raise ConfigInvalidError(
+            f"Invalid configuration: migrations_dir: {directory} cannot be read: "
+            f"{error.strerror or error}",
+            {"issues": [{"path": "migrations_dir", "message": "cannot be read"}],
+             "directory": str(directory)},
+        ) from error
+    suffixes = tuple(extensions)
+    root: Path | None = None
     names = []
     for entry in entries:
         name = entry.name
-        if name.startswith((".", "_")) or not name.endswith(tuple(extensions)):
+        if name.startswith((".", "_")) or not name.endswith(suffixes):
             continue
-        if not entry.is_file():
+        try:
+            if not entry.is_file():
+                continue
+            symlink = entry.is_symlink()
+        except OSError:
             continue
         check_name(name)
+        if symlink:
+            root = root or directory.resolve()
+            refusal = _escapes(root, Path(entry.path), name)
+            if refusal is not None:
+                raise refusal
         names.append(name)
     names.sort()
     return names
@@ -268,3 +330,18 @@ def load_migration(path: Path, *, reload: bool = False) -> MigrationModule:
         timeout_ms=timeout_ms,
         requires=tuple(requires),
     )
+
+
+def load_migrations(directory: Path, names: Sequence[str], *, reload: bool = False
+                    ) -> list[MigrationModule]:
+    """Resolve, load and validate every file a command is about to run, before the first runs.
+
+    A syntax error or a missing ``down()`` in the third file must refuse the run, not leave the
+    first two applied. Raises the first file's error (``MIGRATION_FILE_NOT_FOUND``,
+    ``MIGRATION_INVALID_NAME``, ``MIGRATION_INVALID_EXPORT``).
+    """
+    loaded: dict[str, MigrationModule] = {}
+    for name in names:
+        if name not in loaded:
+            loaded[name] = load_migration(resolve_file(directory, name), reload=reload)
+    return [loaded[name] for name in names]

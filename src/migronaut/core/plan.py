@@ -27,6 +27,7 @@ from migronaut.errors import (
 
 __all__ = [
     "FORWARD_ONLY_ORIGINS",
+    "MAX_SELECTOR",
     "UpPlan",
     "build_status_rows",
     "check_forward_only",
@@ -37,8 +38,16 @@ __all__ = [
     "validate_up_options",
 ]
 
-FORWARD_ONLY_ORIGINS = frozenset({"migrate-mongo", "mongodb-migrations", "baseline"})
+#: Origins of records migronaut never ran the ``up`` of. ``"migronaut"`` (or none) is a native
+#: record in the original's storage; one imported from the Node original is ``"migronaut-node"``.
+FORWARD_ONLY_ORIGINS = frozenset({"migrate-mongo", "mongodb-migrations", "migronaut-node",
+                                  "baseline"})
 Checksum = Callable[[str], str | None]
+
+
+#: The largest batch number or step count a selector takes: a 32-bit integer, so a number no
+#: BSON integer can hold never reaches the server as a raw encoding error.
+MAX_SELECTOR = 2**31 - 1
 
 
 def _positive_int(value: Any, option: str) -> int | None:
@@ -47,6 +56,11 @@ def _positive_int(value: Any, option: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ConfigInvalidError(
             f"{option} must be a positive integer (got {value!r})", {"option": option}
+        )
+    if value > MAX_SELECTOR:
+        raise ConfigInvalidError(
+            f"{option} must be a positive integer of at most {MAX_SELECTOR} (got {value!r})",
+            {"option": option},
         )
     return value
 

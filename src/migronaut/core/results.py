@@ -264,6 +264,8 @@ class ImportResult:
     dry_run: bool
     rows: list[ImportRow]
     origin: str | None = None
+    #: A dry run only: how many records the import would write (``imported`` stays 0).
+    would_import: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _render(self, ())

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import inspect
 import time
+import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from migronaut.core._calls import TimedOut, call_user, call_with_timeout
@@ -30,13 +32,26 @@ if TYPE_CHECKING:
     from pymongo.asynchronous.client_session import AsyncClientSession
     from pymongo.client_session import ClientSession
 
-__all__ = ["Execution", "execute"]
+__all__ = ["Execution", "execute", "user_line"]
 
 
 @dataclass
 class Execution:
     duration_ms: int = 0
     attempts: int = 0
+
+
+def user_line(error: BaseException, path: Path | None) -> int | None:
+    """The line of the migration file where ``error`` was raised (its innermost frame in that
+    file), so the error can point at the user's code rather than at migronaut's."""
+    if path is None:
+        return None
+    wanted = str(path)
+    line = None
+    for frame in traceback.extract_tb(error.__traceback__):
+        if frame.filename == wanted:
+            line = frame.lineno
+    return line
 
 
 def execute(
@@ -51,13 +66,15 @@ def execute(
     batch: int | None = None,
     sessions: list[ClientSession] | None = None,
     record_async: Callable[[AsyncClientSession], Awaitable[None]] | None = None,
+    path: Path | None = None,
 ) -> Execution:
     """Run ``body(ctx)`` and ``record(session)``; raise the typed error on any failure.
 
     ``sessions`` receives the transaction's session, so a failure handler can give the
     ``on_error`` hook the same context the body had. An ``async def`` body in a transaction runs
     in an async transaction on ``ctx.bridge``, and ``record_async`` writes its changelog record in
-    that same transaction.
+    that same transaction. ``path`` (the migration file) lets a failure name the line of the
+    user's code it came from.
     """
     outcome = Execution()
     timeout_s = timeout_ms / 1000 if timeout_ms else None
@@ -127,9 +144,14 @@ def execute(
                 {"name": name},
                 cause=error,
             ) from error
+        line = user_line(error, path)
+        where = f"{name}, line {line}" if line is not None else name
+        context: dict[str, Any] = {"name": name, "direction": direction, "batch": batch}
+        if line is not None:
+            context.update({"file": str(path), "line": line})
         raise MigrationExecutionFailedError(
-            f"Migration {direction} failed: {name}: {describe_exception(error)}",
-            {"name": name, "direction": direction, "batch": batch},
+            f"Migration {direction} failed: {where}: {describe_exception(error)}",
+            context,
             cause=error,
         ) from error
     if not use_transaction:

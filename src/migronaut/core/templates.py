@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from migronaut._redact import redact
+from migronaut.core.files import unusable_directory
 from migronaut.errors import (
     ConfigFileExistsError,
     ConfigInvalidError,
@@ -78,9 +79,11 @@ def write_migration(
     sequential: bool = False,
     template_path: Path | None = None,
     template: str | None = None,
+    origin: str | None = None,
 ) -> Path:
     """Write ``<prefix>_<slug>.py``: ``template_path``'s content, else ``template`` (a
-    ``str.format`` template taking ``title``), else the built-in migration template."""
+    ``str.format`` template taking ``title``), else the built-in migration template.
+    ``origin`` names the setting that chose ``directory`` (for the error when it is a file)."""
     slug = slugify(name)
     if template_path is not None:
         if template_path.suffix != ".py":
@@ -97,12 +100,28 @@ def write_migration(
                 f"Template is larger than 1 MB: {template_path}",
                 {"templatePath": str(template_path)},
             )
-        content = template_path.read_text(encoding="utf-8")
+        try:
+            content = template_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise ConfigInvalidError(
+                f"Template cannot be read as UTF-8 text: {template_path}: {error}",
+                {"templatePath": str(template_path)},
+            ) from error
     else:
         content = (template or MIGRATION_TEMPLATE).format(
             title=name.strip().replace('"""', "'''")
         )
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as error:  # a file where a directory should be
+        raise unusable_directory(directory, origin) from error
+    except OSError as error:
+        raise ConfigInvalidError(
+            f"Invalid configuration: migrations_dir: cannot create {directory}: "
+            f"{error.strerror or error}",
+            {"issues": [{"path": "migrations_dir", "message": "cannot be created"}],
+             "directory": str(directory)},
+        ) from error
     path = directory / f"{_prefix(directory, extensions, sequential)}_{slug}.py"
     try:
         with path.open("x", encoding="utf-8") as handle:
@@ -110,6 +129,10 @@ def write_migration(
     except FileExistsError as error:
         raise MigrationFileExistsError(
             f"Migration file already exists: {path.name}", {"path": str(path)}
+        ) from error
+    except OSError as error:
+        raise ConfigInvalidError(
+            f"Cannot write {path}: {error.strerror or error}", {"path": str(path)}
         ) from error
     return path
 

@@ -90,12 +90,13 @@ class RunLog:
         return {"run": self.run.to_dict(), "lines": to_json_value(self.lines)}
 
 
-def check_limit(limit: Any) -> int:
-    """A positive number of runs to list (at most :data:`MAX_LIMIT`)."""
+def check_limit(limit: Any, option: str = "limit") -> int:
+    """A positive number of runs to list (at most :data:`MAX_LIMIT`); ``option`` is how the
+    caller named it (the CLI's ``--limit``)."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= MAX_LIMIT:
         raise ConfigInvalidError(
-            f"limit must be a positive integer of at most {MAX_LIMIT} (got {limit!r})",
-            {"option": "limit"},
+            f"{option} must be a positive integer of at most {MAX_LIMIT} (got {limit!r})",
+            {"option": option},
         )
     return limit
 

@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 
 from migronaut._redact import redact
 from migronaut._version import __version__
+from migronaut.core.config import telemetry_issue, telemetry_parts
 from migronaut.errors import ConfigInvalidError, MigronautError, describe_exception
 
 __all__ = [
@@ -54,7 +55,6 @@ __all__ = [
 
 #: Histogram bucket boundaries in seconds (reference core §10.5).
 BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
-MAX_USER_ATTRIBUTES = 20
 STATUS_MESSAGE_MAX = 1024
 SCOPE = "migronaut"
 
@@ -86,7 +86,6 @@ Emit = Callable[[str, dict[str, Any]], None]
 _T = TypeVar("_T")
 
 _log = logging.getLogger("migronaut.telemetry")
-_RESERVED = ("db.namespace", "error.type")
 _api_modules: tuple[ModuleType, ModuleType] | None = None
 _api_missing = False
 
@@ -528,8 +527,8 @@ def _invalid(path: str, problem: str) -> ConfigInvalidError:
     )
 
 
-def _provider(kind: str, value: Any, required: tuple[str, ...]) -> Any:
-    """A tracer/meter object, ``None``, or the global provider's for ``True``."""
+def _provider(kind: str, value: Any) -> Any:
+    """A tracer/meter object (checked by the config), ``None``, or the global one for ``True``."""
     if value is None or value is False:
         return None
     if value is True:
@@ -541,34 +540,7 @@ def _provider(kind: str, value: Any, required: tuple[str, ...]) -> Any:
             return api[0].get_tracer(SCOPE, __version__)
         metrics = importlib.import_module("opentelemetry.metrics")
         return metrics.get_meter(SCOPE, __version__)
-    missing = [m for m in required if not callable(getattr(value, m, None))]
-    if missing:
-        raise _invalid(f"telemetry.{kind}", f"must be an OpenTelemetry {kind} (no "
-                       f"{missing[0]}() on {type(value).__name__})")
     return value
-
-
-def _user_attributes(value: Any) -> dict[str, Scalar]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise _invalid("telemetry.attributes", "must be a mapping of names to scalars")
-    if len(value) > MAX_USER_ATTRIBUTES:
-        raise _invalid("telemetry.attributes",
-                       f"at most {MAX_USER_ATTRIBUTES} attributes (got {len(value)})")
-    out: dict[str, Scalar] = {}
-    for key, item in value.items():
-        if not isinstance(key, str) or not key:
-            raise _invalid("telemetry.attributes", f"names must be non-empty strings "
-                           f"(got {key!r})")
-        path = f"telemetry.attributes.{key}"
-        if key.startswith("migronaut.") or key in _RESERVED:
-            raise _invalid(path, "is migronaut's own attribute and cannot be overridden")
-        if not isinstance(item, (str, bool, int, float)):
-            raise _invalid(path, f"must be a string, number or boolean "
-                           f"(got {type(item).__name__})")
-        out[key] = item
-    return out
 
 
 def resolve_telemetry(value: Any, *, namespace: str | None) -> Telemetry:
@@ -578,25 +550,19 @@ def resolve_telemetry(value: Any, *, namespace: str | None) -> Telemetry:
     ``migronaut``), or a mapping / object with ``tracer``, ``meter`` (an object, or ``True`` for
     the global one) and ``attributes``.
     """
-    if value is None or value is False:
+    issue = telemetry_issue(value)
+    if issue is not None:
+        raise _invalid(issue.path, issue.message)
+    parts = telemetry_parts(value)
+    if not parts:
         return DISABLED
-    keys = ("tracer", "meter", "attributes")
-    if value is True:
-        parts: dict[str, Any] = {"tracer": True, "meter": True}
-    elif isinstance(value, Mapping):
-        unknown = [k for k in value if k not in keys]
-        if unknown:
-            raise _invalid(f"telemetry.{unknown[0]}",
-                           "unknown key (telemetry takes tracer, meter and attributes)")
-        parts = dict(value)
-    elif any(hasattr(value, k) for k in keys):
-        parts = {k: getattr(value, k, None) for k in keys}
-    else:
-        raise _invalid("telemetry", "must be True, or a mapping or object with tracer, meter "
-                       f"and/or attributes (got {type(value).__name__})")
-    attributes = _user_attributes(parts.get("attributes"))
-    tracer = _provider("tracer", parts.get("tracer"), ("start_span",))
-    meter = _provider("meter", parts.get("meter"), ("create_histogram", "create_counter"))
+    # user attributes leave the process on every span and point: redacted like everything else
+    attributes: dict[str, Scalar] = {
+        key: redact(item, outbound=True) if isinstance(item, str) else item
+        for key, item in (parts.get("attributes") or {}).items()
+    }
+    tracer = _provider("tracer", parts.get("tracer"))
+    meter = _provider("meter", parts.get("meter"))
     if tracer is None and meter is None:
         return DISABLED
     return Telemetry(tracer=tracer, meter=meter, attributes=attributes, namespace=namespace)

@@ -51,21 +51,25 @@ def _import_json(result: ImportResult) -> dict[str, Any]:
 @command(
     "import",
     help="Adopt the record of applied migrations another tool kept (migrate-mongo's `changelog`, "
-    "or mongodb-migrations' `database_migrations`), so `up` runs only what is new. Each record "
-    "is matched to the migration file it stands for (same name, same stem, or same leading "
-    "timestamp/version) and becomes a forward-only record that `down`/`redo` refuse. Preview "
-    "with --dry-run first.",
+    "mongodb-migrations' `database_migrations`, or the Node.js migronaut's "
+    "`_migronaut_migrations`), so `up` runs only what is new. Each record is matched to the "
+    "migration file it stands for (same name, same stem, or same leading timestamp/version) "
+    "and becomes a forward-only record that `down`/`redo` refuse. Preview with --dry-run "
+    "first: it writes nothing at all.",
     short_help="Import another tool's changelog.",
 )
 @click.option("--tool", default="migrate-mongo", show_default=True,
-              metavar="migrate-mongo|mongodb-migrations",
-              help="The tool that wrote the source collection.")
+              metavar="migrate-mongo|mongodb-migrations|migronaut",
+              help="The tool that wrote the source collection (migronaut: the Node.js "
+              "original, whose .js/.ts records map onto the .py files by stem).")
 @click.option("--from", "source", metavar="COLLECTION",
               help="Source collection (default: `changelog` for migrate-mongo, "
-              "`database_migrations` for mongodb-migrations). Only read.")
+              "`database_migrations` for mongodb-migrations, `_migronaut_migrations` for "
+              "migronaut). Only read.")
 @click.option("--to", "target", metavar="COLLECTION",
               help="Target changelog (default: the configured migrations collection).")
-@click.option("--dry-run", is_flag=True, help="Show what would be imported; write nothing.")
+@click.option("--dry-run", is_flag=True,
+              help="Show what would be imported (`wouldImport`); write nothing at all.")
 @click.option("--trust-hash", is_flag=True,
               help="Reuse the source's fileHash as the checksum instead of hashing the file.")
 @click.option("--force", is_flag=True,

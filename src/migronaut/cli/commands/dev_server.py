@@ -12,6 +12,12 @@ from migronaut.cli.app import command
 from migronaut.cli.session import Session, parse_int
 from migronaut.errors import ConfigInvalidError
 
+#: MongoDB's own port, so the quickstart's URI is the same in every shell (README).
+DEFAULT_PORT = 27017
+#: Global flags that configure a migronaut command; the dev server reads no configuration.
+_CONFIG_FLAGS = (("uri", "--uri"), ("db", "--db"), ("dir", "--dir"), ("config", "--config"),
+                 ("env_file", "--env-file"), ("no_env", "--no-env"))
+
 
 @command(
     "dev-server",
@@ -19,7 +25,8 @@ from migronaut.errors import ConfigInvalidError
     "extra, Python 3.13+) and print its URI. In memory unless --path. Never for production.",
     short_help="Run a local development MongoDB.",
 )
-@click.option("--port", metavar="N", help="Port to listen on (default: a free one).")
+@click.option("--port", metavar="N",
+              help=f"Port to listen on (default {DEFAULT_PORT}, MongoDB's; 0: any free port).")
 @click.option("--path", "data_path", metavar="FILE", help="Persist the data to this SQLite file.")
 @click.option("--auth", metavar="USER:PASS", help="Require this user and password.")
 @click.option("--standalone", is_flag=True,
@@ -36,6 +43,14 @@ def dev_server(
 ) -> int:
     from migronaut import devserver
 
+    given = [flag for key, flag in _CONFIG_FLAGS
+             if getattr(session.options, key) not in (None, False)]
+    if given:
+        raise ConfigInvalidError(
+            f"{given[0]} does not apply to dev-server: it reads no configuration (its options "
+            "are --port, --path, --auth, --standalone, --sharded, --no-strict)",
+            {"option": given[0]},
+        )
     number = parse_int(port, "--port")
     if number is not None and not 0 <= number <= 65535:
         raise ConfigInvalidError(
@@ -52,14 +67,23 @@ def dev_server(
         where = f"data in {data_path}" if data_path else "in memory"
         out.note(f"Dev server ready ({where}) — press Ctrl-C to stop")
 
-    devserver.serve(
-        host="127.0.0.1",
-        port=number or 0,
-        path=data_path,
-        auth=credentials,
-        standalone=standalone,
-        sharded=sharded,
-        strict=strict,
-        on_ready=ready,
-    )
+    try:
+        devserver.serve(
+            host="127.0.0.1",
+            port=DEFAULT_PORT if number is None else number,
+            path=data_path,
+            auth=credentials,
+            standalone=standalone,
+            sharded=sharded,
+            strict=strict,
+            on_ready=ready,
+        )
+    except ConfigInvalidError as error:
+        if number is None and error.context.get("flag") == "--port":  # the default is taken
+            raise ConfigInvalidError(
+                f"{error.message} — is another MongoDB running there? Pass --port N, or "
+                "--port 0 for any free port (and use the URI it prints)",
+                error.context,
+            ) from error
+        raise
     return 0

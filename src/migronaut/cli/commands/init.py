@@ -14,7 +14,8 @@ from migronaut.errors import ConfigInvalidError
 @command(
     "init",
     help="Write a config file (migronaut.toml, or migronaut_config.py with --format py) into "
-    "the current directory. --uri/--db/--dir prefill it; a URI password is masked.",
+    "the current directory. --uri/--db/--dir (else MIGRONAUT_URI, MIGRONAUT_DB, "
+    "MIGRONAUT_MIGRATIONS_DIR) prefill it; a URI password is masked.",
     short_help="Write a config file.",
 )
 @click.option("--format", "fmt", default="toml", metavar="toml|py",
@@ -39,9 +40,9 @@ def init(session: Session, fmt: str, secret_provider: bool, force: bool) -> int:
         fmt=fmt,
         secret_provider=secret_provider,
         force=force,
-        uri=options.uri,
-        db_name=options.db,
-        migrations_dir=options.dir,
+        uri=options.uri or os.environ.get("MIGRONAUT_URI") or None,
+        db_name=options.db or os.environ.get("MIGRONAUT_DB") or None,
+        migrations_dir=options.dir or os.environ.get("MIGRONAUT_MIGRATIONS_DIR") or None,
     )
     for warning in warnings:
         session.out.warn(f"⚠ {warning}")

@@ -32,10 +32,14 @@ OUTSTANDING = ("pending", "failed")
 @click.option("--pending", is_flag=True, help="Only the migrations `up` would run.")
 @click.option("--limit", metavar="N", help="Only the last N rows (not with --check).")
 def status(session: Session, check: bool, pending: bool, limit: str | None) -> int:
+    from migronaut.core.plan import MAX_SELECTOR
+
     window = parse_int(limit, "--limit")
-    if window is not None and window <= 0:
+    if window is not None and not 0 < window <= MAX_SELECTOR:
         raise ConfigInvalidError(
-            f"--limit must be a positive integer (got {limit!r})", {"option": "--limit"}
+            f"--limit must be a positive integer (got {limit!r})"
+            if window <= 0 else f"--limit must be at most {MAX_SELECTOR} (got {limit!r})",
+            {"option": "--limit"},
         )
     if check and window is not None:
         raise ConfigInvalidError(

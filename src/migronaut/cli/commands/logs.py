@@ -64,7 +64,7 @@ def logs(
                 raise ConfigInvalidError(f"{flag} needs a run: pass RUN_ID or --last",
                                          {"option": flag})
         parsed = parse_int(limit, "--limit")
-        count = DEFAULT_LIMIT if parsed is None else check_limit(parsed)
+        count = DEFAULT_LIMIT if parsed is None else check_limit(parsed, "--limit")
         return session.run(
             lambda migrator: migrator.runs(count),
             render=render_runs,
