@@ -7,8 +7,6 @@ applied it, the client cannot know — which is what a dropped connection looks 
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,8 +16,8 @@ from pymongo import MongoClient, WriteConcern
 from pymongo.database import Database
 from pymongo.errors import DocumentTooLarge, OperationFailure
 from pymongo.monitoring import CommandListener, CommandStartedEvent
-from pymongo.uri_parser import parse_uri
 
+from helpers.proxy import TcpProxy, proxy_for
 from migronaut.background.diff import guard_filter, stamped_diff
 from migronaut.background.wire import guarded_updates, read_batch
 
@@ -101,72 +99,20 @@ def test_a_write_concern_the_server_cannot_satisfy_is_raised_not_counted(
     assert raised.value.code in {100, 9, 2, 64}
 
 
-class _CuttingProxy:
-    """A TCP proxy that forwards one ``update`` but cuts the connection instead of its reply."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.target = (host, port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.armed = threading.Event()
-        self.cut = threading.Event()
-        self.closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self.closed:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.target)
-            threading.Thread(target=self._pipe, args=(client, server, True), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(server, client, False), daemon=True).start()
-
-    def _pipe(self, source: socket.socket, sink: socket.socket, upstream: bool) -> None:
-        try:
-            while data := source.recv(1 << 16):
-                if not upstream and self.armed.is_set() and not self.cut.is_set():
-                    self.cut.set()  # the reply to the update: dropped, and the connection cut
-                    break
-                sink.sendall(data)
-                if upstream and b"update\x00" in data and not self.armed.is_set():
-                    self.armed.set()
-        except OSError:
-            pass
-        finally:
-            self._close(source, sink)
-
-    @staticmethod
-    def _close(*socks: socket.socket) -> None:
-        for sock in socks:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            sock.close()
-
-    def close(self) -> None:
-        self.closed = True
-        self.listener.close()
-
-
 @pytest.fixture
-def proxied(mongo_uri: str, db_name: str) -> Iterator[tuple[_CuttingProxy, Database[Any]]]:
-    host, port = parse_uri(mongo_uri)["nodelist"][0]
-    proxy = _CuttingProxy(host, port)
-    client: MongoClient[dict[str, Any]] = MongoClient(
-        f"mongodb://127.0.0.1:{proxy.port}/?directConnection=true", retryWrites=False,
-        serverSelectionTimeoutMS=5000)
-    try:
-        yield proxy, client[db_name]
-    finally:
-        client.close()
-        proxy.close()
+def proxied(mongo_uri: str, db_name: str) -> Iterator[tuple[TcpProxy, Database[Any]]]:
+    """A client through a proxy that forwards the first ``update`` and cuts its reply."""
+    with proxy_for(mongo_uri, cut_reply_to=[b"update\x00"]) as proxy:
+        client: MongoClient[dict[str, Any]] = MongoClient(
+            proxy.uri, retryWrites=False, serverSelectionTimeoutMS=5000)
+        try:
+            yield proxy, client[db_name]
+        finally:
+            client.close()
 
 
 def test_a_connection_cut_after_the_update_is_retried_once_and_the_replay_matches_nothing(
-    db: Database[dict[str, Any]], proxied: tuple[_CuttingProxy, Database[Any]],
+    db: Database[dict[str, Any]], proxied: tuple[TcpProxy, Database[Any]],
 ) -> None:
     proxy, through = proxied
     db.docs.insert_many([{"_id": i, "x": i} for i in range(10)])
