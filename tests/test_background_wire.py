@@ -20,7 +20,8 @@ from pymongo.monitoring import CommandListener, CommandStartedEvent
 
 from helpers.proxy import TcpProxy
 from migronaut.background.diff import guard_filter, stamped_diff
-from migronaut.background.wire import guarded_updates, read_batch, transient_error
+from migronaut.background.wire import guarded_updates, read_batch
+from migronaut.core.retry import is_outage
 
 
 def _statement(doc: dict[str, Any], **changes: Any) -> dict[str, Any]:
@@ -170,10 +171,10 @@ def test_outages_are_told_from_faults() -> None:
                    ServerSelectionTimeoutError("none"), OperationFailure("election", 11602),
                    OperationFailure("not primary", 10107), labelled, transient,
                    WriteConcernError("shutting down", 91)):
-        assert transient_error(outage), outage
+        assert is_outage(outage), outage
     wrapped = ConnectionFailedError("lost the connection")
     wrapped.__cause__ = AutoReconnect("cut")
-    assert transient_error(wrapped)
+    assert is_outage(wrapped)
     for fault in (OperationFailure("duplicate", 11000), OperationFailure("bad", 2),
                   WriteConcernError("timeout", 64), ValueError("x"), None):
-        assert not transient_error(fault), fault
+        assert not is_outage(fault), fault

@@ -337,3 +337,39 @@ def test_a_raising_listener_of_any_event_never_changes_the_run(
     assert called and (event == "*" or set(called) == {event})
     assert db["_migronaut_locks"].count_documents({}) == 0
     assert db["_migronaut_runs"].count_documents({"outcome": "running"}) == 0
+
+
+#: Its transaction is retried once: the first attempt fails the way a write conflict does.
+RETRIED_ONCE = '''
+from pymongo.errors import OperationFailure
+
+use_transaction = True
+
+
+def up(ctx):
+    ctx.db["things"].insert_one({"attempt": ctx.run.attempt}, session=ctx.session)
+    if ctx.run.attempt == 1:
+        raise OperationFailure("WriteConflict", code=112, details={
+            "errmsg": "WriteConflict", "code": 112, "errorLabels": ["TransientTransactionError"]})
+
+
+def down(ctx):
+    pass
+'''
+
+
+def test_the_success_line_and_event_carry_the_attempts_a_migration_needed(
+    project: Any, db: Any
+) -> None:
+    project.write_migration("0001_retried", RETRIED_ONCE)
+    write_simple(project, "0002_plain")
+    with captured_logger() as (logger, handler), make_migrator(project, logger=logger) as m:
+        events = Events(m)
+        m.up()
+    applied_lines = [r for r in handler.records if r.getMessage().startswith("✔ Applied")]
+    assert [(r.__dict__["migration"], r.__dict__["attempts"]) for r in applied_lines] == [
+        ("0001_retried.py", 2), ("0002_plain.py", 1)
+    ]
+    assert [e["attempts"] for e in events.of("migration:success")] == [2, 1]
+    rows = db["things"].find({"attempt": {"$exists": True}})
+    assert [d["attempt"] for d in rows] == [2]  # the first attempt rolled back

@@ -47,6 +47,7 @@ from migronaut.core.results import (
     RunResult,
     StatusRow,
 )
+from migronaut.core.retry import as_connection_failed
 from migronaut.core.runner import execute
 from migronaut.errors import (
     BackgroundPendingError,
@@ -942,6 +943,11 @@ class Migrator:
             except LockAlreadyHeldError:
                 telemetry.lock_refused(run.command)
                 raise
+            except Exception as failed:
+                converted = as_connection_failed(failed)
+                if converted is None:
+                    raise
+                raise converted from failed
         self._emit("run:start", command=run.command, direction=direction)
         if run.lock is not None:
             self._emit("lock:acquired", owner=run.id, ttlMs=run.lock.ttl_ms,
@@ -962,9 +968,12 @@ class Migrator:
             self._ensure_changelog_indexes()
             work(run)
         except BaseException as caught:
-            error = caught
-            if isinstance(caught, MigronautError):
-                caught.context.setdefault("results", [r.to_dict() for r in run.results])
+            converted = as_connection_failed(caught)  # never a raw driver error (exit 1)
+            error = converted or caught
+            if isinstance(error, MigronautError):
+                error.context.setdefault("results", [r.to_dict() for r in run.results])
+            if converted is not None:
+                raise converted from caught
             raise
         finally:
             self._finish_run(run, direction, error, started)
@@ -974,6 +983,7 @@ class Migrator:
         self, run: _Run, direction: Direction | None, error: BaseException | None, started: float
     ) -> None:
         release_error: MigronautError | None = None
+        lost: LockLostError | None = None
         if run.lock is not None:
             try:
                 warning = run.lock.release(run_failed=error is not None)
@@ -982,6 +992,9 @@ class Migrator:
             except MigronautError as failed:
                 release_error = failed
             self._emit("lock:released", owner=run.id)
+            if error is None and release_error is None:
+                # the work finished, but the lock was lost on the way (or found gone at release)
+                error = lost = self._lock_lost_error(run)
         else:
             self._emit("lock:released", skipped=True)
         applied = sum(1 for r in run.results if r.status == "applied")
@@ -1006,6 +1019,8 @@ class Migrator:
             parts += [f"{reverted} reverted"] if reverted else []
             self.logger.info("✔ Done     %s in %dms", ", ".join(parts), duration_ms,
                              extra={"runId": run.id, "durationMs": duration_ms})
+        if lost is not None:
+            raise lost
         if release_error is not None and error is None:
             raise release_error
 
@@ -1021,10 +1036,32 @@ class Migrator:
                 )
             )
 
+    def _lock_lost_error(self, run: _Run) -> LockLostError | None:
+        """``LOCK_LOST`` for a run that lost its lock at any point, up to its release (abort
+        mode): the migrations it ran may have overlapped with a successor's."""
+        reason = run.lock.lost_reason if run.lock is not None else None
+        if reason is None or self.config.on_lock_lost != "abort":
+            return None
+        return LockLostError("Lost the migration lock mid-run", {
+            "reason": reason, "aborted": True, "results": [r.to_dict() for r in run.results]})
+
+    def _abort_if_lock_lost(self, run: _Run) -> None:
+        """In a transactional migration, right before its changelog write (after
+        :meth:`MigrationLock.fence`): a lost lock aborts the transaction — data and record roll
+        back, and whoever holds the lock now applies the migration once (under
+        ``on_lock_lost = "warn"`` it commits)."""
+        error = self._lock_lost_error(run)
+        if error is not None:
+            error.context.pop("results", None)
+            raise error
+
     def _check_between(self, run: _Run) -> None:
-        """The safe point between migrations: honour a lost lock or a stop request."""
+        """The safe point between migrations: honour a lost lock or a stop request.
+
+        The lock is confirmed (amortised) here, so a run whose lock was force-released or
+        reclaimed stops before starting another migration."""
         if run.lock is not None:
-            run.lock.poll_lost()
+            run.lock.confirm()
         if run.cancellation.cancelled:
             reason = run.cancellation.reason
             assert reason is not None
@@ -1194,6 +1231,18 @@ class Migrator:
                 )
 
         def record(session: ClientSession | None) -> None:
+            lock = run.lock
+            if lock is not None and session is not None:
+                fence = lock.fence()
+                if fence is not None:
+                    renewal = self._lock_collection().update_one(*fence, session=session)
+                    lock.fenced(renewal.matched_count == 1)
+                self._abort_if_lock_lost(run)
+            elif lock is not None:
+                # The body's writes are done: its record is written whatever the lock says (a
+                # changelog hiding them would let a later up apply it again); a lost lock stops
+                # the run right after (_check_between, _finish_run).
+                lock.confirm()
             if direction == "up":
                 self.changelog.mark_applied(applied_record(), session)
             else:
@@ -1202,9 +1251,17 @@ class Migrator:
                 ).matched_count)
 
         async def record_async(session: AsyncClientSession) -> None:
+            database = session.client[config.db_name or ""]
+            lock = run.lock
+            fence = lock.fence() if lock is not None else None
+            if lock is not None and fence is not None:  # (as record's, in the async transaction)
+                renewal = await database[config.lock_collection].update_one(
+                    *fence, session=session)
+                lock.fenced(renewal.matched_count == 1)
+            self._abort_if_lock_lost(run)
             change = applied_write(applied_record()) if direction == "up" else \
                 reverted_write(name, requested_by=run.requested_by, reason=run.reason)
-            collection = session.client[config.db_name or ""][config.migrations_collection]
+            collection = database[config.migrations_collection]
             recorded((await change.apply_async(collection, session)).matched_count)
 
         def outcome_ms() -> int:
@@ -1236,7 +1293,9 @@ class Migrator:
                 call_hook(hooks, "on_error", name, error, failed_ctx)
             except MigronautError as hook_error:
                 self.logger.warning("⚠ on_error hook failed for %s: %s", name, hook_error.message)
-            if direction == "up" and error.context.get("phase") != "changelog-write":
+            fenced = isinstance(error, LockLostError)  # a run that lost its lock writes no more
+            if direction == "up" and error.context.get("phase") != "changelog-write" \
+                    and not fenced:
                 self.changelog.mark_failed({
                     "name": name, "error": error.message,
                     "environment": config.resolved_environment, "executedBy": executed_by(),
@@ -1255,7 +1314,7 @@ class Migrator:
             verb = "✔ Applied " if direction == "up" else "↩ Reverted"
         self.logger.info("%s %s   [%dms]", verb, name, outcome.duration_ms, extra={
             "runId": run.id, "migration": name, "direction": direction, "batch": batch,
-            "durationMs": outcome.duration_ms})
+            "durationMs": outcome.duration_ms, "attempts": outcome.attempts})
         run.results.append(RunResult(
             name, "applied" if direction == "up" else "reverted",
             duration=outcome.duration_ms, batch=batch))

@@ -5,9 +5,9 @@ byte. Faults, each opt-in:
 
 * :meth:`TcpProxy.cut_all` — cut every live connection now (both sides), as a network blip, a
   restarted load balancer or a replica-set election does to a driver;
-* :meth:`TcpProxy.drop_reply_after` — the next request carrying a marker (``b"update\\x00"``) is
-  forwarded, and its reply is dropped and the connection cut: the server applied it, the client
-  cannot know;
+* :meth:`TcpProxy.drop_reply_after` — the next request carrying its markers (``b"update\\x00"``,
+  and a name, say) is forwarded, and its reply is dropped and the connection cut: the server
+  applied it, the client cannot know;
 * :meth:`TcpProxy.delay_replies` — replies to requests carrying a marker are held back: a slow
   server, as the client measures it.
 
@@ -71,7 +71,7 @@ class TcpProxy:
         self._pairs: set[_Pair] = set()
         self._lock = threading.Lock()
         self._closed = False
-        self._drop_marker: bytes | None = None
+        self._drop_markers: tuple[bytes, ...] = ()
         self._drops_left = 0
         #: set once a reply was dropped by :meth:`drop_reply_after`
         self.dropped = threading.Event()
@@ -108,10 +108,10 @@ class TcpProxy:
             pair.close()
         return len(pairs)
 
-    def drop_reply_after(self, marker: bytes, times: int = 1) -> None:
-        """Forward the next request containing ``marker``, then drop its reply and cut the
-        connection; ``times`` requests in a row."""
-        self._drop_marker, self._drops_left = marker, times
+    def drop_reply_after(self, *markers: bytes, times: int = 1) -> None:
+        """Forward the next request containing every one of ``markers``, then drop its reply and
+        cut the connection; ``times`` requests in a row."""
+        self._drop_markers, self._drops_left = markers, times
 
     def delay_replies(self, marker: bytes | None, seconds: float = 0.0) -> None:
         """Hold back each reply to a request containing ``marker`` for ``seconds`` (``None``:
@@ -141,12 +141,12 @@ class TcpProxy:
             while data := pair.client.recv(1 << 16):
                 marker = self._delay_marker
                 pair.delayed = marker is not None and marker in data
-                drop = self._drop_marker
-                if drop is not None and drop in data:
+                drop = self._drop_markers
+                if drop and all(marker in data for marker in drop):
                     with self._lock:
                         self._drops_left -= 1
                         if self._drops_left <= 0:
-                            self._drop_marker = None
+                            self._drop_markers = ()
                     pair.drop_reply = True
                 pair.server.sendall(data)
         except OSError:

@@ -975,9 +975,9 @@ class DriverOutage:
 
     def pause_s(self, error: BaseException) -> float | None:
         """The pause before trying again, or ``None`` when ``error`` counts as a failure."""
-        from migronaut.background.wire import transient_error
+        from migronaut.core.retry import is_outage
 
-        if not transient_error(error):
+        if not is_outage(error):
             return None
         now = time.monotonic()
         if self.since is None:

@@ -53,7 +53,7 @@ batches nor add pauses (a transform sleeping 60 ms a document would otherwise be
 ``maxPauseMs``).
 
 **Outages are not failures.** A lost connection, an election or a primary stepping down (see
-:func:`migronaut.background.wire.transient_error`) is ridden out by the lane holding the
+:func:`migronaut.core.retry.is_outage`) is ridden out by the lane holding the
 partition: it keeps its lease (the keeper keeps renewing), backs off, then starts again from what
 the partition document records — counting the write intent's documents found at the target and
 reading on from the stored cursor — so a write whose reply was lost is counted exactly once.
@@ -85,9 +85,10 @@ from migronaut.background.planner import index_named, scope_filter
 from migronaut.background.sharding import epoch_is_stale, key_values
 from migronaut.background.store import SCHEMA, BackgroundStore, Lease
 from migronaut.background.throttle import AdaptiveController, Throttle, controller_for
-from migronaut.background.wire import UpdateOutcome, guarded_updates, read_batch, transient_error
+from migronaut.background.wire import UpdateOutcome, guarded_updates, read_batch
 from migronaut.core._calls import call_user
 from migronaut.core.context import Cancellation
+from migronaut.core.retry import OUTAGE_CODES, is_outage
 from migronaut.core.topology import refuses_transactions
 from migronaut.errors import (
     BackgroundFailedError,
@@ -824,7 +825,7 @@ class _Lane:
             except Exception as error:
                 if isinstance(error, (LockLostError, RunAbortedError)) or self.caller.cancelled:
                     raise
-                if not transient_error(error) or not self.outage.ride_out(error, self):
+                if not is_outage(error) or not self.outage.ride_out(error, self):
                     raise
             for key, value in part.pending.items():  # written, maybe not recorded: see intent
                 counters[key] = counters.get(key, 0) - value
@@ -846,7 +847,7 @@ class _Lane:
                 doc = self.store.partitions.find_one({"_id": lease.partition_id})
                 break
             except Exception as error:
-                if not transient_error(error) or not self.outage.ride_out(error, self):
+                if not is_outage(error) or not self.outage.ride_out(error, self):
                     raise
         if doc is not None and (doc.get("lease") or {}).get("token") == lease.token:
             return doc
@@ -1822,8 +1823,6 @@ def _txn_error_kind(error: BaseException) -> str | None:
 def _outage(error: BaseException) -> bool:
     """A lost connection or a server that is not the primary: over once it is back."""
     from pymongo.errors import ConnectionFailure
-
-    from migronaut.background.wire import OUTAGE_CODES
 
     return isinstance(error, ConnectionFailure) or getattr(error, "code", None) in OUTAGE_CODES
 

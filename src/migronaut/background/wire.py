@@ -39,43 +39,10 @@ if TYPE_CHECKING:
     from pymongo.client_session import ClientSession
     from pymongo.collection import Collection
 
-__all__ = ["UpdateOutcome", "guarded_updates", "read_batch", "transient_error"]
+__all__ = ["UpdateOutcome", "guarded_updates", "read_batch"]
 
 _D = TypeVar("_D", bound=Mapping[str, Any])
 _BY_ID: Final = (("_id", 1),)
-#: Server answers meaning "not the primary now / shutting down / unreachable": an election or a
-#: restart, over once a primary answers again (the codes drivers retry writes on).
-OUTAGE_CODES: Final = frozenset({
-    6, 7, 89, 91, 189, 9001, 10058, 10107, 11600, 11602, 13435, 13436,
-})
-
-
-def transient_error(error: BaseException | None) -> bool:
-    """Whether ``error`` (or an error it was raised from) is an outage rather than a fault.
-
-    A lost connection, a server that is not (or no longer) the primary, an election, a shutdown,
-    and any error the server labels ``RetryableWriteError`` or ``TransientTransactionError`` is
-    over once the network or the replica set is back: callers back off and retry instead of
-    counting a failure.
-    """
-    from pymongo.errors import ConnectionFailure, PyMongoError
-
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, ConnectionFailure):
-            return True
-        if isinstance(error, PyMongoError):
-            if getattr(error, "code", None) in OUTAGE_CODES:
-                return True
-            if error.has_error_label("RetryableWriteError") or error.has_error_label(
-                "TransientTransactionError"
-            ):
-                return True
-        error = error.__cause__
-    return False
-
-
 def read_batch(
     coll: Collection[_D],
     query: Mapping[str, Any],

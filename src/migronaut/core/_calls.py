@@ -2,6 +2,12 @@
 
 User code that runs on a helper thread runs in a copy of the caller's ``contextvars`` context, so
 what the caller made current (an OpenTelemetry span, a log correlation) is current there too.
+
+User code that raises ``SystemExit`` (``sys.exit()``) or ``KeyboardInterrupt`` has failed like
+any other: callers turn it into their typed error (:func:`escaped`). The one exception is a
+``KeyboardInterrupt`` that may be a real Ctrl-C — raised in the main thread while Python's own
+SIGINT handler is installed (the API without the CLI, whose handler stops runs gracefully
+instead): it keeps its meaning and propagates.
 """
 
 from __future__ import annotations
@@ -9,17 +15,30 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import signal
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from migronaut.core.context import MigrationContext
 
-__all__ = ["TimedOut", "call_user", "call_with_timeout"]
+__all__ = ["TimedOut", "call_user", "call_with_timeout", "escaped"]
 
 
 class TimedOut(Exception):
     """Internal: the call did not finish within its timeout (it keeps running in its thread)."""
+
+
+def escaped(error: BaseException) -> bool:
+    """Whether ``error`` — not an ``Exception`` — is user code's own failure: ``SystemExit``,
+    ``KeyboardInterrupt`` (unless it may be a real Ctrl-C, see the module docstring), an
+    ``asyncio.CancelledError`` a coroutine raised… ``GeneratorExit`` never reaches here."""
+    if isinstance(error, Exception):
+        return False
+    if isinstance(error, KeyboardInterrupt):
+        return not (threading.current_thread() is threading.main_thread()
+                    and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    return True
 
 
 def call_user(fn: Callable[..., Any], *args: Any) -> Any:

@@ -41,6 +41,19 @@ def twin_client(client: Any, cls: type[T]) -> T:
     return cls(**kwargs)
 
 
+class _Carried(Exception):
+    """A coroutine's ``SystemExit``/``KeyboardInterrupt`` on its way to the engine thread.
+
+    Raised as such inside a task, asyncio re-raises it out of the loop — stopping the loop's
+    thread, while the engine thread waits for a result that never comes. Wrapped, it travels as
+    the task's exception and is raised again, unwrapped, in the thread that waits.
+    """
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(type(error).__name__)
+        self.error = error
+
+
 class AsyncBridge:
     """Runs coroutines for the engine thread on one loop, with one ``AsyncMongoClient``."""
 
@@ -89,9 +102,15 @@ class AsyncBridge:
             raise RuntimeError("migronaut: the engine must not run on its bridge's event loop")
 
         async def main() -> T:
-            return await make()
+            try:
+                return await make()
+            except (SystemExit, KeyboardInterrupt) as error:
+                raise _Carried(error) from None
 
-        return asyncio.run_coroutine_threadsafe(main(), loop).result()
+        try:
+            return asyncio.run_coroutine_threadsafe(main(), loop).result()
+        except _Carried as carried:
+            raise carried.error from None
 
     def coloured(
         self, ctx: MigrationContext, session: AsyncClientSession | None = None

@@ -3,7 +3,10 @@
 Invariant: a record is never deleted; ``status`` says where a migration stands (``applied``,
 ``reverted`` or ``failed``). Applying upserts by name, reverting flips the status, a failed
 attempt leaves a trace without ever demoting an applied record. Every timestamp except
-``firstAppliedAt`` comes from the server clock. Field names are the Node original's.
+``firstAppliedAt`` comes from the server clock. Field names are the Node original's. The writes
+are idempotent, so outside a transaction they are retried over transient network errors: a
+record whose reply was lost is sent again, never lost (a lost record would let a later ``up``
+apply the migration again).
 
 A record migronaut does not understand is never guessed at (:func:`check_records`): a name that
 is not a string, a missing or unknown ``status``, a ``batch`` that is not a positive integer or
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from migronaut._redact import shown_value
+from migronaut.core.retry import retry_transient
 from migronaut.errors import StateInvalidError
 
 if TYPE_CHECKING:
@@ -176,9 +180,13 @@ class Changelog:
         self.write(applied_write(record), session)
 
     def write(self, change: ChangelogWrite, session: ClientSession | None = None) -> UpdateResult:
-        return self.collection.update_one(
-            change.filter, change.update, upsert=change.upsert, session=session
-        )
+        """Apply one write; retried outside a transaction (a transaction retries as a whole)."""
+        def send() -> UpdateResult:
+            return self.collection.update_one(
+                change.filter, change.update, upsert=change.upsert, session=session
+            )
+
+        return send() if session is not None else retry_transient(send)
 
     def mark_applied_bulk(self, records: Iterable[Mapping[str, Any]]) -> None:
         from pymongo import UpdateOne
@@ -205,7 +213,7 @@ class Changelog:
 
         fields = {k: v for k, v in record.items() if k != "name" and v is not None}
         fields["status"] = FAILED
-        try:
+        def send() -> None:
             # An applied record stays as it is. Check first: without the unique index
             # (ensure_indexes = false) the upsert below would add a second, "failed" record.
             if self.collection.find_one({"name": record["name"], "status": APPLIED}, {"_id": 1}):
@@ -215,6 +223,9 @@ class Changelog:
                 {"$set": fields, "$currentDate": {"failedAt": True}},
                 upsert=True,
             )
+
+        try:
+            retry_transient(send)
         except PyMongoError:
             pass  # an applied record collides on the unique index: it stays applied
 

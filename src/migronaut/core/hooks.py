@@ -1,8 +1,9 @@
 """Lifecycle hooks (``before_all``, ``after_all``, ``before_each``, ``after_each``, ``on_error``).
 
-Hooks run inside the flow and can fail it: a raising hook becomes ``HOOK_FAILED``, except
-``on_error`` (logged, never masks the original error) and ``after_all`` after a failed run
-(warned). Hooks come from ``migronaut_config.py`` as a :class:`Hooks` object or a mapping.
+Hooks run inside the flow and can fail it: a raising hook (``sys.exit()`` included) becomes
+``HOOK_FAILED``, except ``on_error`` (logged, never masks the original error) and ``after_all``
+after a failed run (warned). Hooks come from ``migronaut_config.py`` as a :class:`Hooks` object
+or a mapping.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from migronaut.core._calls import call_user
+from migronaut.core._calls import call_user, escaped
 from migronaut.errors import ConfigInvalidError, HookFailedError, MigronautError, describe_exception
 
 __all__ = ["HOOK_NAMES", "Hooks", "call_hook", "normalise_hooks"]
@@ -68,7 +69,9 @@ def call_hook(hooks: Hooks, name: str, *args: Any) -> None:
         call_user(fn, *args)
     except MigronautError:
         raise
-    except Exception as error:
+    except BaseException as error:
+        if not isinstance(error, Exception) and not escaped(error):
+            raise  # a real Ctrl-C under Python's own SIGINT handler
         raise HookFailedError(
             f"The {name} hook failed: {describe_exception(error)}",
             {"hook": name},

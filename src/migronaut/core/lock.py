@@ -19,6 +19,13 @@ evaluated by the server both in the acquiring upsert and in :func:`read_lock_sta
   (:func:`lock_problems` names what is wrong). A ``lockedAt`` in the future holds the lock until
   that time has passed, and is reported too;
 * a document with nothing but its ``_id`` holds nothing.
+
+A forced ``unlock`` (or a reclaim) is noticed before the holder's next step, not at its next
+heartbeat: the run calls :meth:`MigrationLock.confirm` before each migration and each changelog
+write, which renews (and so confirms) the lock when the step just finished was slow or the last
+renewal is older than a second — so a successor overlaps with at most the step in flight, while
+quick migrations share one confirmation per second. Acquire, renewals and release are idempotent
+and retried over transient network errors (:mod:`migronaut.core.retry`).
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from migronaut.core.results import (
     iso,
     naive_utc,
 )
+from migronaut.core.retry import retry_transient
 from migronaut.errors import LockAlreadyHeldError, LockReleaseFailedError, describe_exception
 
 if TYPE_CHECKING:
@@ -66,6 +74,12 @@ MAX_TTL_MS = (2**31 - 1) * 1000
 #: whose clock runs a little ahead (after a failover) stamps fresh locks like that.
 CLOCK_SKEW_MS = 5_000
 _NUMBER_TYPES = ["int", "long", "double"]
+
+#: :meth:`MigrationLock.confirm` renews when the last renewal is older than this…
+CONFIRM_AFTER_S = 1.0
+#: …or when the step since the previous confirmation took this long without a renewal (its
+#: round trip is then at most a few per cent of the step).
+SLOW_STEP_S = 0.1
 
 
 def reclaimable(ttl_ms: int) -> dict[str, Any]:
@@ -220,7 +234,10 @@ class MigrationLock:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._renew_lock = threading.Lock()
+        self._lost_lock = threading.Lock()
         self._last_renewal = 0.0
+        self._last_confirmed = 0.0
+        self._failures = 0
 
     @property
     def interval_s(self) -> float:
@@ -233,9 +250,28 @@ class MigrationLock:
         return (self.ttl_ms - margin) / 1000
 
     def acquire(self) -> None:
+        """Take the lock or raise ``LOCK_ALREADY_HELD``; retried over transient errors (the
+        attempt is judged by owner + nonce, so a lost reply of a won attempt is still a win)."""
+        started = time.monotonic()
+        try:
+            owned = retry_transient(self._try_acquire)
+        except Exception:
+            self._forget()  # a won attempt whose reply was lost must not stay until its TTL
+            raise
+        if not owned:
+            raise self._refused()
+        self.acquire_ms = int((time.monotonic() - started) * 1000)
+        self.held = True
+        self._last_renewal = self._last_confirmed = time.monotonic()
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._heartbeat, name=f"migronaut-lock-{self.owner[:8]}", daemon=True
+        )
+        self._thread.start()
+
+    def _try_acquire(self) -> bool:
         from pymongo.errors import DuplicateKeyError
 
-        started = time.monotonic()
         holder = {
             "_id": {"$literal": self.lock_id},
             "lockedAt": "$$NOW",
@@ -252,20 +288,23 @@ class MigrationLock:
                 [{"$replaceWith": {"$cond": [reclaimable(self.ttl_ms), holder, "$$ROOT"]}}],
                 upsert=True,
             )
-        except DuplicateKeyError as error:
-            raise self._refused() from error
-        if result.upserted_id is None:
-            doc, status = _read(self.collection, self.lock_id, self.ttl_ms)
-            if not doc or doc.get("owner") != self.owner or doc.get("nonce") != self.nonce:
-                raise self._refused(status)
-        self.acquire_ms = int((time.monotonic() - started) * 1000)
-        self.held = True
-        self._last_renewal = time.monotonic()
-        self._stop.clear()
-        self._thread = threading.Thread(
-            target=self._heartbeat, name=f"migronaut-lock-{self.owner[:8]}", daemon=True
-        )
-        self._thread.start()
+        except DuplicateKeyError:
+            return False
+        if result.upserted_id is not None:
+            return True
+        doc = self.collection.find_one({"_id": self.lock_id})
+        return doc is not None and doc.get("owner") == self.owner \
+            and doc.get("nonce") == self.nonce
+
+    def _forget(self) -> None:
+        """Best effort: delete our lock after an acquire that failed on the network."""
+        try:
+            retry_transient(lambda: self.collection.delete_one(self._ours()))
+        except Exception:
+            pass
+
+    def _ours(self) -> dict[str, Any]:
+        return {"_id": self.lock_id, "owner": self.owner, "nonce": self.nonce}
 
     def _refused(self, status: LockStatus | None = None) -> LockAlreadyHeldError:
         if status is None:
@@ -282,36 +321,88 @@ class MigrationLock:
         return LockAlreadyHeldError(f"Migration lock is already held{detail}", context)
 
     def renew(self) -> bool:
-        """Refresh ``lockedAt`` in server time; ``False`` when another run owns the lock now."""
+        """Refresh ``lockedAt`` in server time; ``False`` when another run owns the lock now.
+
+        Retried over transient errors: a renewal whose reply was lost matches again.
+        """
         with self._renew_lock:
-            result = self.collection.update_one(
-                {"_id": self.lock_id, "owner": self.owner, "nonce": self.nonce},
-                [{"$set": {"lockedAt": "$$NOW"}}],
-            )
+            result = retry_transient(lambda: self.collection.update_one(
+                self._ours(), [{"$set": {"lockedAt": "$$NOW"}}]
+            ))
             return result.matched_count == 1
 
+    def _renew_checked(self) -> None:
+        """One renewal: success re-arms the deadline, no match loses the lock, an error is
+        tolerated (and reported) until the deadline."""
+        try:
+            still_held = self.renew()
+        except Exception as error:  # a driver error: tolerated until the deadline
+            self._failures += 1
+            if self._on_renew_failed:
+                self._on_renew_failed(self._failures, error)
+            return
+        if not still_held:
+            self._lose("another run reclaimed it")
+            return
+        self._failures = 0
+        self._last_renewal = time.monotonic()
+
     def _heartbeat(self) -> None:
-        failures = 0
         while not self._stop.wait(self._next_wait()):
-            if time.monotonic() - self._last_renewal >= self.deadline_s:
-                self._lose("no successful renewal within the TTL")
+            if self.poll_lost() is not None:
                 return
-            try:
-                still_held = self.renew()
-            except Exception as error:  # a driver error: tolerated until the deadline
-                failures += 1
-                if self._on_renew_failed:
-                    self._on_renew_failed(failures, error)
-                continue
-            if not still_held:
-                self._lose("another run reclaimed it")
+            self._renew_checked()
+            if self.lost_reason is not None:
                 return
-            failures = 0
-            self._last_renewal = time.monotonic()
 
     def _next_wait(self) -> float:
         until_deadline = self._last_renewal + self.deadline_s - time.monotonic()
         return max(0.0, min(self.interval_s, until_deadline))
+
+    def confirm(self) -> str | None:
+        """Before a step (a migration's start, a changelog write): why the lock is lost, or
+        ``None`` while it is still ours.
+
+        Renews — a round trip that proves owner + nonce still match — when a confirmation is
+        due: the step since the previous confirmation took :data:`SLOW_STEP_S` or more with no
+        renewal during it, or the last renewal is older than :data:`CONFIRM_AFTER_S`; otherwise
+        the recent renewal stands for it (quick migrations share one round trip per second).
+        """
+        if self._due():
+            self._renew_checked()
+        self._last_confirmed = time.monotonic()
+        return self.poll_lost()
+
+    def fence(self) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        """The renewal (filter, update) to send *inside* a transaction before its changelog
+        write when a confirmation is due, else ``None`` — report its outcome to
+        :meth:`fenced`. Written in the transaction, the renewal makes the commit itself prove
+        the lock is ours: a lock already gone matches nothing (the caller aborts), and an unlock
+        or reclaim racing the transaction conflicts with it (the driver runs it again). A renewal
+        outside the transaction would also make the dev server, which detects write conflicts
+        per database, refuse the commit.
+        """
+        if self._due():
+            return self._ours(), [{"$set": {"lockedAt": "$$NOW"}}]
+        self._last_confirmed = time.monotonic()
+        return None
+
+    def fenced(self, matched: bool) -> str | None:
+        """The outcome of :meth:`fence`'s renewal: why the lock is lost, or ``None``."""
+        if matched:
+            self._failures = 0
+            self._last_renewal = time.monotonic()
+        else:
+            self._lose("another run reclaimed it")
+        self._last_confirmed = time.monotonic()
+        return self.poll_lost()
+
+    def _due(self) -> bool:
+        now = time.monotonic()
+        age, step = now - self._last_renewal, now - self._last_confirmed
+        return self.held and self.lost_reason is None and (
+            age >= CONFIRM_AFTER_S or (step >= SLOW_STEP_S and age >= step)
+        )
 
     def poll_lost(self) -> str | None:
         """Why the lock is lost, checking the renewal deadline now (not only in the heartbeat)."""
@@ -321,10 +412,11 @@ class MigrationLock:
         return self.lost_reason
 
     def _lose(self, reason: str) -> None:
-        if self.lost_reason is not None:
-            return
-        self.lost_reason = reason
-        self.held = False
+        with self._lost_lock:
+            if self.lost_reason is not None:
+                return
+            self.lost_reason = reason
+            self.held = False
         if self._on_lost:
             self._on_lost(reason)
 
@@ -337,24 +429,33 @@ class MigrationLock:
     def release(self, *, run_failed: bool = False) -> str | None:
         """Stop the heartbeat (waiting for a renewal in flight) and delete our own lock.
 
+        The delete is retried over transient errors. Finding no lock of ours to delete means it
+        was lost (force-released or reclaimed) before the run ended: the lock is declared lost.
         Returns a warning text when the release failed after a failed run; raises
         ``LOCK_RELEASE_FAILED`` when it failed after a successful one.
         """
         self.stop_heartbeat()
         if self.lost_reason is not None:
             return None
+        sent = 0
+
+        def delete() -> int:
+            nonlocal sent
+            sent += 1
+            return self.collection.delete_one(self._ours()).deleted_count
+
         try:
             with self._renew_lock:
-                self.collection.delete_one(
-                    {"_id": self.lock_id, "owner": self.owner, "nonce": self.nonce}
-                )
+                deleted = retry_transient(delete)
         except Exception as error:
+            self.held = False
             if run_failed:
                 return f"Failed to release the migration lock: {describe_exception(error)}"
             raise LockReleaseFailedError(
                 "Failed to release migration lock", {"error": describe_exception(error)},
                 cause=error,
             ) from error
-        finally:
-            self.held = False
+        if deleted == 0 and sent == 1:  # (after a lost reply, a resent delete finds nothing)
+            self._lose("it was gone at release: force-released or reclaimed")
+        self.held = False
         return None

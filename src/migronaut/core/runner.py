@@ -4,7 +4,9 @@ Invariant: a migration is recorded only when its body succeeded and in time. In 
 changelog write happens inside the same transaction, so data and record commit together (the
 driver may retry the whole callback: bodies must be idempotent); a body that timed out can still
 finish in its thread, but its transaction is refused at the commit guard. Without a transaction
-the record is written right after the body; a crash in between re-runs the migration next time.
+the record is written right after the body (retried over transient network errors, see
+:mod:`migronaut.core.retry`); a crash in between re-runs the migration next time. A body that
+raises ``SystemExit`` or ``KeyboardInterrupt`` has failed like one that raises anything else.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from migronaut.core._calls import TimedOut, call_user, call_with_timeout
+from migronaut.core._calls import TimedOut, call_user, call_with_timeout, escaped
 from migronaut.core.context import MigrationContext
+from migronaut.core.retry import is_connection_error
 from migronaut.core.topology import refuses_transactions
 from migronaut.errors import (
+    ConnectionFailedError,
     MigrationExecutionFailedError,
     MigrationTimeoutError,
     MigronautError,
@@ -136,7 +140,9 @@ def execute(
         raise error from None
     except MigronautError:
         raise
-    except Exception as error:
+    except BaseException as error:
+        if not isinstance(error, Exception) and not escaped(error):
+            raise  # a real Ctrl-C under Python's own SIGINT handler
         if use_transaction and refuses_transactions(error):
             raise TransactionsUnsupportedError(
                 f"Migration {name} uses a transaction, but the server is a standalone: "
@@ -157,8 +163,12 @@ def execute(
     if not use_transaction:
         try:
             record(None)
+        except MigronautError:
+            raise
         except Exception as error:
-            raise MigrationExecutionFailedError(
+            failed = ConnectionFailedError if is_connection_error(error) \
+                else MigrationExecutionFailedError
+            raise failed(
                 f"Migration {direction} of {name} succeeded but recording it in the changelog "
                 f"failed: {describe_exception(error)}",
                 {

@@ -1,0 +1,173 @@
+"""User code that leaves by ``sys.exit()`` / ``SystemExit`` / ``KeyboardInterrupt`` has failed.
+
+A migration body that does it is a failed migration — exit 7 (``MIGRATION_EXECUTION_FAILED``),
+the failed changelog record, the ``--json`` error document, the lock released — wherever the
+body runs: plain, ``async def`` (the async bridge's loop), in a transaction, under ``timeout_ms``
+(a worker thread). A hook that does it is ``HOOK_FAILED`` (exit 12). A real Ctrl-C keeps its
+meaning: the CLI's graceful stop (tests/test_cli_process.py), and under the API with Python's
+own SIGINT handler a ``KeyboardInterrupt`` still propagates (it may be the user's Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+import pytest
+
+from helpers.engine import LOCKS, applied, calls, make_migrator, records, write_simple
+
+#: ``{header}`` sets the file's options, ``{prefix}`` is ``async `` or nothing, ``{leave}`` the
+#: statement that leaves; the body writes first (in its transaction when it has one).
+LEAVING = '''"""Leaves half-way."""
+import sys
+{header}
+
+{prefix}def up(ctx):
+    {wait}ctx.db["touched"].insert_one({{"by": "body"}}, session=ctx.session)
+    {leave}
+
+
+def down(ctx):
+    pass
+'''
+
+KINDS = {
+    "plain": ("", "", ""),
+    "async": ("", "async ", "await "),
+    "transaction": ("use_transaction = True", "", ""),
+    "async-transaction": ("use_transaction = True", "async ", "await "),
+    "timeout": ("timeout_ms = 30000", "", ""),
+    "async-timeout": ("timeout_ms = 30000", "async ", "await "),
+}
+
+LEAVES = {
+    "sys.exit(3)": "SystemExit: 3",
+    "sys.exit()": "SystemExit",
+    "raise KeyboardInterrupt": "KeyboardInterrupt",
+}
+
+
+def write_leaving(project: Any, kind: str, leave: str) -> None:
+    header, prefix, wait = KINDS[kind]
+    project.write_migration(
+        "0002_leaves", LEAVING.format(header=header, prefix=prefix, wait=wait, leave=leave)
+    )
+
+
+def up_json(kind: str, cli: Any, cli_process: Any) -> Any:
+    """``up --json`` in-process, or as a real process (bounded wait) where a regression could
+    hang: an ``async def`` runs on the bridge's loop, which a ``SystemExit`` used to stop."""
+    if "async" in kind:
+        return cli_process("up", "--json", timeout=60)
+    return cli("up", "--json")
+
+
+@pytest.mark.parametrize("leave", list(LEAVES))
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_body_that_exits_is_a_failed_migration(
+    cli: Any, cli_process: Any, project: Any, db: Any, kind: str, leave: str
+) -> None:
+    write_simple(project, "0001_a")
+    write_leaving(project, kind, leave)
+    write_simple(project, "0003_c")
+    result = up_json(kind, cli, cli_process)
+
+    assert result.exit_code == 7, (result.stdout, result.stderr)
+    error = result.json["error"]
+    assert error["code"] == "MIGRATION_EXECUTION_FAILED"
+    assert error["message"] == f"Migration up failed: 0002_leaves.py: {LEAVES[leave]}"
+    assert [(r["file"], r["status"]) for r in result.json["partial"]] == [
+        ("0001_a.py", "applied"), ("0002_leaves.py", "error")
+    ]
+    assert "✖ MIGRATION_EXECUTION_FAILED: Migration up failed: 0002_leaves.py" in result.stderr
+    assert "Traceback" not in result.stderr
+    failed = records(db)["0002_leaves.py"]
+    assert failed["status"] == "failed" and LEAVES[leave] in failed["error"]
+    assert applied(db) == ["0001_a.py"]
+    assert calls(db) == ["0001_a"]  # 0003 never ran
+    transactional = "transaction" in kind
+    assert db["touched"].count_documents({}) == (0 if transactional else 1)
+    assert db[LOCKS].count_documents({}) == 0
+    run = db["_migronaut_runs"].find_one()
+    assert run["outcome"] == "failed" and run["error"]["code"] == "MIGRATION_EXECUTION_FAILED"
+
+
+HOOKS_CONFIG = """
+import sys
+
+def {hook}(*args):
+    {leave}
+
+config = {{"hooks": {{"{hook}": {hook}}}}}
+"""
+
+
+@pytest.mark.parametrize("leave", ["sys.exit(4)", "raise KeyboardInterrupt"])
+@pytest.mark.parametrize("hook", ["before_all", "before_each", "after_each"])
+def test_a_hook_that_exits_is_hook_failed(
+    cli: Any, project: Any, db: Any, hook: str, leave: str
+) -> None:
+    project.write("migronaut_config.py", HOOKS_CONFIG.format(hook=hook, leave=leave))
+    write_simple(project, "0001_a", "0002_b")
+    result = cli("up", "--json")
+    assert result.exit_code == 12, (result.stdout, result.stderr)
+    assert result.json["error"]["code"] == "HOOK_FAILED"
+    cause = "SystemExit: 4" if "exit" in leave else "KeyboardInterrupt"
+    assert result.json["error"]["message"] == f"The {hook} hook failed: {cause}"
+    assert db[LOCKS].count_documents({}) == 0
+
+
+def test_an_async_hook_that_exits_does_not_hang_the_run(
+    cli_process: Any, project: Any, db: Any
+) -> None:
+    project.write("migronaut_config.py", """
+        import sys
+
+        async def before_each(*args):
+            sys.exit(5)
+
+        config = {"hooks": {"before_each": before_each}}
+    """)
+    write_simple(project, "0001_a")
+    result = cli_process("up", "--json", timeout=60)
+    assert result.exit_code == 12, (result.stdout, result.stderr)
+    assert result.json["error"]["message"] == "The before_each hook failed: SystemExit: 5"
+    assert calls(db) == []
+
+
+@pytest.mark.slow
+def test_a_real_process_whose_body_calls_sys_exit_exits_7(
+    cli_process: Any, project: Any, db: Any
+) -> None:
+    write_leaving(project, "plain", "sys.exit(0)")
+    result = cli_process("up", "--json", timeout=60)
+    assert result.exit_code == 7, result.stderr
+    assert result.json["error"]["message"] == "Migration up failed: 0002_leaves.py: SystemExit: 0"
+    assert records(db)["0002_leaves.py"]["status"] == "failed"
+    assert db[LOCKS].count_documents({}) == 0
+
+
+def test_under_the_api_with_pythons_own_sigint_handler_a_keyboardinterrupt_propagates(
+    project: Any, db: Any
+) -> None:
+    """It may be the user's Ctrl-C: Python's meaning is kept (the lock is still released)."""
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    write_leaving(project, "plain", "raise KeyboardInterrupt")
+    with make_migrator(project) as migrator, pytest.raises(KeyboardInterrupt):
+        migrator.up()
+    assert db[LOCKS].count_documents({}) == 0
+    assert applied(db) == []
+
+
+def test_under_the_api_a_body_that_calls_sys_exit_is_a_failed_migration(
+    project: Any, db: Any
+) -> None:
+    from migronaut import MigrationExecutionFailedError
+
+    write_leaving(project, "timeout", "sys.exit('bye')")  # raised in the body's worker thread
+    with make_migrator(project) as migrator, pytest.raises(MigrationExecutionFailedError) as info:
+        migrator.up()
+    assert info.value.exit_code == 7
+    assert isinstance(info.value.__cause__, SystemExit)
+    assert records(db)["0002_leaves.py"]["status"] == "failed"
