@@ -859,10 +859,12 @@ class Migrator:
 
         if not self.config.ensure_indexes or self._indexes_ensured:
             return
+        from migronaut.core.retry import as_connection_failed
+
         try:
             self.changelog.ensure_indexes()
         except PyMongoError as error:
-            raise ConnectionFailedError(
+            raise as_connection_failed(error) or ConnectionFailedError(
                 f"Failed to create the changelog indexes: {describe_exception(error)}",
                 cause=error,
             ) from error
