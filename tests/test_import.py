@@ -509,6 +509,35 @@ def test_cli_non_empty_target_exits_17(migrate_mongo: Any, db: Any, cli: Any) ->
 
 
 @pytest.mark.parametrize(
+    ("tool", "source", "record", "field"),
+    [
+        ("migrate-mongo", "changelog",
+         {"fileName": "20200101120000-add-users.js", "appliedAt": "yesterday"}, "appliedAt"),
+        ("mongodb-migrations", "database_migrations",
+         {"migration_datetime": "20200101120000", "created_at": 1577880000}, "created_at"),
+    ],
+)
+def test_a_source_record_without_a_date_refuses_the_whole_import(
+    project: Any, db: Any, cli: Any, tool: str, source: str, record: dict[str, Any], field: str
+) -> None:
+    """The date is kept verbatim as ``appliedAt``: a record every later command would refuse
+    (``STATE_INVALID``) is refused by the import first, dry run included, nothing written."""
+    write_simple(project, ADD_USERS[:-3], ADD_INDEX[:-3])
+    db[source].insert_one(record)
+    before = snapshot(db)
+    for extra in ((), ("--dry-run",)):
+        result = cli("import", "--tool", tool, "--json", *extra)
+        assert result.exit_code == 35, result.stderr
+        error = result.json["error"]
+        assert error["code"] == "STATE_INVALID"
+        assert f'Cannot import from "{source}": record ' in error["message"]
+        assert f"{field} " in error["message"] and "is not a date" in error["message"]
+        assert error["context"]["problems"][0]["field"] == field
+        assert snapshot(db) == before  # no record imported, the lock released
+    assert db[CHANGELOG].count_documents({}) == 0
+
+
+@pytest.mark.parametrize(
     ("args", "message"),
     [
         (("--from", "$bad"), "--from must be a valid collection name"),

@@ -60,6 +60,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from migronaut._redact import shown_value
 from migronaut.core.config import validate_collection_name
 from migronaut.core.files import check_name
 from migronaut.core.plan import Checksum
@@ -68,6 +69,7 @@ from migronaut.errors import (
     ConfigInvalidError,
     ImportTargetNotEmptyError,
     MigrationFileNotFoundError,
+    StateInvalidError,
 )
 
 if TYPE_CHECKING:
@@ -99,6 +101,27 @@ WRITE_CHUNK = 500
 
 
 # ---------------------------------------------------------------------------- source formats
+
+
+def _require_dates(entries: Sequence[SourceEntry], fmt: SourceFormat, source: str) -> None:
+    """Every record to import says when it was applied, as a date — else nothing is imported.
+
+    The date is kept verbatim as ``appliedAt``: a string or a number there would be a record
+    every later command refuses (``STATE_INVALID``), so the import refuses it first.
+    """
+    bad = [entry for entry in entries if not isinstance(entry.applied_at, dt.datetime)]
+    if not bad:
+        return
+    problems = [{"record": entry.name, "field": fmt.date_field,
+                 "message": f"{fmt.date_field} {shown_value(entry.applied_at)} is not a date"}
+                for entry in bad]
+    first = problems[0]
+    more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+    raise StateInvalidError(
+        f'Cannot import from "{source}": record {first["record"]}: {first["message"]}{more} — '
+        "nothing was imported",
+        {"collection": source, "problems": problems},
+    )
 
 
 @dataclass(frozen=True)
@@ -186,6 +209,8 @@ class SourceFormat:
     tool: str
     default_collection: str
     key_field: str
+    #: the field holding when the tool applied a migration (kept verbatim as ``appliedAt``)
+    date_field: str
     projection: Mapping[str, int]
     parse: Callable[[Mapping[str, Any]], SourceEntry | None]
     owns: Callable[[Mapping[str, Any]], bool] = _always
@@ -200,17 +225,17 @@ class SourceFormat:
 
 IMPORT_TOOLS: Mapping[str, SourceFormat] = {
     "migrate-mongo": SourceFormat(
-        "migrate-mongo", "changelog", "fileName",
+        "migrate-mongo", "changelog", "fileName", "appliedAt",
         {"fileName": 1, "fileHash": 1, "appliedAt": 1, "migrationBlock": 1},
         _migrate_mongo_entry,
     ),
     "mongodb-migrations": SourceFormat(
-        "mongodb-migrations", "database_migrations", "migration_datetime",
+        "mongodb-migrations", "database_migrations", "migration_datetime", "created_at",
         {"migration_datetime": 1, "created_at": 1},
         _mongodb_migrations_entry,
     ),
     "migronaut": SourceFormat(
-        "migronaut", "_migronaut_migrations", "name",
+        "migronaut", "_migronaut_migrations", "name", "appliedAt",
         {"name": 1, "status": 1, "appliedAt": 1},
         _migronaut_entry,
         owns=_migronaut_owns,
@@ -415,6 +440,7 @@ def import_changelog(
     if not entries:
         logger.info('Nothing to import from "%s"', request.source)
         return result(0, [])
+    _require_dates(entries, fmt, request.source)
     if not request.dry_run and not request.force and not others_empty:
         raise ImportTargetNotEmptyError(
             f'The target changelog "{request.target}" already has records — pass --force to '
