@@ -95,6 +95,17 @@ def unusable_directory(directory: Path, origin: str | None = None) -> ConfigInva
     )
 
 
+def directory_os_error(directory: Path, problem: str, error: OSError) -> ConfigInvalidError:
+    """``CONFIG_INVALID`` for a migrations directory the OS refused (``problem``: ``cannot be
+    read``, ``cannot be created``), with the OS's reason."""
+    return ConfigInvalidError(
+        f"Invalid configuration: migrations_dir: {directory} {problem}: "
+        f"{error.strerror or error}",
+        {"issues": [{"path": "migrations_dir", "message": problem}],
+         "directory": str(directory)},
+    )
+
+
 def _escapes(root: Path, path: Path, name: str) -> MigrationInvalidNameError | None:
     """The refusal of a file whose real path is not directly inside ``root`` (a symlink)."""
     try:
@@ -126,12 +137,7 @@ def discover(
     except (FileNotFoundError, NotADirectoryError):
         raise unusable_directory(directory, origin) from None
     except OSError as error:
-        raise ConfigInvalidError(
-            f"Invalid configuration: migrations_dir: {directory} cannot be read: "
-            f"{error.strerror or error}",
-            {"issues": [{"path": "migrations_dir", "message": "cannot be read"}],
-             "directory": str(directory)},
-        ) from error
+        raise directory_os_error(directory, "cannot be read", error) from error
     suffixes = tuple(extensions)
     root: Path | None = None
     names = []

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from migronaut._redact import redact
-from migronaut.core.files import unusable_directory
+from migronaut.core.files import directory_os_error, unusable_directory
 from migronaut.errors import (
     ConfigFileExistsError,
     ConfigInvalidError,
@@ -116,12 +116,7 @@ def write_migration(
     except (FileExistsError, NotADirectoryError) as error:  # a file where a directory should be
         raise unusable_directory(directory, origin) from error
     except OSError as error:
-        raise ConfigInvalidError(
-            f"Invalid configuration: migrations_dir: cannot create {directory}: "
-            f"{error.strerror or error}",
-            {"issues": [{"path": "migrations_dir", "message": "cannot be created"}],
-             "directory": str(directory)},
-        ) from error
+        raise directory_os_error(directory, "cannot be created", error) from error
     path = directory / f"{_prefix(directory, extensions, sequential)}_{slug}.py"
     try:
         with path.open("x", encoding="utf-8") as handle:
