@@ -47,7 +47,7 @@ def test_summary_of_a_boot_and_of_a_second_boot(project: Any, db: Any) -> None:
     assert summary.up_to_date is False
     assert (summary.waited, summary.waited_ms, summary.attempts) == (False, 0, 1)
     assert summary.to_dict()["upToDate"] is False
-    assert len(seen) == 1 and seen[0]._client is None  # always disconnected
+    assert len(seen) == 1 and seen[0]._ws.connection._client is None  # always disconnected
     again = run_migrations(**settings(project))
     assert again.applied == [] and again.up_to_date is True
     assert calls(db) == ["0001_a", "0002_b"]

@@ -18,9 +18,10 @@ import functools
 import os
 import threading
 from collections.abc import Callable, Coroutine, Mapping
-from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar, cast
 
 from migronaut.api import Migrator, ProgressReporter, run_migrations
+from migronaut.core.connection import Connection
 from migronaut.errors import ConfigInvalidError
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
     from migronaut.core.async_bridge import AsyncBridge
     from migronaut.core.config import Config
+    from migronaut.core.project import Project
     from migronaut.core.results import MigrationSummary
     from migronaut.observability.events import Listener
 
@@ -38,16 +40,15 @@ R = TypeVar("R")
 STOPPED_BY_CANCEL = "Run stopped: the awaiting task was cancelled"
 
 
-class _LoopEngine(Migrator):
-    """The sync engine of an :class:`AsyncMigrator`: async bodies go to the caller's loop, and
-    the ``client`` config key is an ``AsyncMongoClient``."""
+class _LoopConnection(Connection):
+    """The connection of an :class:`AsyncMigrator`'s engine: the ``client`` config key is an
+    ``AsyncMongoClient``, and ``async def`` bodies go to the caller's loop."""
 
-    def __init__(self, *args: Any, loop: asyncio.AbstractEventLoop | None = None,
-                 **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.loop = loop
+    def __init__(self, project: Project) -> None:
+        super().__init__(project)
+        self.loop: asyncio.AbstractEventLoop | None = None
 
-    def _injected_client(self, client: Any) -> tuple[MongoClient[dict[str, Any]], bool]:
+    def injected_client(self, client: Any) -> tuple[MongoClient[dict[str, Any]], bool]:
         from pymongo import AsyncMongoClient, MongoClient
 
         from migronaut.core.async_bridge import twin_client
@@ -61,19 +62,40 @@ class _LoopEngine(Migrator):
         # The engine's own reads and writes (changelog, lock) use a sync twin it owns.
         return twin_client(client, MongoClient), True
 
-    def _new_bridge(self) -> AsyncBridge:
+    def new_bridge(self) -> AsyncBridge:
         from pymongo import AsyncMongoClient
 
         from migronaut.core.async_bridge import AsyncBridge
 
         if self.loop is None:  # called outside an AsyncMigrator coroutine: a private loop
-            return super()._new_bridge()
-        config = self.config
+            return super().new_bridge()
+        config = self._project.config
         if config.client is not None:
             return AsyncBridge(loop=self.loop, client=config.client)
-        options = self._client_options()
+        options = self.client_options()
         return AsyncBridge(loop=self.loop,
                            client_factory=lambda: AsyncMongoClient(config.uri, **options))
+
+
+class _LoopEngine(Migrator):
+    """The sync engine of an :class:`AsyncMigrator`: async bodies go to the caller's loop, and
+    the ``client`` config key is an ``AsyncMongoClient``."""
+
+    _connection = _LoopConnection
+
+    def __init__(self, *args: Any, loop: asyncio.AbstractEventLoop | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.loop = loop
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The caller's loop (set by each coroutine of the :class:`AsyncMigrator`)."""
+        return cast("_LoopConnection", self._ws.connection).loop
+
+    @loop.setter
+    def loop(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        cast("_LoopConnection", self._ws.connection).loop = loop
 
 
 async def _off_loop(stop: Callable[[str], None], fn: Callable[[], R]) -> R:

@@ -1,0 +1,179 @@
+"""``run_migrations``: apply everything pending at application start-up, waiting for a peer's lock.
+
+With ``on_lock_held="wait"`` a process that finds the lock held waits for the holder (a peer
+replica booting at the same time) and then applies whatever is still pending.
+
+Invariants: the wait is bounded by *stall* time — re-armed whenever the holder's heartbeat
+advances — and never waits on a lock document nobody can read (only ``unlock`` frees it); a stop
+event stops the wait between polls and the run between migrations; the migrator is closed
+whatever happens.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+
+from migronaut.commands.migrate import check_on_background_pending
+from migronaut.core.results import MigrationSummary
+from migronaut.errors import (
+    ConfigInvalidError,
+    LockAlreadyHeldError,
+    MigronautError,
+    RunAbortedError,
+)
+
+if TYPE_CHECKING:
+    import logging
+
+    from migronaut.core.config import Config
+    from migronaut.core.results import RunResult
+    from migronaut.observability.telemetry import Telemetry
+
+__all__ = ["Startable", "check_startup_options", "run_at_startup"]
+
+
+class Startable(Protocol):
+    """What start-up drives: a :class:`~migronaut.Migrator` (or the asyncio API's engine)."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def logger(self) -> logging.Logger: ...
+
+    @property
+    def telemetry(self) -> Telemetry: ...
+
+    @property
+    def _waiting(self) -> list[dict[str, Any]]: ...
+
+    def connect(self) -> None: ...
+
+    def up(self, *, no_lock: bool,
+           on_background_pending: Literal["error", "stop"]) -> list[RunResult]: ...
+
+    def stop(self, reason: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+Target = TypeVar("Target", bound=Startable)
+
+
+def check_startup_options(
+    on_lock_held: Any, on_background_pending: Any, lock_wait_timeout_ms: Any,
+    lock_poll_interval_ms: Any,
+) -> None:
+    """Refuse a bad option before any migrator exists."""
+    if on_lock_held not in ("throw", "wait"):
+        raise ConfigInvalidError(
+            "on_lock_held must be 'throw' or 'wait'", {"option": "on_lock_held"}
+        )
+    check_on_background_pending(on_background_pending)
+    for option, value in (("lock_wait_timeout_ms", lock_wait_timeout_ms),
+                          ("lock_poll_interval_ms", lock_poll_interval_ms)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value <= 0 or value > 2**31 - 1):
+            raise ConfigInvalidError(f"{option} must be a positive integer", {"option": option})
+
+
+def run_at_startup(
+    migrator: Target,
+    *,
+    on_lock_held: Literal["throw", "wait"],
+    on_background_pending: Literal["error", "stop"],
+    lock_wait_timeout_ms: int | None,
+    lock_poll_interval_ms: int,
+    no_lock: bool,
+    stop_event: threading.Event | None,
+    on_migrator: Callable[[Target], None] | None,
+) -> MigrationSummary:
+    """Apply every pending migration with ``migrator`` (closed at the end); see the module."""
+    finished = threading.Event()
+    if stop_event is not None:
+        # The stop event also stops a run between migrations (reference core §8.4), not only
+        # the wait between lock polls: forward it to Migrator.stop() while we run.
+        event = stop_event
+
+        def forward_stop() -> None:
+            while not finished.is_set():
+                if event.wait(0.05):
+                    migrator.stop("Run stopped by request")
+                    return
+
+        threading.Thread(target=forward_stop, name="migronaut-stop-event", daemon=True).start()
+    try:
+        if on_migrator is not None:
+            on_migrator(migrator)
+        migrator.connect()
+        started = time.monotonic()
+        attempts = 0
+        waited = False
+        deadline: float | None = None
+        last_seen: Any = None
+        delay = lock_poll_interval_ms / 1000
+
+        def record_wait(outcome: str, ended: float | None = None) -> None:
+            if waited:
+                migrator.telemetry.lock_wait((ended or time.monotonic()) - started, outcome)
+
+        while True:
+            attempts += 1
+            if stop_event is not None and stop_event.is_set():
+                record_wait("aborted")
+                raise RunAbortedError("Lock wait aborted", {"attempts": attempts})
+            attempted = time.monotonic()
+            try:
+                applied = migrator.up(no_lock=no_lock,
+                                      on_background_pending=on_background_pending)
+                break
+            except LockAlreadyHeldError as refused:
+                if on_lock_held != "wait" or refused.context.get("problems"):
+                    raise  # a lock document nobody can read frees only by `unlock`: no wait
+                holder = refused.context.get("holder") or {}
+                now = time.monotonic()
+                if not waited:
+                    migrator.logger.info(
+                        "Migration lock held by another process — waiting for it to release…"
+                    )
+                    waited = True
+                if deadline is None or holder.get("lockedAt") != last_seen:
+                    ttl = holder.get("ttlMs") or migrator.config.lock_ttl_seconds * 1000
+                    budget = lock_wait_timeout_ms or max(90_000, int(1.5 * ttl))
+                    deadline = now + budget / 1000
+                    last_seen = holder.get("lockedAt")
+                if now >= deadline:
+                    refused.context.update({
+                        "timedOut": True, "attempts": attempts,
+                        "waitedMs": int((now - started) * 1000)})
+                    record_wait("timeout")
+                    raise
+                pause = min(delay * random.uniform(0.75, 1.25), 5.0, max(0.0, deadline - now))
+                if stop_event is not None:
+                    if stop_event.wait(pause):
+                        record_wait("aborted")
+                        raise RunAbortedError("Lock wait aborted", {"attempts": attempts}) from None
+                else:
+                    time.sleep(pause)
+                delay = min(delay * 2, 5.0)
+            except MigronautError:
+                record_wait("failed", attempted)  # the attempt after the wait failed otherwise
+                raise
+        record_wait("acquired", attempted)
+        waited_ms = int((time.monotonic() - started) * 1000) if waited else 0
+        waiting = list(migrator._waiting)
+        return MigrationSummary(
+            applied=applied,
+            up_to_date=not waiting and not any(r.status == "applied" for r in applied),
+            waited=waited,
+            waited_ms=waited_ms,
+            attempts=attempts,
+            waiting=waiting if on_background_pending == "stop" else None,
+        )
+    finally:
+        finished.set()
+        migrator.close()

@@ -1,0 +1,212 @@
+"""One migration of a run: requirements, hooks, events, the body and the changelog record.
+
+The body itself (transaction, timeout, retries of the record write) runs in
+:func:`migronaut.core.runner.execute`; this module wraps it in what a run adds: background
+requirements (a contract migration waits for its background work), ``before_each``/``after_each``
+/``on_error`` hooks, ``migration:*`` events, the progress reporter, the log line, the result, and
+the record itself — applied, reverted, or failed.
+
+Invariants: the changelog write of a migration is fenced by the run's lock (in a transaction the
+lock is renewed in the same transaction and a lost lock aborts it; without one the record is
+written whatever the lock says, because the body's writes are done, and the run stops right
+after); a failed ``up`` leaves a ``failed`` record unless it failed writing its record or lost
+its lock (a run that lost its lock writes no more).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from migronaut.core.changelog import applied_write, reverted_write
+from migronaut.core.hooks import Hooks, call_hook
+from migronaut.core.locked_run import abort_if_lock_lost
+from migronaut.core.project import executed_by
+from migronaut.core.results import RunResult
+from migronaut.core.runner import execute
+from migronaut.errors import LockLostError, MigronautError
+
+if TYPE_CHECKING:
+    from pymongo.asynchronous.client_session import AsyncClientSession
+    from pymongo.client_session import ClientSession
+
+    from migronaut.core.context import MigrationContext
+    from migronaut.core.files import MigrationModule
+    from migronaut.core.run import Direction, Run
+    from migronaut.core.workspace import Workspace
+
+__all__ = ["WaitingForBackground", "run_step"]
+
+
+class WaitingForBackground(Exception):
+    """Ends an ``up`` run cleanly before a migration whose background requirements are not done
+    (``on_background_pending="stop"``); caught by the run loop."""
+
+
+def run_step(
+    ws: Workspace,
+    run: Run,
+    base_ctx: MigrationContext,
+    hooks: Hooks,
+    migration: MigrationModule,
+    direction: Direction,
+    batch: int | None,
+    index: int,
+    total: int,
+) -> None:
+    """Run one migration of ``run`` (``index`` of ``total``) and record it."""
+    config = ws.project.config
+    name = migration.name
+    ctx = base_ctx.for_migration(migration=name, batch=batch)
+    info = {"direction": direction, "index": index, "total": total}
+    if direction == "up" and migration.background is None and migration.requires:
+        ws.background.require_done(run, migration.name, migration.requires)
+    call_hook(hooks, "before_each", name, ctx, info)
+    use_transaction = (
+        migration.use_transaction if migration.use_transaction is not None
+        else config.use_transaction
+    )
+    timeout_ms = migration.timeout_ms or config.timeout_ms
+    run.trace.migration_attributes({"migronaut.migration.transaction": use_transaction})
+    checksum = ws.project.checksum(name) or ""
+    progress = ws.progress
+    if progress:
+        progress.on_start(name, direction)
+    ws.events.emit("migration:start", migration=name, direction=direction, batch=batch)
+    record = _Record(ws, run, migration, direction, batch, checksum)
+    body = ws.background.body(migration, direction, checksum) \
+        if migration.background is not None else \
+        migration.up if direction == "up" else migration.down
+    assert body is not None
+    sessions: list[ClientSession] = []
+    try:
+        outcome = execute(body, ctx, name=name, direction=direction,
+                          use_transaction=use_transaction, timeout_ms=timeout_ms,
+                          record=record.write, batch=batch, sessions=sessions,
+                          record_async=record.write_async, path=migration.path)
+    except MigronautError as error:
+        record.failed(error, ctx.with_session(sessions[0]) if sessions else ctx, hooks)
+        raise
+    if progress:
+        progress.on_stop("success")
+    ws.events.emit("migration:success", migration=name, direction=direction, batch=batch,
+                   durationMs=outcome.duration_ms, attempts=outcome.attempts)
+    if migration.background is not None:
+        verb = "⧗ Registered" if direction == "up" else "⧗ Reverting"
+    else:
+        verb = "✔ Applied " if direction == "up" else "↩ Reverted"
+    ws.project.logger.info("%s %s   [%dms]", verb, name, outcome.duration_ms, extra={
+        "runId": run.id, "migration": name, "direction": direction, "batch": batch,
+        "durationMs": outcome.duration_ms, "attempts": outcome.attempts})
+    run.results.append(RunResult(
+        name, "applied" if direction == "up" else "reverted",
+        duration=outcome.duration_ms, batch=batch))
+    if migration.background is not None and direction == "up" and config.background_inline:
+        ws.background.drive_inline(run, name)
+    call_hook(hooks, "after_each", name, outcome.duration_ms, ctx, info)
+
+
+@dataclass(slots=True)
+class _Record:
+    """The changelog record of one migration: written inside its transaction (or right after
+    its body), or, when it failed, the failure."""
+
+    ws: Workspace
+    run: Run
+    migration: MigrationModule
+    direction: Direction
+    batch: int | None
+    checksum: str
+    started: float = field(default_factory=time.monotonic)
+
+    def elapsed_ms(self) -> int:
+        return int((time.monotonic() - self.started) * 1000)
+
+    def applied(self) -> dict[str, Any]:
+        run, migration = self.run, self.migration
+        config = self.ws.project.config
+        return {
+            "name": migration.name, "batch": self.batch, "status": "applied",
+            "checksum": self.checksum, "environment": config.resolved_environment,
+            "executedBy": executed_by(), "duration": self.elapsed_ms(),
+            "runId": run.id, "description": migration.description,
+            "requestedBy": run.requested_by, "reason": run.reason,
+            "kind": "background" if migration.background is not None else None,
+        }
+
+    def _reverted(self, matched: int) -> None:
+        if self.direction == "down" and matched == 0:
+            self.ws.project.logger.warning(
+                "⚠ Warning  Changelog record for %s was not 'applied' — revert not "
+                "recorded", self.migration.name, extra={"event": "changelog:revert-miss"},
+            )
+
+    def write(self, session: ClientSession | None) -> None:
+        ws, run = self.ws, self.run
+        lock = run.lock
+        if lock is not None and session is not None:
+            fence = lock.fence()
+            if fence is not None:
+                renewal = ws.connection.lock_collection.update_one(*fence, session=session)
+                lock.fenced(renewal.matched_count == 1)
+            abort_if_lock_lost(ws, run)
+        elif lock is not None:
+            # The body's writes are done: its record is written whatever the lock says (a
+            # changelog hiding them would let a later up apply it again); a lost lock stops
+            # the run right after (check_between, the run's finish).
+            lock.confirm()
+        changelog = ws.connection.changelog
+        if self.direction == "up":
+            changelog.mark_applied(self.applied(), session)
+        else:
+            self._reverted(changelog.mark_reverted(
+                self.migration.name, session, requested_by=run.requested_by, reason=run.reason
+            ).matched_count)
+
+    async def write_async(self, session: AsyncClientSession) -> None:
+        ws, run = self.ws, self.run
+        config = ws.project.config
+        database = session.client[config.db_name or ""]
+        lock = run.lock
+        fence = lock.fence() if lock is not None else None
+        if lock is not None and fence is not None:  # (as write's, in the async transaction)
+            renewal = await database[config.lock_collection].update_one(*fence, session=session)
+            lock.fenced(renewal.matched_count == 1)
+        abort_if_lock_lost(ws, run)
+        change = applied_write(self.applied()) if self.direction == "up" else \
+            reverted_write(self.migration.name, requested_by=run.requested_by,
+                           reason=run.reason)
+        collection = database[config.migrations_collection]
+        self._reverted((await change.apply_async(collection, session)).matched_count)
+
+    def failed(self, error: MigronautError, ctx: MigrationContext, hooks: Hooks) -> None:
+        """The failure of the migration: events, log, result, ``on_error``, failed record."""
+        ws, run, direction, batch = self.ws, self.run, self.direction, self.batch
+        name = self.migration.name
+        duration = self.elapsed_ms()
+        logger = ws.project.logger
+        if ws.progress:
+            ws.progress.on_stop("error")
+        ws.events.emit("migration:error", migration=name, direction=direction, batch=batch,
+                       durationMs=duration, error=error.message)
+        logger.error("✖ Error    %s", name, extra={
+            "runId": run.id, "migration": name, "direction": direction, "batch": batch,
+            "event": "migration:error"})
+        run.results.append(RunResult(name, "error", duration=duration, batch=batch,
+                                     error=error.message))
+        try:
+            call_hook(hooks, "on_error", name, error, ctx)
+        except MigronautError as hook_error:
+            logger.warning("⚠ on_error hook failed for %s: %s", name, hook_error.message)
+        fenced = isinstance(error, LockLostError)  # a run that lost its lock writes no more
+        if direction == "up" and error.context.get("phase") != "changelog-write" \
+                and not fenced:
+            config = ws.project.config
+            ws.connection.changelog.mark_failed({
+                "name": name, "error": error.message,
+                "environment": config.resolved_environment, "executedBy": executed_by(),
+                "batch": batch, "duration": duration, "runId": run.id, "checksum": self.checksum,
+                "requestedBy": run.requested_by, "reason": run.reason,
+            })
+        error.context["durationMs"] = duration
