@@ -95,37 +95,18 @@ def run_at_startup(
     """Apply every pending migration with ``migrator`` (closed at the end); see the module."""
     finished = threading.Event()
     if stop_event is not None:
-        # The stop event also stops a run between migrations (reference core §8.4), not only
-        # the wait between lock polls: forward it to Migrator.stop() while we run.
-        event = stop_event
-
-        def forward_stop() -> None:
-            while not finished.is_set():
-                if event.wait(0.05):
-                    migrator.stop("Run stopped by request")
-                    return
-
-        threading.Thread(target=forward_stop, name="migronaut-stop-event", daemon=True).start()
+        _forward_stop(stop_event, migrator, finished)
     try:
         if on_migrator is not None:
             on_migrator(migrator)
         migrator.connect()
-        started = time.monotonic()
+        wait = _LockWait(migrator, timeout_ms=lock_wait_timeout_ms,
+                         poll_interval_ms=lock_poll_interval_ms, stop_event=stop_event)
         attempts = 0
-        waited = False
-        deadline: float | None = None
-        last_seen: Any = None
-        delay = lock_poll_interval_ms / 1000
-
-        def record_wait(outcome: str, ended: float | None = None) -> None:
-            if waited:
-                migrator.telemetry.lock_wait((ended or time.monotonic()) - started, outcome)
-
         while True:
             attempts += 1
             if stop_event is not None and stop_event.is_set():
-                record_wait("aborted")
-                raise RunAbortedError("Lock wait aborted", {"attempts": attempts})
+                raise wait.aborted(attempts)
             attempted = time.monotonic()
             try:
                 applied = migrator.up(no_lock=no_lock,
@@ -134,46 +115,88 @@ def run_at_startup(
             except LockAlreadyHeldError as refused:
                 if on_lock_held != "wait" or refused.context.get("problems"):
                     raise  # a lock document nobody can read frees only by `unlock`: no wait
-                holder = refused.context.get("holder") or {}
-                now = time.monotonic()
-                if not waited:
-                    migrator.logger.info(
-                        "Migration lock held by another process — waiting for it to release…"
-                    )
-                    waited = True
-                if deadline is None or holder.get("lockedAt") != last_seen:
-                    ttl = holder.get("ttlMs") or migrator.config.lock_ttl_seconds * 1000
-                    budget = lock_wait_timeout_ms or max(90_000, int(1.5 * ttl))
-                    deadline = now + budget / 1000
-                    last_seen = holder.get("lockedAt")
-                if now >= deadline:
-                    refused.context.update({
-                        "timedOut": True, "attempts": attempts,
-                        "waitedMs": int((now - started) * 1000)})
-                    record_wait("timeout")
-                    raise
-                pause = min(delay * random.uniform(0.75, 1.25), 5.0, max(0.0, deadline - now))
-                if stop_event is not None:
-                    if stop_event.wait(pause):
-                        record_wait("aborted")
-                        raise RunAbortedError("Lock wait aborted", {"attempts": attempts}) from None
-                else:
-                    time.sleep(pause)
-                delay = min(delay * 2, 5.0)
+                wait.pause(refused, attempts)
             except MigronautError:
-                record_wait("failed", attempted)  # the attempt after the wait failed otherwise
+                wait.record("failed", attempted)  # the attempt after the wait failed otherwise
                 raise
-        record_wait("acquired", attempted)
-        waited_ms = int((time.monotonic() - started) * 1000) if waited else 0
+        wait.record("acquired", attempted)
         waiting = list(migrator._waiting)
         return MigrationSummary(
             applied=applied,
             up_to_date=not waiting and not any(r.status == "applied" for r in applied),
-            waited=waited,
-            waited_ms=waited_ms,
+            waited=wait.waited,
+            waited_ms=int((time.monotonic() - wait.started) * 1000) if wait.waited else 0,
             attempts=attempts,
             waiting=waiting if on_background_pending == "stop" else None,
         )
     finally:
         finished.set()
         migrator.close()
+
+
+def _forward_stop(stop_event: threading.Event, migrator: Startable,
+                  finished: threading.Event) -> None:
+    """The stop event also stops a run between migrations (reference core §8.4), not only the
+    wait between lock polls: forward it to ``Migrator.stop()`` until ``finished``."""
+
+    def forward() -> None:
+        while not finished.is_set():
+            if stop_event.wait(0.05):
+                migrator.stop("Run stopped by request")
+                return
+
+    threading.Thread(target=forward, name="migronaut-stop-event", daemon=True).start()
+
+
+class _LockWait:
+    """One start-up's wait for a peer's lock: polls backing off (jittered, at most 5 s), bounded
+    by stall time (the budget is re-armed whenever the holder's heartbeat advances)."""
+
+    def __init__(self, migrator: Startable, *, timeout_ms: int | None, poll_interval_ms: int,
+                 stop_event: threading.Event | None) -> None:
+        self.migrator = migrator
+        self.timeout_ms = timeout_ms
+        self.stop_event = stop_event
+        self.started = time.monotonic()
+        self.waited = False
+        self.deadline: float | None = None
+        self.last_seen: Any = None
+        self.delay = poll_interval_ms / 1000
+
+    def record(self, outcome: str, ended: float | None = None) -> None:
+        """The wait's telemetry (only when there was a wait)."""
+        if self.waited:
+            self.migrator.telemetry.lock_wait((ended or time.monotonic()) - self.started, outcome)
+
+    def aborted(self, attempts: int) -> RunAbortedError:
+        self.record("aborted")
+        return RunAbortedError("Lock wait aborted", {"attempts": attempts})
+
+    def pause(self, refused: LockAlreadyHeldError, attempts: int) -> None:
+        """After ``refused``: sleep until the next poll, or raise ``refused`` (timed out) or
+        ``RUN_ABORTED`` (the stop event)."""
+        holder = refused.context.get("holder") or {}
+        now = time.monotonic()
+        if not self.waited:
+            self.migrator.logger.info(
+                "Migration lock held by another process — waiting for it to release…"
+            )
+            self.waited = True
+        if self.deadline is None or holder.get("lockedAt") != self.last_seen:
+            ttl = holder.get("ttlMs") or self.migrator.config.lock_ttl_seconds * 1000
+            budget = self.timeout_ms or max(90_000, int(1.5 * ttl))
+            self.deadline = now + budget / 1000
+            self.last_seen = holder.get("lockedAt")
+        if now >= self.deadline:
+            refused.context.update({
+                "timedOut": True, "attempts": attempts,
+                "waitedMs": int((now - self.started) * 1000)})
+            self.record("timeout")
+            raise refused
+        pause = min(self.delay * random.uniform(0.75, 1.25), 5.0, max(0.0, self.deadline - now))
+        if self.stop_event is not None:
+            if self.stop_event.wait(pause):
+                raise self.aborted(attempts) from None
+        else:
+            time.sleep(pause)
+        self.delay = min(self.delay * 2, 5.0)
