@@ -21,6 +21,7 @@ v311=$(venv_python .venv-3.11)
 
 lint_paths=(src tests)
 [ -d bench ] && lint_paths+=(bench)
+lint_paths+=(scripts)  # the docs site's MkDocs hook and Griffe extension
 _log "ruff check ${lint_paths[*]}"
 "$v313" -m ruff check "${lint_paths[@]}"
 _log "mypy"

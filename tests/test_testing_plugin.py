@@ -13,7 +13,9 @@ exist, so any fixture that reached for them would fail.
 from __future__ import annotations
 
 import os
+import re
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -214,6 +216,23 @@ def test_reversibility_helpers_pass_and_a_down_that_restores_nothing_fails_reada
         "E*fields: 'email' changed",
     ])
     assert "reversible.py" not in result.stdout.str()  # the helpers' frames are hidden
+
+
+def test_the_readme_example_runs_as_written(user_project: pytest.Pytester) -> None:
+    """The README's testing example is self-contained: copied into a test file of a project
+    with that migration, it passes (and it fails once the migration's down restores nothing)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text("utf-8")
+    blocks = re.findall(r"^```python\n(.*?)^```$", readme, re.MULTILINE | re.DOTALL)
+    (example,) = [block for block in blocks if "assert_reversible(" in block]
+    user_project.makepyfile(test_readme=example)
+    run(user_project).assert_outcomes(passed=1)
+
+    split = user_project.path / "migrations" / SPLIT
+    split.write_text(split.read_text("utf-8").split("def down(ctx):")[0]
+                     + "def down(ctx):\n    pass\n", "utf-8")
+    result = run(user_project)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"E*AssertionError: {SPLIT} is not reversible*"])
 
 
 # ------------------------------------------------------------------------ scope, template

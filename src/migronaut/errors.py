@@ -1,8 +1,9 @@
 """The one exception tree of migronaut, with the error codes and exit codes of the Node original.
 
 Every error raised from migronaut code is a :class:`MigronautError`. It carries a stable ``code``
-(the documentation anchor in ``docs/errors.md``), the CLI ``exit_code``, a JSON-safe ``context``
-whose strings are redacted of credentials, and the wrapped original exception as ``__cause__``::
+(the anchor of its section in <https://migronaut.readthedocs.io/en/latest/errors/>), the CLI
+``exit_code``, a JSON-safe ``context`` whose strings are redacted of credentials, and the wrapped
+original exception as ``__cause__``::
 
     MigronautError
     ├── LockAlreadyHeldError           LOCK_ALREADY_HELD            3

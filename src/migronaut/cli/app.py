@@ -26,7 +26,13 @@ from migronaut.cli.output import DEBUG, Output
 from migronaut.cli.session import GLOBAL_KEYS, GlobalOptions, Session
 from migronaut.errors import MigronautError
 
-__all__ = ["build_cli", "command", "group", "report_error", "run"]
+__all__ = ["DOCS_URL", "build_cli", "command", "group", "report_error", "run"]
+
+#: The documentation site (mkdocs.yml ``site_url``); help footers point here, never at files of
+#: the source tree, which an installed package does not have.
+DOCS_URL = "https://migronaut.readthedocs.io/en/latest/"
+#: The footer of every command's and group's ``--help``.
+_HELP_FOOTER = f"Documentation: {DOCS_URL}cli/"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -114,6 +120,7 @@ def command(
             name,
             help=help + "\n\nThe global options (see `migronaut --help`) are accepted here too.",
             short_help=short_help,
+            epilog=_HELP_FOOTER,
         )(decorated)
         if parent is not None:
             parent.add_command(cmd)
@@ -137,6 +144,7 @@ def group(name: str, *, help: str, short_help: str | None = None) -> click.Group
         name,
         help=help + "\n\nThe global options (see `migronaut --help`) are accepted here too.",
         short_help=short_help,
+        epilog=_HELP_FOOTER,
     )(global_options(hidden=True)(callback))
     _REGISTRY.append(grp)
     return grp
@@ -247,7 +255,7 @@ def build_cli() -> click.Group:
         context_settings={"help_option_names": ["-h", "--help"]},
         help="MongoDB migrations with a changelog, a cluster-wide lock, checksums, rollbacks "
         "and dry runs.",
-        epilog="Exit codes and JSON shapes: docs/cli.md.",
+        epilog=f"Exit codes and JSON shapes: {DOCS_URL}cli/",
     )
     @global_options(hidden=False)
     @click.pass_context

@@ -78,7 +78,7 @@ class MigrationContext:
     ``session`` is set only inside a transaction: pass ``session=ctx.session`` to every operation
     that must be part of it. An ``async def`` body or hook gets the async colour: ``db``,
     ``client`` and ``session`` are pymongo's ``AsyncDatabase``, ``AsyncMongoClient`` and
-    ``AsyncClientSession`` (see docs/async.md).
+    ``AsyncClientSession`` (see <https://migronaut.readthedocs.io/en/latest/async/>).
     """
 
     db: Database[dict[str, Any]]

@@ -11,7 +11,8 @@ installed) gives each test a fresh database: ``migronaut_db`` with every migrati
 * :func:`snapshot` — the user data of a database (:class:`DatabaseSnapshot`), comparable and
   diffable.
 
-The user guide is ``docs/testing.md``. Imports are lazy: importing this package costs nothing.
+The user guide is <https://migronaut.readthedocs.io/en/latest/testing/>. Imports are lazy:
+importing this package costs nothing.
 """
 
 from __future__ import annotations

@@ -5,23 +5,20 @@ installed, or with ``-p migronaut.testing.plugin`` / ``pytest_plugins`` — so p
 runtime dependency of migronaut. It is inert until a test asks for one of its fixtures: importing
 it imports pytest and :mod:`migronaut.errors`, nothing else, and no server starts.
 
-Fixtures (the user guide is ``docs/testing.md``):
+Fixtures (the user guide is <https://migronaut.readthedocs.io/en/latest/testing/>):
 
-``migronaut_uri`` (session)
-    ``--migronaut-uri``, else ``MIGRONAUT_TEST_URI``, else an embedded dev server started for
-    the session. Never the project's own ``MIGRONAUT_URI``.
-``migronaut_client`` (session)
-    a pymongo ``MongoClient`` on that server, shared by every fixture.
-``migronaut_config`` (session)
-    the project's :class:`~migronaut.Config` aimed at the test server (``db_name`` is ``None``);
-    override it in a ``conftest.py`` to change settings for the tests.
-``migronaut_migrator``
-    a :class:`~migronaut.Migrator` on a fresh, uniquely named database, nothing applied; the
-    database is dropped after the test.
-``migronaut_db``
-    a pymongo ``Database`` with every migration applied: by default ``migronaut_migrator``'s
-    database (per test); with the ini option ``migronaut_db_scope`` one database shared by the
-    tests of a class, module, package or the session.
+* ``migronaut_uri`` (session): ``--migronaut-uri``, else ``MIGRONAUT_TEST_URI``, else an
+  embedded dev server started for the session. Never the project's own ``MIGRONAUT_URI``.
+* ``migronaut_client`` (session): a pymongo ``MongoClient`` on that server, shared by every
+  fixture.
+* ``migronaut_config`` (session): the project's :class:`~migronaut.Config` aimed at the test
+  server (``db_name`` is ``None``); override it in a ``conftest.py`` to change settings for the
+  tests.
+* ``migronaut_migrator``: a :class:`~migronaut.Migrator` on a fresh, uniquely named database,
+  nothing applied; the database is dropped after the test.
+* ``migronaut_db``: a pymongo ``Database`` with every migration applied: by default
+  ``migronaut_migrator``'s database (per test); with the ini option ``migronaut_db_scope`` one
+  database shared by the tests of a class, module, package or the session.
 
 Options: ``--migronaut-uri``; ``--migronaut-config-file`` / ini ``migronaut_config_file``;
 ``--migronaut-migrations-dir`` / ini ``migronaut_migrations_dir``; ini ``migronaut_db_scope``;

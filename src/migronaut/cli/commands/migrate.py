@@ -16,7 +16,7 @@ NO_LOCK_HELP = "Run without the migration lock (development only: concurrent run
 REASON_HELP = "Why this run happens; recorded on the changelog records (≤ 512 characters)."
 _REQUESTED_BY_HELP = (
     "Who asked for this run (≤ 128 characters); default: MIGRONAUT_REQUESTED_BY, the CI user, "
-    "else the OS user (docs/observability.md)."
+    "else the OS user (see Observability in the documentation)."
 )
 
 
