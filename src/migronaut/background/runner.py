@@ -45,8 +45,9 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from migronaut.background.outage import DEFAULT_OUTAGE_MS, DriverOutage, LinkedCancellation
 from migronaut.core.context import Cancellation
 from migronaut.errors import (
     ChecksumMismatchError,
@@ -58,11 +59,13 @@ from migronaut.errors import (
 )
 
 if TYPE_CHECKING:
-    from migronaut.api import Migrator
-    from migronaut.background.engine import BackgroundEngine, DriverOutage
-    from migronaut.background.watch import Watcher
+    import logging
 
-__all__ = ["BackgroundRunner", "RunnerStats", "work"]
+    from migronaut.background.engine import BackgroundEngine
+    from migronaut.background.watch import Watcher
+    from migronaut.core.config import Config
+
+__all__ = ["BackgroundRunner", "RunnerHost", "RunnerStats", "work"]
 
 #: Per-migration backoff after failing turns: ``min(cap, base × 2^failures)``, jittered.
 BACKOFF_BASE_S = 1.0
@@ -77,6 +80,23 @@ _AGAIN = frozenset({"yielded", "lost", "stopped"})
 _SETTLED = frozenset({"paused", "cancelled", "failed"})
 
 OnError = Callable[[BaseException, "str | None"], Any]
+
+
+class RunnerHost(Protocol):
+    """What a runner serves through: a :class:`~migronaut.Migrator` is one.
+
+    ``background`` connects on first use (so :meth:`BackgroundRunner.start` fails there on a bad
+    URI); ``config`` says how drift is handled; ``logger`` gets the runner's own warnings.
+    """
+
+    @property
+    def background(self) -> BackgroundEngine: ...
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def logger(self) -> logging.Logger: ...
 
 
 @dataclass
@@ -124,7 +144,7 @@ class BackgroundRunner:
 
     def __init__(
         self,
-        migrator: Migrator,
+        migrator: RunnerHost,
         *,
         lanes: int = 1,
         poll_interval_s: float = 5.0,
@@ -493,8 +513,6 @@ class BackgroundRunner:
             outage.clear()
 
     def _failed(self, name: str, error: BaseException) -> None:
-        from migronaut.background.engine import DEFAULT_OUTAGE_MS, DriverOutage
-
         with self._lock:
             outage = self._outages.get(name)
             if outage is None:
@@ -535,13 +553,11 @@ def _linked(outside: Cancellation | None) -> Cancellation:
     """A fresh cancellation for one start, also set when the outside one is."""
     if outside is None:
         return Cancellation()
-    from migronaut.background.engine import _Linked
-
-    return _Linked(outside)
+    return LinkedCancellation(outside)
 
 
 def work(
-    migrator: Migrator,
+    migrator: RunnerHost,
     *,
     lanes: int = 1,
     cancellation: Cancellation,
