@@ -155,40 +155,8 @@ class BackgroundRunner:
         cancellation: Cancellation | None = None,
         watch: bool | None = None,
     ) -> None:
-        if isinstance(lanes, bool) or not isinstance(lanes, int) or not 1 <= lanes <= MAX_LANES:
-            raise ConfigInvalidError(
-                f"lanes must be an integer from 1 to {MAX_LANES} (got {lanes!r})",
-                {"option": "lanes"},
-            )
-        if isinstance(poll_interval_s, bool) or not isinstance(poll_interval_s, (int, float)) \
-                or not poll_interval_s >= MIN_POLL_S:
-            raise ConfigInvalidError(
-                f"poll_interval_s must be a number of seconds ≥ {MIN_POLL_S} "
-                f"(got {poll_interval_s!r})",
-                {"option": "poll_interval_s"},
-            )
-        if slice_ms is not None and (isinstance(slice_ms, bool) or not isinstance(slice_ms, int)
-                                     or not 1 <= slice_ms <= 3_600_000):
-            raise ConfigInvalidError(
-                f"slice_ms must be an integer from 1 to 3600000 (got {slice_ms!r})",
-                {"option": "slice_ms"},
-            )
-        if verify_interval_s is not None and (
-            isinstance(verify_interval_s, bool)
-            or not isinstance(verify_interval_s, (int, float))
-            or not verify_interval_s >= 0.1
-        ):
-            raise ConfigInvalidError(
-                f"verify_interval_s must be None or a number of seconds ≥ 0.1 "
-                f"(got {verify_interval_s!r})",
-                {"option": "verify_interval_s"},
-            )
-        if watch is not None and not isinstance(watch, bool):
-            raise ConfigInvalidError(
-                f"watch must be True, False or None (got {watch!r})", {"option": "watch"})
-        wanted = None if names is None else frozenset(names)
-        if wanted is not None and not all(isinstance(n, str) and n for n in wanted):
-            raise ConfigInvalidError("names must be migration file names", {"option": "names"})
+        wanted = _checked_options(lanes, poll_interval_s, names, slice_ms, verify_interval_s,
+                                  watch)
         self.migrator = migrator
         self.lanes = lanes
         self.poll_interval_s = float(poll_interval_s)
@@ -547,6 +515,48 @@ class BackgroundRunner:
                 self.on_error(error, name)
             except Exception:  # a throwing on_error is ignored
                 pass
+
+
+def _checked_options(
+    lanes: int, poll_interval_s: float, names: Iterable[str] | None, slice_ms: int | None,
+    verify_interval_s: float | None, watch: bool | None,
+) -> frozenset[str] | None:
+    """Refuse a bad runner option (``CONFIG_INVALID``); the wanted names, if any."""
+    if isinstance(lanes, bool) or not isinstance(lanes, int) or not 1 <= lanes <= MAX_LANES:
+        raise ConfigInvalidError(
+            f"lanes must be an integer from 1 to {MAX_LANES} (got {lanes!r})",
+            {"option": "lanes"},
+        )
+    if isinstance(poll_interval_s, bool) or not isinstance(poll_interval_s, (int, float)) \
+            or not poll_interval_s >= MIN_POLL_S:
+        raise ConfigInvalidError(
+            f"poll_interval_s must be a number of seconds ≥ {MIN_POLL_S} "
+            f"(got {poll_interval_s!r})",
+            {"option": "poll_interval_s"},
+        )
+    if slice_ms is not None and (isinstance(slice_ms, bool) or not isinstance(slice_ms, int)
+                                 or not 1 <= slice_ms <= 3_600_000):
+        raise ConfigInvalidError(
+            f"slice_ms must be an integer from 1 to 3600000 (got {slice_ms!r})",
+            {"option": "slice_ms"},
+        )
+    if verify_interval_s is not None and (
+        isinstance(verify_interval_s, bool)
+        or not isinstance(verify_interval_s, (int, float))
+        or not verify_interval_s >= 0.1
+    ):
+        raise ConfigInvalidError(
+            f"verify_interval_s must be None or a number of seconds ≥ 0.1 "
+            f"(got {verify_interval_s!r})",
+            {"option": "verify_interval_s"},
+        )
+    if watch is not None and not isinstance(watch, bool):
+        raise ConfigInvalidError(
+            f"watch must be True, False or None (got {watch!r})", {"option": "watch"})
+    wanted = None if names is None else frozenset(names)
+    if wanted is not None and not all(isinstance(n, str) and n for n in wanted):
+        raise ConfigInvalidError("names must be migration file names", {"option": "names"})
+    return wanted
 
 
 def _linked(outside: Cancellation | None) -> Cancellation:
