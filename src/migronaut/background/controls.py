@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from migronaut.background.job import load_job
 from migronaut.background.rollup import roll_up
-from migronaut.background.store import (
+from migronaut.background.state_fields import (
     TERMINAL,
     control_stamp,
     history_entry,
@@ -56,17 +56,11 @@ class Controls:
         self.requirements = requirements
 
     def control(
-        self,
-        name: str,
-        action: str,
-        *,
-        requested_by: str | None = None,
-        reason: str | None = None,
-        from_start: bool = False,
-        wait: bool = False,
-        wait_timeout_s: float = 120.0,
+        self, name: str, action: str, *, requested_by: str | None, reason: str | None,
+        from_start: bool, wait: bool, wait_timeout_s: float,
     ) -> ControlResult:
-        """pause / resume / cancel / retry (reference §2.5), each a CAS with history."""
+        """pause / resume / cancel / retry (reference §2.5), each a CAS with history; the
+        options (and their defaults) are :meth:`EngineCore.control`'s."""
         for _ in range(5):
             state = self.engine.store.require(name)
             status = state["status"]

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from migronaut.background.rollup import roll_up
 from migronaut.background.sharding import epoch_is_stale, plan_collection
-from migronaut.background.store import SCHEMA, TERMINAL
+from migronaut.background.state_fields import SCHEMA, TERMINAL
 from migronaut.core.context import Cancellation
 from migronaut.core.lock import MigrationLock
 from migronaut.errors import ChecksumMismatchError, LockAlreadyHeldError, MigrationFileNotFoundError

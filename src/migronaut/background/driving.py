@@ -51,22 +51,11 @@ class Driver:
         self.views = views
 
     def drive(
-        self,
-        name: str,
-        *,
-        concurrency: int = 1,
-        until_done: bool = True,
-        cancellation: Cancellation | None = None,
-        driver: str = "local",
-        slice_ms: int | None = None,
-        inline: bool = False,
-        raise_if_busy: bool = False,
+        self, name: str, *, concurrency: int, until_done: bool, cancellation: Cancellation | None,
+        driver: str, slice_ms: int | None, inline: bool, raise_if_busy: bool,
     ) -> dict[str, Any]:
-        """Coordinate and run lanes until the migration settles (reference §6.1 runBackground).
-
-        ``raise_if_busy`` (``run --once``): another process holding the coordinator lock is
-        ``LOCK_ALREADY_HELD`` instead of a wait.
-        """
+        """Coordinate and run lanes until the migration settles (reference §6.1 runBackground);
+        the options (and their defaults) are :meth:`EngineCore.drive`'s."""
         from migronaut.background.lanes import run_slice
 
         cancel = cancellation or Cancellation()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from migronaut.background.store import COUNTERS, DOC_ERRORS_KEPT, MAX_BAD_IDS
+from migronaut.background.state_fields import COUNTERS, DOC_ERRORS_KEPT, MAX_BAD_IDS
 
 if TYPE_CHECKING:
     from migronaut.background.handles import EngineHandles

@@ -29,19 +29,14 @@ from migronaut.background.partition_store import Lease, PartitionStore
 from migronaut.background.state_fields import (
     ACTIONS,
     COUNTERS,
-    DOC_ERRORS_KEPT,
     HISTORY_KEPT,
     INDEXES,
-    MAX_BAD_IDS,
-    OPEN_STATUSES,
     SCHEMA,
-    TERMINAL,
     TRANSITIONS,
     control_stamp,
     history_entry,
     literal,
     set_stage,
-    stamped,
     transition,
 )
 from migronaut.errors import ConfigInvalidError, NotAppliedError
@@ -56,19 +51,10 @@ if TYPE_CHECKING:
 __all__ = [
     "ACTIONS",
     "COUNTERS",
-    "DOC_ERRORS_KEPT",
     "INDEXES",
-    "MAX_BAD_IDS",
-    "OPEN_STATUSES",
     "SCHEMA",
-    "TERMINAL",
     "BackgroundStore",
     "Lease",
-    "control_stamp",
-    "history_entry",
-    "literal",
-    "set_stage",
-    "stamped",
     "transition",
 ]
 

@@ -60,7 +60,7 @@ from migronaut.background.lanes import (
     _write_error_message,
 )
 from migronaut.background.outage import LinkedCancellation
-from migronaut.background.store import literal, stamped
+from migronaut.background.state_fields import literal, stamped
 from migronaut.core._calls import call_user
 from migronaut.core.context import Cancellation
 from migronaut.core.lock import MigrationLock
