@@ -203,7 +203,8 @@ class Controls:
         self.engine.logger.warning("⚠ %s: released the coordinator lock (%s) and %d lease(s)", name,
                                    "held" if removed.deleted_count else "none held", leases)
         self.engine.emit("background:control", {"migration": name, "action": "unlock",
-                                         "lock": bool(removed.deleted_count), "leases": leases})
+                                                "lock": bool(removed.deleted_count),
+                                                "leases": leases})
         return {"lock": bool(removed.deleted_count), "leases": leases}
 
 

@@ -312,7 +312,8 @@ class Coordinator:
             self.fail_state(name, error)
             return Answer("done", status="failed", error=error)
         self.engine.emit("background:pass", {"migration": name, "pass": state.get("pass"),
-                                      "generation": generation, "totals": state.get("totals")})
+                                             "generation": generation,
+                                             "totals": state.get("totals")})
         self.engine.store.update_state(name, {"generation": generation, "phase": "process"},
                                        {"phase": "partition"})
         self.engine.store.drop_generations_below(name, generation)
