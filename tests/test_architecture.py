@@ -3,8 +3,8 @@
 Layers, low to high: ``errors``/``_redact``/``_version``/``_mongod_rules`` → ``core`` and
 ``observability`` (one level: a DAG of modules) → ``background`` → ``commands`` → ``api``/``aio``
 → everything else (``cli``, ``testing``, the dev server, the package's lazy ``__init__``).
-Every import counts: inside functions and under ``TYPE_CHECKING`` too. What was already there
-when this test was written is listed (and may only shrink); anything new fails.
+Every import counts: inside functions and under ``TYPE_CHECKING`` too. Issue 11 removed the
+last ones that were there when this test was written: there are none, and none may come back.
 """
 
 from __future__ import annotations
@@ -14,18 +14,6 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 
-#: Present before issue 11's reshape (other rooms remove them); may disappear, never grow.
-KNOWN_UPWARD = {
-    ("migronaut.background.runner", "migronaut.api"),
-    ("migronaut.core.audit", "migronaut.background.audit"),
-    ("migronaut.core.audit", "migronaut.background.engine"),
-}
-KNOWN_CYCLES = [
-    {"migronaut.core.async_bridge", "migronaut.core.context"},
-    {"migronaut.background.shard_planner", "migronaut.background.sharding"},
-    {"migronaut.background.drift", "migronaut.background.dryrun", "migronaut.background.engine",
-     "migronaut.background.watch"},
-]
 LAYERS = (
     ("migronaut.errors", 0), ("migronaut._redact", 0), ("migronaut._version", 0),
     ("migronaut._mongod_rules", 0), ("migronaut.core", 1), ("migronaut.observability", 1),
@@ -127,13 +115,11 @@ def test_no_lower_layer_imports_a_higher_one() -> None:
     graph = _graph()
     upward = {(name, target) for name, targets in graph.items() for target in targets
               if _layer(name) < _layer(target)}
-    assert sorted(upward - KNOWN_UPWARD) == []
+    assert sorted(upward) == []
 
 
 def test_no_new_import_cycle() -> None:
-    new = [sorted(group) for group in _cycles(_graph())
-           if not any(group <= known for known in KNOWN_CYCLES)]
-    assert new == []
+    assert [sorted(group) for group in _cycles(_graph())] == []
 
 
 def test_the_checks_see_the_graph() -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from helpers.background import background_file, seed
 from helpers.engine import LOCKS, Events, make_migrator, records
+from migronaut.background.rollup import roll_up
 
 B1 = "0001_users_v1.py"
 B2 = "0002_orders_v1.py"
@@ -95,8 +96,8 @@ def test_two_plan_commits_for_one_generation_only_one_wins(project: Any, cli: An
         engine = migrator.background
         stale = engine.store.require(B1)  # both coordinators read the same state
         job = engine.job(stale)
-        first = engine._plan_pass(stale, job)
-        second = engine._plan_pass(stale, job)
+        first = engine.coordinator.plan_pass(stale, job)
+        second = engine.coordinator.plan_pass(stale, job)
     finally:
         migrator.close()
 
@@ -135,8 +136,8 @@ def test_roll_up_twice_counts_totals_once(project: Any, cli: Any, db: Any) -> No
     migrator = make_migrator(project)
     try:
         engine = migrator.background
-        engine._roll_up(before)
-        engine._roll_up(before)  # a second finalize with the same (stale) state
+        roll_up(engine, before)
+        roll_up(engine, before)  # a second finalize with the same (stale) state
     finally:
         migrator.close()
 

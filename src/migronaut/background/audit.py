@@ -27,7 +27,7 @@ from migronaut.background.drift import (
 from migronaut.core.results import AuditCheck
 
 if TYPE_CHECKING:
-    from migronaut.background.engine import BackgroundEngine
+    from migronaut.background.engine_core import EngineCore
     from migronaut.core.changelog import Changelog
 
 __all__ = ["STALL_MINUTES", "audit_background"]
@@ -62,7 +62,7 @@ def _latest(*values: Any) -> Any:
 
 
 def _state_findings(
-    engine: BackgroundEngine,
+    engine: EngineCore,
     state: Mapping[str, Any],
     *,
     changelog: Changelog,
@@ -116,7 +116,7 @@ def _state_findings(
     return failures, warnings
 
 
-def _watch_findings(engine: BackgroundEngine, now: dt.datetime) -> list[str]:
+def _watch_findings(engine: EngineCore, now: dt.datetime) -> list[str]:
     from migronaut.background.watch import watch_status
 
     warnings = []
@@ -134,7 +134,7 @@ def _watch_findings(engine: BackgroundEngine, now: dt.datetime) -> list[str]:
 
 
 def audit_background(
-    engine: BackgroundEngine,
+    engine: EngineCore,
     *,
     changelog: Changelog,
     records: Sequence[Mapping[str, Any]],

@@ -28,7 +28,7 @@ from migronaut.background.spec import match_filter
 from migronaut.errors import ConfigInvalidError, MigronautError, describe_exception
 
 if TYPE_CHECKING:
-    from migronaut.background.engine import BackgroundEngine
+    from migronaut.background.engine_core import EngineCore
 
 __all__ = [
     "DRIFT_MODES",
@@ -185,7 +185,7 @@ class Probe:
 
 
 def probe_old_shape(
-    engine: BackgroundEngine,
+    engine: EngineCore,
     state: Mapping[str, Any],
     hints: dict[tuple[str, str], str | None] | None = None,
 ) -> Probe:
@@ -215,7 +215,7 @@ def probe_old_shape(
     return Probe(found=found is not None)  # the id itself never travels any further
 
 
-def live_watched(engine: BackgroundEngine) -> set[str]:
+def live_watched(engine: EngineCore) -> set[str]:
     """Collections a live watcher is streaming with a record younger than 60 s (server time)."""
     cursor = engine.store.watch.find(
         {
@@ -231,7 +231,7 @@ def live_watched(engine: BackgroundEngine) -> set[str]:
 
 
 def report_drift(
-    engine: BackgroundEngine,
+    engine: EngineCore,
     *,
     migration: str,
     collection: str,
@@ -266,7 +266,7 @@ def report_drift(
     return action
 
 
-def probe_requirement(engine: BackgroundEngine, name: str) -> bool:
+def probe_requirement(engine: EngineCore, name: str) -> bool:
     """The ``requires`` probe (reference §1.8): ``True`` when ``name`` completed forward and an
     old-shape document has reappeared — it is then reopened (``source='requires'``).
 
@@ -297,7 +297,7 @@ def probe_requirement(engine: BackgroundEngine, name: str) -> bool:
 
 
 def verify(
-    engine: BackgroundEngine,
+    engine: EngineCore,
     *,
     on_drift: str | None = None,
     collections: Sequence[str] | None = None,
@@ -343,7 +343,7 @@ def verify(
         if probe.skipped == "unreadable":
             engine.logger.warning("⚠ %s: drift probe skipped (%s)", collection, probe.error)
         elif probe.skipped == "no-index":
-            engine._warn_once(  # the engine's once-per-process warning set
+            engine.warn_once(  # the engine's once-per-process warning set
                 f"drift-index:{collection}:{field}",
                 "⚠ %s has no index led by {%s: 1} — drift probes skip it (create the version "
                 "index {%s: 1, _id: 1})", collection, field, field,

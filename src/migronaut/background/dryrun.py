@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from pymongo.client_session import ClientSession
     from pymongo.collection import Collection
 
-    from migronaut.background.engine import BackgroundEngine
+    from migronaut.background.engine_core import EngineCore
 
 __all__ = [
     "DEFAULT_SAMPLE",
@@ -186,7 +186,7 @@ def check_options(
 
 
 def dry_run(
-    engine: BackgroundEngine,
+    engine: EngineCore,
     name: str,
     *,
     sample: int | None = None,
@@ -260,7 +260,7 @@ def exit_code(report: Mapping[str, Any]) -> int:
     return 0 if int(report.get("migrated") or 0) > 0 else 1
 
 
-def _require_transactions(engine: BackgroundEngine, what: str) -> None:
+def _require_transactions(engine: EngineCore, what: str) -> None:
     if not engine.supports_transactions():
         raise TransactionsUnsupportedError(
             f"{what} needs transactions (a replica set, mongos or the dev server); this server "
@@ -269,7 +269,7 @@ def _require_transactions(engine: BackgroundEngine, what: str) -> None:
         )
 
 
-def _is_mongos(engine: BackgroundEngine) -> bool:
+def _is_mongos(engine: EngineCore) -> bool:
     try:
         return is_mongos(engine.db.client)
     except PyMongoError:
@@ -279,11 +279,11 @@ def _is_mongos(engine: BackgroundEngine) -> bool:
 # ------------------------------------------------------------------------------------ documents
 
 
-def _collection(engine: BackgroundEngine, job: BackgroundJob) -> Collection[dict[str, Any]]:
+def _collection(engine: EngineCore, job: BackgroundJob) -> Collection[dict[str, Any]]:
     return engine.db[str(job.spec["collection"])]
 
 
-def _read_documents(engine: BackgroundEngine, job: BackgroundJob, method: str,
+def _read_documents(engine: EngineCore, job: BackgroundJob, method: str,
                     count: int) -> list[dict[str, Any]]:
     """The documents to preview: the first ``count`` by ``_id``, or a ``$sample`` of them."""
     collection = _collection(engine, job)
@@ -365,7 +365,7 @@ def _context(job: BackgroundJob, logger: logging.LoggerAdapter[logging.Logger],
 # ------------------------------------------------------------------------------------ preview
 
 
-def _preview(engine: BackgroundEngine, job: BackgroundJob, method: str, count: int,
+def _preview(engine: EngineCore, job: BackgroundJob, method: str, count: int,
              logger: logging.LoggerAdapter[logging.Logger]) -> dict[str, Any]:
     """The sample preview: transform copies, diff, apply locally — no transaction, no write."""
     docs = _read_documents(engine, job, method, count)
@@ -403,7 +403,7 @@ class _Restart(Exception):
 class _Validator:
     """Runs the remaining documents of a validated preview through one sandbox."""
 
-    def __init__(self, engine: BackgroundEngine, job: BackgroundJob,
+    def __init__(self, engine: EngineCore, job: BackgroundJob,
                  logger: logging.LoggerAdapter[logging.Logger], sandbox: Sandbox,
                  attempt: int, last_attempt: bool) -> None:
         self.engine = engine
@@ -564,7 +564,7 @@ def _merge(sandbox: Sandbox, offset: int, ops: list[dict[str, Any]],
         documents.append({**entry, "seq": entry["seq"] + offset})
 
 
-def _validated_preview(engine: BackgroundEngine, job: BackgroundJob, method: str, count: int,
+def _validated_preview(engine: EngineCore, job: BackgroundJob, method: str, count: int,
                        max_documents: int, deadline: float,
                        logger: logging.LoggerAdapter[logging.Logger]) -> dict[str, Any]:
     """Every document through the guarded write in always-aborted sandboxes."""
@@ -635,7 +635,7 @@ def _validated_preview(engine: BackgroundEngine, job: BackgroundJob, method: str
     return report
 
 
-def _log_refusals(engine: BackgroundEngine, name: str, refusals: list[dict[str, Any]]) -> None:
+def _log_refusals(engine: EngineCore, name: str, refusals: list[dict[str, Any]]) -> None:
     if refusals:
         methods = sorted({str(r["method"]) for r in refusals})
         engine.logger.warning("⚠ Dry run of %s: the sandbox refused %d operation(s) (%s)", name,
@@ -645,7 +645,7 @@ def _log_refusals(engine: BackgroundEngine, name: str, refusals: list[dict[str, 
 # ------------------------------------------------------------------------------------ steps
 
 
-def _stored_checkpoint(engine: BackgroundEngine, job: BackgroundJob,
+def _stored_checkpoint(engine: EngineCore, job: BackgroundJob,
                        from_start: bool) -> tuple[Any, dict[str, Any]]:
     """The checkpoint the next real step would get, and ``ctx.background`` facts."""
     state = engine.store.get(job.name)
@@ -677,7 +677,7 @@ def _check_step_result(result: Any) -> str | None:
     return None
 
 
-def _step_dry_run(engine: BackgroundEngine, job: BackgroundJob, steps: int,
+def _step_dry_run(engine: EngineCore, job: BackgroundJob, steps: int,
                   max_documents: int, from_start: bool, deadline: float, deadline_ms: int,
                   logger: logging.LoggerAdapter[logging.Logger]) -> dict[str, Any]:
     """``steps`` calls of the step in one sandbox, each from the previous checkpoint."""

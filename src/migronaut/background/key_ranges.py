@@ -26,7 +26,7 @@ from typing import Any
 from bson import Decimal128, MaxKey, MinKey
 
 from migronaut.background.planner import bracket_of_value
-from migronaut.background.sharding import key_values
+from migronaut.background.shard_facts import key_values
 
 __all__ = ["STUCK_MAX", "KeyRanges", "KeyRead", "changed_key_field", "shard_key_message"]
 

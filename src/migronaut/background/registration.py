@@ -23,14 +23,14 @@ from migronaut.errors import (
 if TYPE_CHECKING:
     from pymongo.client_session import ClientSession
 
-    from migronaut.background.engine import BackgroundEngine
+    from migronaut.background.engine_core import EngineCore
     from migronaut.core.files import MigrationModule
 
 __all__ = ["Registrar"]
 
 
 class Registrar:
-    def __init__(self, engine: BackgroundEngine, *, files: Sequence[str]) -> None:
+    def __init__(self, engine: EngineCore, *, files: Sequence[str]) -> None:
         self.engine = engine
         self.files = list(files)
 

@@ -45,8 +45,9 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from migronaut.background.outage import DEFAULT_OUTAGE_MS, DriverOutage, LinkedCancellation
 from migronaut.core.context import Cancellation
 from migronaut.errors import (
     ChecksumMismatchError,
@@ -58,11 +59,13 @@ from migronaut.errors import (
 )
 
 if TYPE_CHECKING:
-    from migronaut.api import Migrator
-    from migronaut.background.engine import BackgroundEngine, DriverOutage
-    from migronaut.background.watch import Watcher
+    import logging
 
-__all__ = ["BackgroundRunner", "RunnerStats", "work"]
+    from migronaut.background.engine import BackgroundEngine
+    from migronaut.background.watch import Watcher
+    from migronaut.core.config import Config
+
+__all__ = ["BackgroundRunner", "RunnerHost", "RunnerStats", "work"]
 
 #: Per-migration backoff after failing turns: ``min(cap, base × 2^failures)``, jittered.
 BACKOFF_BASE_S = 1.0
@@ -77,6 +80,23 @@ _AGAIN = frozenset({"yielded", "lost", "stopped"})
 _SETTLED = frozenset({"paused", "cancelled", "failed"})
 
 OnError = Callable[[BaseException, "str | None"], Any]
+
+
+class RunnerHost(Protocol):
+    """What a runner serves through: a :class:`~migronaut.Migrator` is one.
+
+    ``background`` connects on first use (so :meth:`BackgroundRunner.start` fails there on a bad
+    URI); ``config`` says how drift is handled; ``logger`` gets the runner's own warnings.
+    """
+
+    @property
+    def background(self) -> BackgroundEngine: ...
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def logger(self) -> logging.Logger: ...
 
 
 @dataclass
@@ -124,7 +144,7 @@ class BackgroundRunner:
 
     def __init__(
         self,
-        migrator: Migrator,
+        migrator: RunnerHost,
         *,
         lanes: int = 1,
         poll_interval_s: float = 5.0,
@@ -135,40 +155,8 @@ class BackgroundRunner:
         cancellation: Cancellation | None = None,
         watch: bool | None = None,
     ) -> None:
-        if isinstance(lanes, bool) or not isinstance(lanes, int) or not 1 <= lanes <= MAX_LANES:
-            raise ConfigInvalidError(
-                f"lanes must be an integer from 1 to {MAX_LANES} (got {lanes!r})",
-                {"option": "lanes"},
-            )
-        if isinstance(poll_interval_s, bool) or not isinstance(poll_interval_s, (int, float)) \
-                or not poll_interval_s >= MIN_POLL_S:
-            raise ConfigInvalidError(
-                f"poll_interval_s must be a number of seconds ≥ {MIN_POLL_S} "
-                f"(got {poll_interval_s!r})",
-                {"option": "poll_interval_s"},
-            )
-        if slice_ms is not None and (isinstance(slice_ms, bool) or not isinstance(slice_ms, int)
-                                     or not 1 <= slice_ms <= 3_600_000):
-            raise ConfigInvalidError(
-                f"slice_ms must be an integer from 1 to 3600000 (got {slice_ms!r})",
-                {"option": "slice_ms"},
-            )
-        if verify_interval_s is not None and (
-            isinstance(verify_interval_s, bool)
-            or not isinstance(verify_interval_s, (int, float))
-            or not verify_interval_s >= 0.1
-        ):
-            raise ConfigInvalidError(
-                f"verify_interval_s must be None or a number of seconds ≥ 0.1 "
-                f"(got {verify_interval_s!r})",
-                {"option": "verify_interval_s"},
-            )
-        if watch is not None and not isinstance(watch, bool):
-            raise ConfigInvalidError(
-                f"watch must be True, False or None (got {watch!r})", {"option": "watch"})
-        wanted = None if names is None else frozenset(names)
-        if wanted is not None and not all(isinstance(n, str) and n for n in wanted):
-            raise ConfigInvalidError("names must be migration file names", {"option": "names"})
+        wanted = _checked_options(lanes, poll_interval_s, names, slice_ms, verify_interval_s,
+                                  watch)
         self.migrator = migrator
         self.lanes = lanes
         self.poll_interval_s = float(poll_interval_s)
@@ -493,8 +481,6 @@ class BackgroundRunner:
             outage.clear()
 
     def _failed(self, name: str, error: BaseException) -> None:
-        from migronaut.background.engine import DEFAULT_OUTAGE_MS, DriverOutage
-
         with self._lock:
             outage = self._outages.get(name)
             if outage is None:
@@ -531,17 +517,57 @@ class BackgroundRunner:
                 pass
 
 
+def _checked_options(
+    lanes: int, poll_interval_s: float, names: Iterable[str] | None, slice_ms: int | None,
+    verify_interval_s: float | None, watch: bool | None,
+) -> frozenset[str] | None:
+    """Refuse a bad runner option (``CONFIG_INVALID``); the wanted names, if any."""
+    if isinstance(lanes, bool) or not isinstance(lanes, int) or not 1 <= lanes <= MAX_LANES:
+        raise ConfigInvalidError(
+            f"lanes must be an integer from 1 to {MAX_LANES} (got {lanes!r})",
+            {"option": "lanes"},
+        )
+    if isinstance(poll_interval_s, bool) or not isinstance(poll_interval_s, (int, float)) \
+            or not poll_interval_s >= MIN_POLL_S:
+        raise ConfigInvalidError(
+            f"poll_interval_s must be a number of seconds ≥ {MIN_POLL_S} "
+            f"(got {poll_interval_s!r})",
+            {"option": "poll_interval_s"},
+        )
+    if slice_ms is not None and (isinstance(slice_ms, bool) or not isinstance(slice_ms, int)
+                                 or not 1 <= slice_ms <= 3_600_000):
+        raise ConfigInvalidError(
+            f"slice_ms must be an integer from 1 to 3600000 (got {slice_ms!r})",
+            {"option": "slice_ms"},
+        )
+    if verify_interval_s is not None and (
+        isinstance(verify_interval_s, bool)
+        or not isinstance(verify_interval_s, (int, float))
+        or not verify_interval_s >= 0.1
+    ):
+        raise ConfigInvalidError(
+            f"verify_interval_s must be None or a number of seconds ≥ 0.1 "
+            f"(got {verify_interval_s!r})",
+            {"option": "verify_interval_s"},
+        )
+    if watch is not None and not isinstance(watch, bool):
+        raise ConfigInvalidError(
+            f"watch must be True, False or None (got {watch!r})", {"option": "watch"})
+    wanted = None if names is None else frozenset(names)
+    if wanted is not None and not all(isinstance(n, str) and n for n in wanted):
+        raise ConfigInvalidError("names must be migration file names", {"option": "names"})
+    return wanted
+
+
 def _linked(outside: Cancellation | None) -> Cancellation:
     """A fresh cancellation for one start, also set when the outside one is."""
     if outside is None:
         return Cancellation()
-    from migronaut.background.engine import _Linked
-
-    return _Linked(outside)
+    return LinkedCancellation(outside)
 
 
 def work(
-    migrator: Migrator,
+    migrator: RunnerHost,
     *,
     lanes: int = 1,
     cancellation: Cancellation,

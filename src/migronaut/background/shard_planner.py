@@ -28,12 +28,12 @@ from migronaut.background.planner import (
     sample_first_draw,
     target_count,
 )
-from migronaut.background.sharding import key_values
+from migronaut.background.shard_facts import key_values
 
 if TYPE_CHECKING:
     from pymongo.collection import Collection
 
-    from migronaut.background.sharding import Sharding
+    from migronaut.background.shard_facts import Sharding
 
 __all__ = ["HASH_RANGE", "plan_shard_ranges", "split_hashed"]
 

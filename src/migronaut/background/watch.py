@@ -51,7 +51,6 @@ from migronaut.background.drift import (
     report_drift,
     verify,
 )
-from migronaut.background.engine import _Linked
 from migronaut.background.lanes import (
     DOCUMENT_WRITE_CODES,
     TXN_TRANSIENT_CODES,
@@ -60,7 +59,8 @@ from migronaut.background.lanes import (
     _user_message,
     _write_error_message,
 )
-from migronaut.background.store import literal, stamped
+from migronaut.background.outage import LinkedCancellation
+from migronaut.background.state_fields import literal, stamped
 from migronaut.core._calls import call_user
 from migronaut.core.context import Cancellation
 from migronaut.core.lock import MigrationLock
@@ -77,7 +77,7 @@ if TYPE_CHECKING:
     from pymongo import WriteConcern
     from pymongo.database import Database
 
-    from migronaut.background.engine import BackgroundEngine
+    from migronaut.background.engine_core import EngineCore
     from migronaut.background.job import BackgroundJob
 
 __all__ = [
@@ -334,7 +334,7 @@ class Edges:
         return self.names[0]
 
 
-def load_edges(engine: BackgroundEngine, collection: str) -> Edges | None:
+def load_edges(engine: EngineCore, collection: str) -> Edges | None:
     """The collection's edges from the state documents; ``None`` when it has none."""
     states = list(engine.store.states.find({"collection": collection})
                   .sort([("registeredAt", 1), ("_id", 1)]))
@@ -356,7 +356,7 @@ def load_edges(engine: BackgroundEngine, collection: str) -> Edges | None:
         if version_field is None:
             version_field = name
         elif name != version_field:
-            engine._warn_once(  # the engine's once-per-process warning set
+            engine.warn_once(  # the engine's once-per-process warning set
                 f"watch-field:{collection}:{name}",
                 "⚠ %s: %s uses version field %s, not %s — the watcher leaves it to the poll",
                 collection, state["_id"], name, version_field,
@@ -575,7 +575,7 @@ class Follower:
         #: why :meth:`run` ended: ``gone`` (no edges / collection dropped), ``fallback``,
         #: ``stopped``; ``None`` while running
         self.ended: str | None = None
-        self.stop_event = _Linked(watcher._cancel)
+        self.stop_event = LinkedCancellation(watcher._cancel)
         self.thread: threading.Thread | None = None
         self._lock: MigrationLock | None = None
         self._token: Any = None
@@ -950,12 +950,12 @@ class Watcher:
     Also a context manager (stops on exit).
     """
 
-    def __init__(self, engine: BackgroundEngine, **options: Any) -> None:
+    def __init__(self, engine: EngineCore, **options: Any) -> None:
         self.engine = engine
         self.options = watch_options(**options)
         #: why the watcher stopped by itself (e.g. the server turned out to be a standalone)
         self.error: MigronautError | None = None
-        self._cancel = _Linked(self.options.cancellation or Cancellation())
+        self._cancel = LinkedCancellation(self.options.cancellation or Cancellation())
         self._followers: dict[str, Follower] = {}
         self._retired: dict[str, int] = dict.fromkeys(COUNTER_NAMES, 0)
         self._left_to_poll: set[str] = set()
@@ -1110,7 +1110,7 @@ class Watcher:
             _log.debug("on_error failed: %s", failure)
 
 
-def watch_status(engine: BackgroundEngine, collection: str | None = None) -> list[dict[str, Any]]:
+def watch_status(engine: EngineCore, collection: str | None = None) -> list[dict[str, Any]]:
     """The stored watch rows (``backgroundWatchStatus``) — never the resume token."""
     query: dict[str, Any] = {} if collection is None else {"_id": collection}
     rows = []

@@ -1,24 +1,49 @@
 """``audit``: the read-only health checks (:mod:`migronaut.core.audit`) run for a migrator.
 
+The core checks know nothing of background migrations; this layer knows both and adds the
+``background`` check (:mod:`migronaut.background.audit`) after them, in the same place as ever.
+
 Invariant: the migrator is left as it was found — a connection the audit opened is closed again,
 and nothing is locked, written, emitted or indexed.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
+
+from migronaut.core.audit import AddedCheck, Auditable, AuditFacts, run_audit
 
 if TYPE_CHECKING:
-    from migronaut.core.audit import Auditable
-    from migronaut.core.results import AuditReport
+    from migronaut.background.engine import BackgroundEngine
+    from migronaut.core.results import AuditCheck, AuditReport
     from migronaut.core.workspace import Workspace
 
-__all__ = ["audit"]
+__all__ = ["BackgroundAuditable", "audit"]
 
 
-def audit(ws: Workspace, target: Auditable) -> AuditReport:
+class BackgroundAuditable(Auditable, Protocol):
+    """An :class:`~migronaut.core.audit.Auditable` with background migrations (a Migrator)."""
+
+    @property
+    def background(self) -> BackgroundEngine: ...
+
+
+def audit(ws: Workspace, target: BackgroundAuditable) -> AuditReport:
     """Read-only health checks of ``target`` (the migrator), leaving the connection as found."""
-    from migronaut.core.audit import run_audit
-
     with ws.slot.busy(), ws.transient():
-        return run_audit(target)
+        return run_audit(target, added=[_background_check(target)])
+
+
+def _background_check(target: BackgroundAuditable) -> AddedCheck:
+    """The ``background`` check: reads the engine only when it runs (inside the core's guard)."""
+
+    def run(facts: AuditFacts) -> AuditCheck | None:
+        from migronaut.background.audit import audit_background
+
+        return audit_background(
+            target.background, changelog=target.changelog, records=facts.records,
+            files=facts.files, checksum=target.checksum, now=facts.now,
+            drift_mode=facts.config.background_drift,
+        )
+
+    return AddedCheck("background", run)

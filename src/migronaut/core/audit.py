@@ -8,8 +8,10 @@ What was read but is not understood — a lock document or changelog record migr
 write — fails its check: every run would stop on it.
 
 Checks: ``config``, ``connection``, ``transactions``, ``indexes``, ``lock``, ``changelog``,
-``checksums``, ``pending``, ``ordering``, ``files``, ``background`` (only when background
-migrations exist), ``runtime``.
+``checksums``, ``pending``, ``ordering``, ``files``, the checks a caller adds (``background``,
+added by :mod:`migronaut.commands.audit`, only when background migrations exist), ``runtime``.
+This module knows nothing of background migrations: an added check reads what the core checks
+read (:class:`AuditFacts`) and is guarded like them (a read error warns "unreadable").
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import datetime as dt
 import importlib.machinery
 import platform
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from migronaut.core.lock import read_lock_status
@@ -29,12 +32,11 @@ if TYPE_CHECKING:
     from pymongo.collection import Collection
     from pymongo.database import Database
 
-    from migronaut.background.engine import BackgroundEngine
     from migronaut.core.changelog import Changelog, RecordCheck
     from migronaut.core.config import Config
     from migronaut.core.topology import Topology
 
-__all__ = ["Auditable", "run_audit"]
+__all__ = ["AddedCheck", "AuditFacts", "Auditable", "run_audit"]
 
 
 class Auditable(Protocol):
@@ -54,12 +56,28 @@ class Auditable(Protocol):
     @property
     def changelog(self) -> Changelog: ...
 
-    @property
-    def background(self) -> BackgroundEngine: ...
-
     def files(self) -> list[str]: ...
 
     def checksum(self, name: str) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class AuditFacts:
+    """What the core checks read, handed to the checks a caller adds after them."""
+
+    config: Config
+    records: list[dict[str, Any]]
+    files: list[str]
+    #: the server's clock when it could be read, else the client's (UTC, naive)
+    now: dt.datetime
+
+
+@dataclass(frozen=True)
+class AddedCheck:
+    """A check the layer above adds before ``runtime``: ``None`` from ``run`` leaves it out."""
+
+    name: str
+    run: Callable[[AuditFacts], AuditCheck | None]
 
 
 def _read_errors() -> tuple[type[BaseException], ...]:
@@ -72,8 +90,11 @@ def _names(names: Sequence[str]) -> str:
     return ", ".join(names)
 
 
-def run_audit(target: Auditable) -> AuditReport:
-    """Run every check against ``target`` and return the report (never raises for a finding)."""
+def run_audit(target: Auditable, *, added: Sequence[AddedCheck] = ()) -> AuditReport:
+    """Run every check against ``target`` and return the report (never raises for a finding).
+
+    ``added`` checks run in order after ``files`` and before ``runtime``.
+    """
     try:
         config = target.config
     except MigronautError as error:
@@ -114,9 +135,11 @@ def run_audit(target: Auditable) -> AuditReport:
                 records, files, checksum=target.checksum, duplicates=checked.duplicates))
         checks.append(_files(records, files))
 
-    background = _background(target, config, records, files, now)
-    if background is not None:
-        checks.append(background)
+    facts = AuditFacts(config, records, files, now)
+    for check in added:
+        found = _added(check, facts)
+        if found is not None:
+            checks.append(found)
     checks.append(_runtime(config))
     return AuditReport(tuple(checks))
 
@@ -241,20 +264,11 @@ def _status_checks(rows: Sequence[StatusRow]) -> list[AuditCheck]:
     return checks
 
 
-def _background(
-    target: Auditable, config: Config, records: list[dict[str, Any]], files: list[str],
-    now: dt.datetime,
-) -> AuditCheck | None:
-    from migronaut.background.audit import audit_background
-
-    checksum: Callable[[str], str | None] = target.checksum
+def _added(check: AddedCheck, facts: AuditFacts) -> AuditCheck | None:
     try:
-        return audit_background(
-            target.background, changelog=target.changelog, records=records, files=files,
-            checksum=checksum, now=now, drift_mode=config.background_drift,
-        )
+        return check.run(facts)
     except _read_errors() as error:
-        return AuditCheck("background", "warn", f"Unreadable: {describe_exception(error)}")
+        return AuditCheck(check.name, "warn", f"Unreadable: {describe_exception(error)}")
 
 
 def _runtime(config: Config) -> AuditCheck:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from migronaut.errors import MigronautError, RunAbortedError
 
@@ -20,11 +21,20 @@ if TYPE_CHECKING:
     from pymongo.client_session import ClientSession
     from pymongo.database import Database
 
-    from migronaut.core.async_bridge import AsyncBridge
-
-__all__ = ["Cancellation", "MigrationContext", "RunInfo"]
+__all__ = ["Cancellation", "CoroutineBridge", "MigrationContext", "RunInfo"]
 
 Direction = Literal["up", "down"]
+
+
+class CoroutineBridge(Protocol):
+    """Where ``async def`` bodies run: what :class:`~migronaut.core.async_bridge.AsyncBridge`
+    offers a context (declared here, so the context does not import the bridge)."""
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any: ...
+
+    def coloured(self, ctx: MigrationContext, session: Any = None) -> MigrationContext: ...
+
+    def transaction(self, callback: Callable[[Any, Any], Awaitable[None]]) -> None: ...
 
 
 class Cancellation:
@@ -88,7 +98,7 @@ class MigrationContext:
     run: RunInfo
     session: ClientSession | None = None
     #: Where ``async def`` bodies run (set by the migrator for its runs); internal.
-    bridge: AsyncBridge | None = field(default=None, repr=False, compare=False)
+    bridge: CoroutineBridge | None = field(default=None, repr=False, compare=False)
 
     def with_session(self, session: ClientSession | None) -> MigrationContext:
         return replace(self, session=session)

@@ -1,0 +1,334 @@
+"""The coordinator: one idempotent step at a time, serialised per migration by a lock.
+
+A step (reference background §3) reads the stored state and decides what happens next: plan a
+pass (or a replan) and commit it, reclaim expired leases, ask for lanes, or close the pass —
+roll it up, then fail, complete or plan another pass. It never takes the migration lock and has
+no run id: steps are serialised by the ``background:<name>`` lock and everything else is a
+compare-and-set on the stored state, so any number of engines in any number of processes can
+coordinate the same migration.
+
+Invariants: only one plan per generation commits (CAS on generation + previous plan token +
+status + checksum); a superseded plan's counters are rolled up before a new plan's commit drops
+its partitions; completion is decided only by counting what is left, never by summing
+partitions.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from migronaut.background.rollup import roll_up
+from migronaut.background.sharding import epoch_is_stale, plan_collection
+from migronaut.background.state_fields import SCHEMA, TERMINAL
+from migronaut.core.context import Cancellation
+from migronaut.core.lock import MigrationLock
+from migronaut.errors import ChecksumMismatchError, LockAlreadyHeldError, MigrationFileNotFoundError
+
+if TYPE_CHECKING:
+    from migronaut.background.handles import EngineHandles
+    from migronaut.background.job import BackgroundJob
+    from migronaut.background.requirements import Requirements
+
+__all__ = ["Answer", "Coordinator"]
+
+
+@dataclass
+class Answer:
+    """What a coordinator step decided (reference background §3.1)."""
+
+    next: str
+    lanes: int = 0
+    generation: int | None = None
+    registration: str | None = None
+    counts: dict[str, int] | None = None
+    status: str | None = None
+    reason: str | None = None
+    error: str | None = None
+    waits_for: list[str] | None = None
+    retry_after_ms: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        names = {"waits_for": "waitsFor", "retry_after_ms": "retryAfterMs"}
+        return {names.get(k, k): v for k, v in asdict(self).items() if v is not None}
+
+
+
+
+class Coordinator:
+    """Coordinator steps, plan commits and pass closing for one database's migrations."""
+
+    def __init__(self, engine: EngineHandles, requirements: Requirements) -> None:
+        self.engine = engine
+        self.requirements = requirements
+        self._transactions: bool | None = None
+
+    def coordinate(
+        self, name: str, *, driver: str = "local", cancellation: Cancellation | None = None
+    ) -> Answer:
+        """One idempotent coordinator step under the ``background:<name>`` lock."""
+        lock = MigrationLock(
+            self.engine.lock_collection,
+            owner=uuid.uuid4().hex,
+            ttl_ms=self.engine.ttl_ms,
+            executed_by=self.engine.executed_by,
+            lock_id=f"background:{name}",
+        )
+        try:
+            lock.acquire()
+        except LockAlreadyHeldError:
+            return Answer("busy", retry_after_ms=max(1, self.engine.ttl_ms // 2))
+        try:
+            with self.engine.telemetry.background_coordinate(name, driver=driver) as traced:
+                answer = self._coordinate(name, driver, cancellation or Cancellation())
+                traced.set({"migronaut.background.next": answer.next,
+                            "migronaut.background.reason": answer.reason,
+                            "migronaut.background.status": answer.status,
+                            "migronaut.background.lanes": answer.lanes})
+                return answer
+        finally:
+            lock.release(run_failed=True)
+
+    def _coordinate(self, name: str, driver: str, cancellation: Cancellation) -> Answer:
+        state = self.engine.store.get(name)
+        if state is None:
+            return Answer("done", status="unregistered")
+        if int(state.get("schema", SCHEMA)) > SCHEMA:
+            self.engine.warn_once(f"schema:{name}",
+                                  "⚠ %s was written by a newer migronaut — waiting", name)
+            return Answer("wait", reason="newer-schema", retry_after_ms=self.engine.ttl_ms // 2)
+        status = state["status"]
+        if status in TERMINAL or status == "paused":
+            return Answer("done", status=status)
+        if status == "blocked":
+            state = self.requirements.try_unblock(state)
+            if state["status"] == "blocked":
+                return Answer("done", status="blocked", waits_for=list(state.get("waitsFor", [])))
+        self.engine.store.update_state(name, {}, {"coordinator": {"kind": driver}},
+                                       server_times=["coordinator.at"])
+        try:
+            job = self.engine.job(state)
+        except (ChecksumMismatchError, MigrationFileNotFoundError) as error:
+            self.engine.warn_once(f"checksum:{name}:{state.get('checksum')}",
+                                  "⚠ %s: %s — waiting", name, error.message)
+            return Answer("wait", reason="checksum", error=error.message,
+                          retry_after_ms=self.engine.ttl_ms // 2)
+        if job.spec.get("transaction") and not self.supports_transactions():
+            self.fail_state(name, "the server is a standalone: run it with transaction: False "
+                            "or on a replica set")
+            return Answer("done", status="failed")
+        for _ in range(int(job.spec.get("maxPasses", 10)) + 2):
+            if cancellation.cancelled:
+                return Answer("wait", reason="stopping")
+            state = self.engine.store.require(name)
+            if state["status"] not in ("pending", "running"):
+                return Answer("done", status=state["status"])
+            plan = state.get("plan")
+            if state.get("phase") == "replan" and plan:
+                self.engine.store.set_open_partitions(name, state["generation"], "superseded")
+                if self.engine.store.live_leases(name):
+                    return Answer("wait", reason="replan-draining", retry_after_ms=1000)
+                if int(state.get("rolledGeneration", 0)) < int(state["generation"]):
+                    # the superseded plan's work counts: roll it up before a new plan's commit
+                    # drops its partitions (its failures do not fail the migration: the new
+                    # plan takes their documents again)
+                    roll_up(self.engine, state, closing=False)
+                    state = self.engine.store.require(name)
+                answer = self.plan_pass(state, job)  # phase 'replan': the same pass
+                if answer is not None:
+                    return answer
+                continue
+            if state.get("phase") != "process" or not plan or plan.get("match") != \
+                    self._match_hash(job):
+                answer = self.plan_pass(state, job)
+                if answer is not None:
+                    return answer
+                continue
+            if epoch_is_stale(self.engine.db, str(job.spec.get("collection")), plan.get("epoch")):
+                self.engine.logger.info("%s: the collection was resharded — replanning the pass",
+                                        name)
+                self.engine.store.update_state(name, {"generation": state["generation"]},
+                                               {"phase": "replan"})
+                continue
+            if state["status"] == "pending":
+                self._move(name, "plan")
+            reaped = self.engine.store.reap_expired_leases(name)
+            if reaped:
+                self.engine.logger.debug("%s: reclaimed %d expired lease(s)", name, reaped)
+                self.engine.telemetry.leases_reclaimed(reaped)
+            counts = self.engine.store.count_by_status(name, state["generation"], plan["token"])
+            open_count = counts["pending"] + counts["running"]
+            if open_count:
+                leased = counts["leased"]
+                max_parallel = int(job.spec.get("maxParallel", 1))
+                lanes = max(0, min(open_count - leased, max_parallel - leased))
+                return Answer("process", lanes=lanes, generation=state["generation"],
+                              registration=state["registration"], counts=counts,
+                              retry_after_ms=5000)
+            answer = self._finalize(state, job)
+            if answer is not None:
+                return answer
+        return Answer("wait", reason="passes", retry_after_ms=1000)
+
+    def _match_hash(self, job: BackgroundJob) -> str:
+        from migronaut.background.spec import match_hash
+
+        return match_hash(dict(job.spec), job.direction)
+
+    def supports_transactions(self) -> bool:
+        """A replica set or mongos can run transactions; the dev server can too (it says so).
+
+        Only an answer that says "no transactions here" counts as a standalone: a probe that
+        fails for another reason (a write conflict on a busy server, a network blip) must not
+        fail a migration — the transaction itself will say. A definite answer is kept for the
+        engine's life.
+        """
+        from migronaut.core.topology import read_topology
+
+        if self._transactions is not None:
+            return self._transactions
+        try:
+            topology = read_topology(self.engine.db.client, self.engine.store.states)
+        except Exception:
+            return True  # hello failed: let the transaction itself say
+        if topology.transactions is None:
+            return True
+        self._transactions = topology.transactions
+        return topology.transactions
+
+    def plan_pass(self, state: Mapping[str, Any], job: BackgroundJob) -> Answer | None:
+        """Plan a pass (or a replan) and commit it by compare-and-set; ``None`` to loop on."""
+        name = state["_id"]
+        replan = state.get("phase") == "replan"
+        new_pass = int(state.get("pass", 0)) + (0 if replan else 1)
+        generation = int(state.get("generation", 0)) + 1
+        token = uuid.uuid4().hex
+        if job.mode == "step":
+            from migronaut.background.planner import Plan
+
+            plan = Plan(partitions=[{"scope": {"kind": "step"}, "estimate": 0}], method="step")
+            meta = {"method": "step", "estimate": 0, "partitioner": "step"}
+        else:
+            plan = plan_collection(self.engine.db, job.match(state.get("badIds")), job.spec,
+                                   hint=self.version_hint(job), shard_aware=self.engine.shard_aware,
+                                   logger=self.engine.logger, name=name)
+            meta = plan.meta()
+        self.engine.store.insert_plan(name, generation, token, plan.partitions)
+        previous = (state.get("plan") or {}).get("token")
+        expect: dict[str, Any] = {
+            "generation": state.get("generation", 0),
+            "plan.token": previous if previous else {"$exists": False},
+            "status": {"$in": ["pending", "running"]},
+            "checksum": state.get("checksum"),
+        }
+        plan_doc = {**meta, "token": token, "generation": generation,
+                    "partitions": len(plan.partitions), "match": self._match_hash(job)}
+        committed = self.engine.store.update_state(
+            name, expect,
+            {"generation": generation, "plan": plan_doc, "phase": "process", "pass": new_pass},
+            server_times=["plan.at", "lastProgressAt"] + ([] if state.get("startedAt")
+                                                           else ["startedAt"]),
+        )
+        if not committed:
+            self.engine.store.drop_plan(name, token)
+            return Answer("wait", reason="plan-race", retry_after_ms=1000)
+        self.engine.store.drop_foreign_plans(name, token)
+        payload = {"migration": name, "generation": generation, "pass": new_pass,
+                   "partitions": len(plan.partitions), "estimate": plan.estimate,
+                   "method": meta["method"]}
+        if plan.at_least:
+            payload["atLeast"] = True
+        if plan.degraded:
+            payload["degraded"] = plan.degraded
+            self.engine.logger.warning("⚠ %s: degraded plan (%s)", name, plan.degraded)
+        self.engine.emit("background:partitioned", payload)
+        return None
+
+    def version_hint(self, job: BackgroundJob) -> Any:
+        """The version index ``{field: 1, _id: 1}`` when it exists (warned once when missing)."""
+        from migronaut.background.planner import index_named
+
+        collection = str(job.spec.get("collection"))
+        field_name = str(job.spec.get("field", "__v"))
+        key = [(field_name, 1), ("_id", 1)]
+        try:
+            info = self.engine.db[collection].index_information()
+        except Exception:
+            info = {}
+        if index_named(info, key) is not None:
+            return key
+        self.engine.logger.debug("%s has no version index {%s: 1, _id: 1}", collection, field_name)
+        return None
+
+    def _finalize(self, state: Mapping[str, Any], job: BackgroundJob) -> Answer | None:
+        """Close the current pass: roll up once, fail, complete or plan another pass."""
+        name = state["_id"]
+        generation = int(state["generation"])
+        if int(state.get("rolledGeneration", 0)) < generation:
+            roll_up(self.engine, state)
+        state = self.engine.store.require(name)
+        if int(state.get("failedPartitions") or 0):
+            error = (f"{state['failedPartitions']} partition(s) failed: "
+                     f"{state.get('lastError') or 'unknown error'}")
+            self.fail_state(name, error)
+            return Answer("done", status="failed", error=error)
+        remaining = 0
+        if job.mode != "step":
+            opts: dict[str, Any] = {"limit": 1}
+            hint = self.version_hint(job)
+            if hint is not None:
+                opts["hint"] = hint
+            remaining = self.engine.db[str(job.spec["collection"])].count_documents(
+                job.match(state.get("badIds")), **opts)
+        if remaining == 0:
+            moved = self.engine.store.move(
+                name, "complete", expect={"generation": generation},
+                set_fields={"phase": "process"}, server_times=["completedAt"])
+            if moved is None and state["status"] == "pending":
+                self._move(name, "plan")
+                moved = self.engine.store.move(
+                    name, "complete", expect={"generation": generation},
+                    set_fields={"phase": "process"}, server_times=["completedAt"])
+            if moved is None:
+                return None
+            self.engine.store.drop_generations_below(name, generation)
+            totals = moved.get("totals", {})
+            if moved.get("badIds"):
+                self.engine.logger.warning("⚠ %s completed with %d document(s) that could not be "
+                                           "migrated", name, len(moved["badIds"]))
+            self.engine.emit("background:completed", {"migration": name, "totals": totals,
+                                                      "passes": moved.get("pass")})
+            self.engine.logger.info(
+                "✔ Background migration %s completed (%d migrated, %d pass(es))",
+                name, totals.get("migrated", 0), moved.get("pass", 0))
+            if moved.get("direction") == "forward":
+                self.requirements.on_completed(name)
+            return Answer("done", status="completed")
+        if int(state.get("pass", 0)) >= int(job.spec.get("maxPasses", 10)):
+            error = (f"old-shape documents keep appearing after {state.get('pass')} pass(es) — "
+                     "is an old version of the application still writing them?")
+            self.fail_state(name, error)
+            return Answer("done", status="failed", error=error)
+        self.engine.emit("background:pass", {"migration": name, "pass": state.get("pass"),
+                                             "generation": generation,
+                                             "totals": state.get("totals")})
+        self.engine.store.update_state(name, {"generation": generation, "phase": "process"},
+                                       {"phase": "partition"})
+        self.engine.store.drop_generations_below(name, generation)
+        return None
+
+    def fail_state(self, name: str, reason: str) -> None:
+        from migronaut._redact import redact
+
+        text = redact(reason, outbound=True)
+        moved = self.engine.store.move(name, "fail", set_fields={"lastError": text},
+                                       server_times=["failedAt"])
+        if moved is not None:
+            self.engine.emit("background:failed", {"migration": name, "error": text})
+            self.engine.logger.error("✖ Background migration %s failed: %s", name, text)
+
+    def _move(self, name: str, action: str, **kw: Any) -> dict[str, Any] | None:
+        return self.engine.store.move(name, action, **kw)
+

@@ -1,0 +1,151 @@
+"""The engine of one database's background migrations, without the operator features.
+
+:class:`EngineCore` composes the parts at the bottom of ``background/``'s engine: coordinator
+steps and plan commits (:mod:`~migronaut.background.coordinator`), controls
+(:mod:`~migronaut.background.controls`), requirements (:mod:`~migronaut.background.requirements`),
+state reads (:mod:`~migronaut.background.state_views`) and driving in this process
+(:mod:`~migronaut.background.driving`), over the handles they share
+(:mod:`~migronaut.background.handles`). The operator features — drift verification, dry runs, the
+live watcher, the runner — work through it and sit above it; the façade
+(:class:`~migronaut.background.engine.BackgroundEngine`) composes them. Nothing here imports them.
+
+It never takes the migration lock and has no run id of its own: coordinator steps are serialised
+per migration by the ``background:<name>`` lock, and everything else is a compare-and-set on the
+stored state, so any number of engines in any number of processes can drive the same migration
+(reference background §3, §2.5, §6.1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from migronaut.background.controls import ControlResult, Controls
+from migronaut.background.coordinator import Answer, Coordinator
+from migronaut.background.driving import Driver
+from migronaut.background.handles import EngineHandles
+from migronaut.background.requirements import Requirements
+from migronaut.background.state_views import StateViews
+
+if TYPE_CHECKING:
+    from migronaut.background.job import BackgroundJob
+    from migronaut.core.context import Cancellation
+
+__all__ = ["EngineCore"]
+
+
+class EngineCore(EngineHandles):
+    """Coordinator, controls and views over one database's background migrations.
+
+    Built with the keyword arguments of :class:`~migronaut.background.handles.EngineHandles`;
+    each method hands the work to the part that owns it (``coordinator``, ``controls``,
+    ``requirements``, ``views``, ``driver``).
+    """
+
+    def __init__(self, **handles: Any) -> None:
+        super().__init__(**handles)
+        self.requirements = Requirements(self)
+        self.coordinator = Coordinator(self, self.requirements)
+        self.controls = Controls(self, self.requirements)
+        self.views = StateViews(self, self.requirements)
+        self.driver = Driver(self, self.coordinator, self.views)
+
+    # -- the coordinator ------------------------------------------------------------------
+    def coordinate(
+        self, name: str, *, driver: str = "local", cancellation: Cancellation | None = None
+    ) -> Answer:
+        """One idempotent coordinator step under the ``background:<name>`` lock."""
+        return self.coordinator.coordinate(name, driver=driver, cancellation=cancellation)
+
+    def supports_transactions(self) -> bool:
+        """Whether the server runs transactions (see :meth:`Coordinator.supports_transactions`)."""
+        return self.coordinator.supports_transactions()
+
+    def version_hint(self, job: BackgroundJob) -> Any:
+        """The version index ``{field: 1, _id: 1}`` when it exists (warned once when missing)."""
+        return self.coordinator.version_hint(job)
+
+    def fail_state(self, name: str, reason: str) -> None:
+        self.coordinator.fail_state(name, reason)
+
+    # -- requires -------------------------------------------------------------------------
+    def requirement_status(self, required: str, changelog: Any = None) -> str:
+        return self.requirements.requirement_status(required, changelog)
+
+    def unmet(self, requires: Sequence[str], changelog: Any = None) -> list[dict[str, str]]:
+        return self.requirements.unmet(requires, changelog)
+
+    def try_unblock(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        return self.requirements.try_unblock(state)
+
+    def on_completed(self, name: str) -> None:
+        """A forward migration completed: unblock the migrations waiting for it."""
+        self.requirements.on_completed(name)
+
+    # -- controls -------------------------------------------------------------------------
+    def control(
+        self,
+        name: str,
+        action: str,
+        *,
+        requested_by: str | None = None,
+        reason: str | None = None,
+        from_start: bool = False,
+        wait: bool = False,
+        wait_timeout_s: float = 120.0,
+    ) -> ControlResult:
+        """pause / resume / cancel / retry (reference §2.5), each a CAS with history."""
+        return self.controls.control(
+            name, action, requested_by=requested_by, reason=reason, from_start=from_start,
+            wait=wait, wait_timeout_s=wait_timeout_s)
+
+    def repin(self, name: str, *, requested_by: str | None = None,
+              reason: str | None = None, changelog: Any = None) -> ControlResult:
+        """Adopt the file as it is now: store its checksum and spec; replan when matching
+        changes."""
+        return self.controls.repin(name, requested_by=requested_by, reason=reason,
+                                   changelog=changelog)
+
+    def unlock(
+        self, name: str, *, requested_by: str | None = None, reason: str | None = None
+    ) -> dict[str, Any]:
+        """Force-release the coordinator lock and every lease (holders are fenced); the state's
+        history records who did it and why."""
+        return self.controls.unlock(name, requested_by=requested_by, reason=reason)
+
+    # -- views ----------------------------------------------------------------------------
+    def status(self, name: str | None = None) -> list[dict[str, Any]]:
+        return self.views.status(name)
+
+    def view(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``BackgroundStatus`` view (reference background §6.2)."""
+        return self.views.view(state)
+
+    def partitions_view(self, name: str) -> list[dict[str, Any]]:
+        return self.views.partitions_view(name)
+
+    def runnable(self) -> list[dict[str, Any]]:
+        """Blocked/pending/running migrations a worker should serve, oldest first."""
+        return self.views.runnable()
+
+    # -- driving --------------------------------------------------------------------------
+    def drive(
+        self,
+        name: str,
+        *,
+        concurrency: int = 1,
+        until_done: bool = True,
+        cancellation: Cancellation | None = None,
+        driver: str = "local",
+        slice_ms: int | None = None,
+        inline: bool = False,
+        raise_if_busy: bool = False,
+    ) -> dict[str, Any]:
+        """Coordinate and run lanes until the migration settles (reference §6.1 runBackground).
+
+        ``raise_if_busy`` (``run --once``): another process holding the coordinator lock is
+        ``LOCK_ALREADY_HELD`` instead of a wait.
+        """
+        return self.driver.drive(
+            name, concurrency=concurrency, until_done=until_done, cancellation=cancellation,
+            driver=driver, slice_ms=slice_ms, inline=inline, raise_if_busy=raise_if_busy)

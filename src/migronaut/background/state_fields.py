@@ -1,0 +1,146 @@
+"""The stored shapes of background state: schema, limits, statuses and their moves, indexes,
+and the builders of the update pipelines that write them.
+
+Shared by the state documents (:mod:`~migronaut.background.store`), the partitions and leases
+(:mod:`~migronaut.background.partition_store`) and the features that write beside them; user
+values inside an update pipeline are always wrapped in ``$literal`` (:func:`literal`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from migronaut.errors import BackgroundConflictError
+
+__all__ = [
+    "ACTIONS",
+    "COUNTERS",
+    "DOC_ERRORS_KEPT",
+    "HISTORY_KEPT",
+    "INDEXES",
+    "MAX_BAD_IDS",
+    "OPEN_STATUSES",
+    "SCHEMA",
+    "TERMINAL",
+    "TRANSITIONS",
+    "control_stamp",
+    "history_entry",
+    "literal",
+    "set_stage",
+    "stamped",
+    "transition",
+]
+
+SCHEMA = 2
+MAX_BAD_IDS = 1000
+DOC_ERRORS_KEPT = 20
+HISTORY_KEPT = 50
+
+OPEN_STATUSES = ("blocked", "pending", "running", "paused")
+TERMINAL = ("completed", "failed", "cancelled")
+COUNTERS = (
+    "scanned", "migrated", "skipped", "conflicts", "failed", "retried", "batches", "processed",
+    "txnRetries",
+)
+
+#: (collection suffix, name, keys, options) — the four indexes of reference background §2.2.
+INDEXES: tuple[tuple[str, str, list[tuple[str, int]], dict[str, Any]], ...] = (
+    ("", "status_registeredAt", [("status", 1), ("registeredAt", 1)], {}),
+    ("_partitions", "claim",
+     [("background", 1), ("generation", 1), ("plan", 1), ("status", 1), ("seq", 1)], {}),
+    ("_partitions", "lease_slot", [("background", 1), ("lease.slot", 1)],
+     {"unique": True, "partialFilterExpression": {"lease.slot": {"$exists": True}}}),
+    ("_partitions", "lease_group_slot", [("background", 1), ("lease.groupSlot", 1)],
+     {"unique": True, "partialFilterExpression": {"lease.groupSlot": {"$exists": True}}}),
+)
+
+# action -> (allowed from, goes to, already-done statuses) — reference background §2.5.
+TRANSITIONS: dict[str, tuple[tuple[str, ...], str, tuple[str, ...]]] = {
+    "unblock": (("blocked",), "pending", ("pending", "running", "paused")),
+    "plan": (("pending",), "running", ("running",)),
+    "complete": (("running",), "completed", ("completed",)),
+    "fail": (("blocked", "pending", "running"), "failed", ("failed",)),
+    "pause": (("blocked", "pending", "running"), "paused", ("paused",)),
+    "resume": (("paused",), "pending", ("blocked", "pending", "running")),
+    "cancel": (("blocked", "pending", "running", "paused"), "cancelled", ("cancelled",)),
+    "retry": (("failed", "cancelled"), "pending", ("pending",)),
+    "reopen": (("completed",), "running", ("running",)),
+}
+ACTIONS = tuple(TRANSITIONS)
+
+
+def transition(name: str, status: str, action: str) -> tuple[str, bool]:
+    """The status ``action`` leads to from ``status`` and whether it changes anything.
+
+    Already being where the action leads is not an error (``changed`` is ``False``); anything
+    else not in the table is ``BACKGROUND_CONFLICT``.
+    """
+    rule = TRANSITIONS.get(action)
+    if rule is not None:
+        allowed, to, done = rule
+        if status in allowed:
+            return to, True
+        if status in done:
+            return status, False
+    raise BackgroundConflictError(
+        f"Cannot {action} background migration {name}: it is {status}",
+        {"migration": name, "action": action, "status": status},
+    )
+
+
+def literal(value: Any) -> dict[str, Any]:
+    return {"$literal": value}
+
+
+def stamped(fields: Mapping[str, Any], *server_times: str) -> dict[str, Any]:
+    """An object value for a pipeline ``$set``: ``fields`` as literals plus ``server_times``
+    stamped with ``$$NOW``, replacing the stored object whole.
+
+    A plain ``{"a": {...}}`` would be merged into the stored object by mongod (and ``{"a": …,
+    "a.at": "$$NOW"}`` is refused, error 40176), so object values go through ``$mergeObjects``.
+    """
+    return {"$mergeObjects": [literal(dict(fields)), {name: "$$NOW" for name in server_times}]}
+
+
+def set_stage(
+    set_fields: Mapping[str, Any], server_times: Sequence[str] = ()
+) -> dict[str, Any]:
+    """A pipeline ``$set`` stage: ``set_fields`` as literals, ``server_times`` as ``$$NOW``.
+
+    A server time inside a field that is also set (``plan`` and ``plan.at``) is stamped into
+    that object, never named beside it (mongod refuses a path and its sub-path, 40176).
+    """
+    stage: dict[str, Any] = {k: literal(v) for k, v in set_fields.items()}
+    for path in server_times:
+        parent, _, leaf = path.partition(".")
+        if leaf and parent in set_fields:
+            stage[parent] = stamped(set_fields[parent], leaf)
+        else:
+            stage[path] = "$$NOW"
+    return stage
+
+
+def history_entry(action: str, to: str | None, by: str | None, reason: str | None) -> Any:
+    entry: dict[str, Any] = {"at": "$$NOW", "action": literal(action), "from": "$status"}
+    entry["to"] = literal(to) if to is not None else "$status"
+    if by is not None:
+        entry["by"] = literal(by)
+    if reason is not None:
+        entry["reason"] = literal(reason)
+    return {
+        "$concatArrays": [
+            {"$slice": [{"$ifNull": ["$history", []]}, -(HISTORY_KEPT - 1)]},
+            [entry],
+        ]
+    }
+
+
+def control_stamp(action: str, by: str | None, reason: str | None) -> dict[str, Any]:
+    """The state's ``control`` object: the last control applied, who asked and why."""
+    fields: dict[str, Any] = {"action": action}
+    if by:
+        fields["requestedBy"] = by
+    if reason:
+        fields["reason"] = reason
+    return stamped(fields, "at")

@@ -1,0 +1,113 @@
+"""The read side of background migrations: status views, partition rows, the runnable list.
+
+Invariant: a view only reads (the runnable list may unblock a migration whose requirements are
+done — the same compare-and-set move a coordinator step makes); totals shown before a pass
+closes add the counters of the generation not rolled up yet, so they never go backwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from migronaut.background.rollup import live_totals
+
+if TYPE_CHECKING:
+    from migronaut.background.handles import EngineHandles
+    from migronaut.background.requirements import Requirements
+
+__all__ = ["StateViews"]
+
+
+class StateViews:
+    """Status views of one database's background migrations (reference background §6.2)."""
+
+    def __init__(self, engine: EngineHandles, requirements: Requirements) -> None:
+        self.engine = engine
+        self.requirements = requirements
+
+    def status(self, name: str | None = None) -> list[dict[str, Any]]:
+        states = [self.engine.store.require(name)] if name else self.engine.store.all()
+        return [self.view(state) for state in states]
+
+    def view(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``BackgroundStatus`` view (reference background §6.2)."""
+        name = state["_id"]
+        spec = state.get("spec") or {}
+        plan = state.get("plan") or None
+        view: dict[str, Any] = {
+            "migration": name, "status": state.get("status"), "phase": state.get("phase"),
+            "direction": state.get("direction"), "registration": state.get("registration"),
+            "mode": state.get("mode"), "collection": state.get("collection"),
+            "from": spec.get("from"), "to": spec.get("to"),
+            "generation": state.get("generation", 0), "pass": state.get("pass", 0),
+            "maxParallel": spec.get("maxParallel", 1),
+            "transaction": bool(spec.get("transaction")),
+            "totals": live_totals(self.engine, state),
+            "failedDocuments": len(state.get("badIds") or []),
+            "requires": list(state.get("requires") or []),
+            "waitsFor": list(state.get("waitsFor") or []),
+            "liveLeases": self.engine.store.live_leases(name),
+            "registeredAt": state.get("registeredAt"),
+            "startedAt": state.get("startedAt"), "completedAt": state.get("completedAt"),
+            "lastProgressAt": state.get("lastProgressAt"), "lastError": state.get("lastError"),
+            "description": state.get("description"),
+        }
+        if plan:
+            view["partitions"] = self.engine.store.count_by_status(name, int(plan["generation"]),
+                                                                   plan["token"])
+            counts = view["partitions"]
+            counts["total"] = sum(v for k, v in counts.items() if k != "leased")
+            view["plan"] = {k: plan[k] for k in ("method", "estimate", "atLeast", "partitions",
+                                                  "degraded") if k in plan}
+            if plan.get("sharding"):
+                view["sharding"] = {k: plan["sharding"][k] for k in (
+                    "mode", "shardKey", "hashed", "groups") if k in plan["sharding"]}
+        if state.get("coordinator"):
+            view["coordinator"] = state["coordinator"]
+        if state.get("previous"):
+            view["previous"] = state["previous"]
+        return {k: v for k, v in view.items() if v is not None}
+
+    def partitions_view(self, name: str) -> list[dict[str, Any]]:
+        self.engine.store.require(name)
+        out = []
+        for partition in self.engine.store.list_partitions(name):
+            lease = partition.get("lease")
+            row: dict[str, Any] = {
+                "id": str(partition["_id"]), "generation": partition.get("generation"),
+                "seq": partition.get("seq"), "status": partition.get("status"),
+                "scope": partition.get("scope"), "estimate": partition.get("estimate"),
+                "counters": partition.get("counters") or {},
+                "claims": partition.get("claims", 0), "reclaims": partition.get("reclaims", 0),
+                "failures": partition.get("failures", 0),
+            }
+            if partition.get("group") is not None:
+                row["group"] = partition["group"]
+            if lease:
+                row["lease"] = {k: lease.get(k) for k in ("slot", "owner", "host", "pid",
+                                                           "renewedAt")}
+            if partition.get("throttle"):
+                row["throttle"] = partition["throttle"]
+            if partition.get("lastError"):
+                row["lastError"] = partition["lastError"]
+            out.append(row)
+        return out
+
+    def runnable(self) -> list[dict[str, Any]]:
+        """Blocked/pending/running migrations a worker should serve, oldest first."""
+        out = []
+        for state in self.engine.store.all(["blocked", "pending", "running"]):
+            if state["status"] == "blocked":
+                state = self.requirements.try_unblock(state)
+                if state["status"] == "blocked":
+                    continue
+            out.append({
+                "migration": state["_id"], "status": state["status"],
+                "maxParallel": (state.get("spec") or {}).get("maxParallel", 1),
+                "liveLeases": self.engine.store.live_leases(state["_id"]),
+                "registeredAt": state.get("registeredAt"),
+            })
+        return out
+
+
