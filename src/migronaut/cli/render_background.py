@@ -168,6 +168,10 @@ def render_control(control: ControlOutcome, out: Output) -> None:
         return
     result = control.result
     status = result.get("status")
+    if control.action == "unlock":
+        held = "" if result.get("lock") else " (none held)"
+        out.info(f"✔ Released the coordinator lock{held} and {result.get('leases', 0)} lease(s)")
+        return
     if control.action == "repin":
         replanned = " — the current plan is replanned" if result.get("replan") else ""
         out.info(f"✔ Repinned {sanitize_terminal(control.name)} "
@@ -177,22 +181,6 @@ def render_control(control: ControlOutcome, out: Output) -> None:
         out.info(f"✔ Nothing to do — {status}")
     if result.get("stopped") is False:
         out.warn("⚠ Lanes still hold leases after waiting — they stop at their next batch")
-
-
-@dataclass
-class UnlockOutcome:
-    name: str
-    result: dict[str, Any] = field(default_factory=dict)
-    declined: bool = False
-
-
-def render_unlocked(outcome: UnlockOutcome, out: Output) -> None:
-    if outcome.declined:
-        out.info("Aborted")
-        return
-    held = "" if outcome.result.get("lock") else " (none held)"
-    out.info(f"✔ Released the coordinator lock{held} and {outcome.result.get('leases', 0)} "
-             "lease(s)")
 
 
 def _json_text(value: Any) -> str:

@@ -30,14 +30,12 @@ from migronaut.cli.render_background import (
     ControlOutcome,
     ProgressDisplay,
     ProgressTracker,
-    UnlockOutcome,
     number,
     partition_json,
     render_control,
     render_dry_run,
     render_partitions,
     render_status,
-    render_unlocked,
     render_verify,
     render_watch_stopped,
     render_worker_stopped,
@@ -465,7 +463,7 @@ def repin(session: Session, name: str, reason: str | None, yes: bool) -> int:
 def unlock(session: Session, name: str, reason: str | None, yes: bool) -> int:
     _needs_yes(session, yes, "unlock")
 
-    def run_unlock(migrator: Migrator) -> UnlockOutcome:
+    def run_unlock(migrator: Migrator) -> ControlOutcome:
         engine = migrator.background
         if not yes:
             engine.store.require(name)
@@ -473,11 +471,12 @@ def unlock(session: Session, name: str, reason: str | None, yes: bool) -> int:
             if not session.confirm(f"Release the coordinator lock and every lease of "
                                    f"{sanitize_terminal(name)}? [y/N] ",
                                    action="background unlock"):
-                return UnlockOutcome(name, declined=True)
+                return ControlOutcome("unlock", name, declined=True)
         session.check_stop()
-        return UnlockOutcome(name, engine.unlock(name, requested_by=_requested_by(), reason=reason))
+        released = engine.unlock(name, requested_by=_requested_by(), reason=reason)
+        return ControlOutcome("unlock", name, released)
 
-    return session.run(run_unlock, render=render_unlocked, to_json=lambda o: o.result,
+    return session.run(run_unlock, render=render_control, to_json=_control_json,
                        mutating=True)
 
 
