@@ -15,36 +15,39 @@ scopes are shown by their type bracket only, never their bounds.
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import click
 
 from migronaut._redact import sanitize_terminal
 from migronaut.cli.app import command, group
-from migronaut.cli.output import CYAN, DIM, GREEN, RED, YELLOW, Output
+from migronaut.cli.output import Output
+from migronaut.cli.render_background import (
+    TERMINAL,
+    ControlOutcome,
+    ProgressDisplay,
+    ProgressTracker,
+    number,
+    partition_json,
+    render_control,
+    render_dry_run,
+    render_partitions,
+    render_status,
+    render_verify,
+    render_watch_stopped,
+    render_worker_stopped,
+)
 from migronaut.cli.session import Session, parse_int
 from migronaut.errors import EXIT_CODES, ConfigInvalidError, MigronautError, RunAbortedError
 
 if TYPE_CHECKING:
     from migronaut.api import Migrator
     from migronaut.background.engine import BackgroundEngine
-    from migronaut.cli.render import Cell
     from migronaut.core.context import Cancellation
 
-STATUS_COLUMNS = ("Background migration", "Status", "Collection", "Versions", "Pass",
-                  "Partitions", "Lanes", "Migrated", "Note")
-PARTITION_COLUMNS = ("#", "Status", "Scope", "Migrated", "Lease", "Claims", "Error")
-PROGRESS_COLUMNS = ("Background migration", "Status", "Pass", "Done", "Rate", "ETA", "Lanes",
-                    "Failures")
-PROGRESS_PARTITION_COLUMNS = ("#", "Status", "Scope", "Done", "Lease", "Failures")
-STATUS_STYLE = {"completed": GREEN, "running": CYAN, "pending": YELLOW, "blocked": YELLOW,
-                "paused": YELLOW, "failed": RED, "cancelled": DIM,
-                "done": GREEN, "superseded": DIM}
-TERMINAL = ("completed", "failed", "cancelled")
 MAX_CONCURRENCY = 64
 #: Every status a ``run --all`` serves (oldest registration first).
 RUNNABLE = ("blocked", "pending", "running")
@@ -162,125 +165,6 @@ def _on_signal(session: Session, cancellation: Cancellation, finishing: str) -> 
         session.guard.bind(cast("Migrator", _Stopper(cancellation)))
 
 
-def _scope(scope: Mapping[str, Any] | None, group_name: str | None = None) -> dict[str, Any]:
-    """A partition scope without its bounds (they are ``_id`` values)."""
-    scope = scope or {}
-    out: dict[str, Any] = {"kind": scope.get("kind")}
-    if scope.get("bracket"):
-        out["bracket"] = scope["bracket"]
-    if group_name:
-        out["group"] = group_name
-    return out
-
-
-def _scope_text(scope: Mapping[str, Any] | None, group_name: str | None = None) -> str:
-    scope = scope or {}
-    kind = scope.get("kind")
-    text = "step" if kind == "step" else str(scope.get("bracket") or kind or "—")
-    if kind == "key-range" and not scope.get("bracket"):
-        text = "key range"
-    return sanitize_terminal(text + (f" @{group_name}" if group_name else ""))
-
-
-def _partition_json(row: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(row)
-    out["scope"] = _scope(row.get("scope"), row.get("group"))
-    return out
-
-
-def _lease_text(lease: Mapping[str, Any] | None) -> str:
-    if not lease:
-        return ""
-    return sanitize_terminal(f"slot {lease.get('slot')} · {lease.get('host')}:{lease.get('pid')}")
-
-
-def _number(value: Any) -> int:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
-
-
-def _note(view: Mapping[str, Any]) -> tuple[str, str | None]:
-    if view.get("waitsFor"):
-        return sanitize_terminal("waits for " + ", ".join(map(str, view["waitsFor"]))), YELLOW
-    if view.get("lastError"):
-        return sanitize_terminal(str(view["lastError"])), RED
-    if view.get("failedDocuments"):
-        return f"{view['failedDocuments']} document(s) failed", YELLOW
-    return "", None
-
-
-def _status_cells(view: Mapping[str, Any]) -> list[Cell]:
-    status = str(view.get("status"))
-    low, high = view.get("from"), view.get("to")
-    if view.get("direction") == "revert":
-        low, high = high, low  # a revert rewrites `to` back to `from`
-    versions = "step" if view.get("mode") == "step" else f"{low} → {high}"
-    counts = view.get("partitions")
-    partitions = f"{counts.get('done', 0)}/{counts.get('total', 0)}" if counts else "—"
-    return [
-        (sanitize_terminal(str(view.get("migration"))), None),
-        (status, STATUS_STYLE.get(status)),
-        (sanitize_terminal(str(view.get("collection") or "—")), None),
-        (versions, None),
-        (str(view.get("pass", 0)), None),
-        (partitions, None),
-        (f"{view.get('liveLeases', 0)}/{view.get('maxParallel', 1)}", None),
-        (str(_number((view.get("totals") or {}).get("migrated"))), None),
-        _note(view),
-    ]
-
-
-def render_status(views: Sequence[Mapping[str, Any]], out: Output) -> None:
-    """The ``Background migration | Status | … | Note`` table."""
-    from migronaut.cli.render import table
-
-    if not views:
-        out.info("No background migrations registered")
-        return
-    table(STATUS_COLUMNS, [_status_cells(v) for v in views], out,
-          wrap=("Background migration", "Note"))
-    for view in views:
-        if view.get("sharding"):
-            out.info(_sharding_text(view["migration"], view["sharding"]))
-
-
-def _sharding_text(name: str, sharding: Mapping[str, Any]) -> str:
-    """``<name>: sharded — <mode>, key {k: 1} (hashed), shard-a 8, shard-b 8``."""
-    parts = [str(sharding.get("mode"))]
-    key = sharding.get("shardKey")
-    if key:
-        shown = ", ".join(f"{field}: {value}" for field, value in key.items())
-        parts.append(f"key {{{shown}}}" + (" (hashed)" if sharding.get("hashed") else ""))
-    else:
-        parts.append("shard key unreadable (needs clusterMonitor)")
-    groups = sharding.get("groups") or {}
-    if groups:
-        parts.append(", ".join(f"{group} {count}" for group, count in groups.items()))
-    return sanitize_terminal(f"{name}: sharded — " + " · ".join(parts))
-
-
-def _partition_cells(row: Mapping[str, Any]) -> list[Cell]:
-    status = str(row.get("status"))
-    return [
-        (str(row.get("seq", "")), None),
-        (status, STATUS_STYLE.get(status)),
-        (_scope_text(row.get("scope"), row.get("group")), None),
-        (str(_number((row.get("counters") or {}).get("migrated"))), None),
-        (_lease_text(row.get("lease")), None),
-        (str(row.get("claims", 0)), None),
-        (sanitize_terminal(str(row.get("lastError") or "")), RED),
-    ]
-
-
-def render_partitions(rows: Sequence[Mapping[str, Any]], out: Output) -> None:
-    """The ``# | Status | Scope | Migrated | Lease | Claims | Error`` table."""
-    from migronaut.cli.render import table
-
-    if not rows:
-        out.info("No partitions (nothing planned yet)")
-        return
-    table(PARTITION_COLUMNS, [_partition_cells(r) for r in rows], out, wrap=("Error",))
-
-
 # ------------------------------------------------------------------------------------- status
 
 
@@ -322,7 +206,7 @@ def status(session: Session, name: str | None, partitions: bool, check: bool) ->
         engine = migrator.background
         if partitions:
             assert name is not None
-            rows = [_partition_json(r) for r in engine.partitions_view(name)]  # unknown → 9
+            rows = [partition_json(r) for r in engine.partitions_view(name)]  # unknown → 9
             return _StatusResult(engine.status(name) if check else [], rows)
         if name is not None:
             _registered(engine, name)
@@ -363,7 +247,7 @@ class _Ticker:
     def __call__(self, payload: dict[str, Any]) -> None:
         if payload.get("migration") != self.name:
             return
-        self.migrated += _number((payload.get("counters") or {}).get("migrated"))
+        self.migrated += number((payload.get("counters") or {}).get("migrated"))
         self.session.out.spinner.show(f"Driving {self.name}… {self.migrated} migrated")
 
 
@@ -405,7 +289,7 @@ def run(session: Session, name: str | None, all_: bool, concurrency: str | None,
         try:
             for each in names:
                 state = engine.store.require(each)
-                max_parallel = _number((state.get("spec") or {}).get("maxParallel")) or 1
+                max_parallel = number((state.get("spec") or {}).get("maxParallel")) or 1
                 if lanes > max_parallel:
                     session.out.warn(f"⚠ --concurrency {lanes} is more than {each}'s "
                                      f"maxParallel ({max_parallel}) — using {max_parallel}")
@@ -436,40 +320,13 @@ def run(session: Session, name: str | None, all_: bool, concurrency: str | None,
 # ----------------------------------------------------------------------------------- controls
 
 
-@dataclass
-class _Control:
-    """A control's outcome for rendering; ``declined`` when the prompt was answered no."""
-
-    action: str
-    name: str
-    result: dict[str, Any] = field(default_factory=dict)
-    declined: bool = False
-
-
-def _control_json(control: _Control) -> dict[str, Any]:
+def _control_json(control: ControlOutcome) -> dict[str, Any]:
     return control.result
-
-
-def _render_control(control: _Control, out: Output) -> None:
-    if control.declined:
-        out.info("Aborted")
-        return
-    result = control.result
-    status = result.get("status")
-    if control.action == "repin":
-        replanned = " — the current plan is replanned" if result.get("replan") else ""
-        out.info(f"✔ Repinned {sanitize_terminal(control.name)} "
-                 f"(checksum {str(result.get('checksum', ''))[:12]}…){replanned}")
-        return
-    if result.get("applied") != "changed":  # a change is told by the engine's own line
-        out.info(f"✔ Nothing to do — {status}")
-    if result.get("stopped") is False:
-        out.warn("⚠ Lanes still hold leases after waiting — they stop at their next batch")
 
 
 def _state_line(engine: BackgroundEngine, name: str) -> str:
     view = engine.status(name)[0]
-    migrated = _number((view.get("totals") or {}).get("migrated"))
+    migrated = number((view.get("totals") or {}).get("migrated"))
     return sanitize_terminal(
         f"⚠ {name} is {view.get('status')} (pass {view.get('pass', 0)}, {migrated} migrated, "
         f"{view.get('liveLeases', 0)} lane(s) working)"
@@ -498,7 +355,7 @@ def _control_command(
     from_start: bool = False,
     repin: bool = False,
 ) -> int:
-    def run_control(migrator: Migrator) -> _Control:
+    def run_control(migrator: Migrator) -> ControlOutcome:
         engine = migrator.background
         by = _requested_by()
         if question is not None and not yes:
@@ -506,7 +363,7 @@ def _control_command(
             if changes or from_start:
                 session.out.warn(_state_line(engine, name))
                 if not session.confirm(question, action=f"background {action}"):
-                    return _Control(action, name, declined=True)
+                    return ControlOutcome(action, name, declined=True)
         extra: dict[str, Any] = {}
         if repin:
             _preflight(engine, name, action)  # do not repin for a retry that cannot happen
@@ -515,9 +372,9 @@ def _control_command(
             extra = {k: pinned.extra[k] for k in ("replan", "checksum") if k in pinned.extra}
         result = engine.control(name, action, requested_by=by, reason=reason,
                                 from_start=from_start, wait=wait)
-        return _Control(action, name, {**result.to_dict(), **extra})
+        return ControlOutcome(action, name, {**result.to_dict(), **extra})
 
-    return session.run(run_control, render=_render_control, to_json=_control_json)
+    return session.run(run_control, render=render_control, to_json=_control_json)
 
 
 _REASON_HELP = "Why; recorded in the migration's history."
@@ -582,35 +439,19 @@ def retry(session: Session, name: str, from_start: bool, repin: bool, reason: st
 def repin(session: Session, name: str, reason: str | None, yes: bool) -> int:
     _needs_yes(session, yes, "repin")
 
-    def run_repin(migrator: Migrator) -> _Control:
+    def run_repin(migrator: Migrator) -> ControlOutcome:
         engine = migrator.background
         if not yes:
             engine.store.require(name)
             session.out.warn(_state_line(engine, name))
             if not session.confirm(f"Repin {sanitize_terminal(name)} to the file as it is now? "
                                    "[y/N] ", action="background repin"):
-                return _Control("repin", name, declined=True)
+                return ControlOutcome("repin", name, declined=True)
         result = engine.repin(name, requested_by=_requested_by(), reason=reason,
                               changelog=migrator.changelog)
-        return _Control("repin", name, result.to_dict())
+        return ControlOutcome("repin", name, result.to_dict())
 
-    return session.run(run_repin, render=_render_control, to_json=_control_json)
-
-
-@dataclass
-class _Unlocked:
-    name: str
-    result: dict[str, Any] = field(default_factory=dict)
-    declined: bool = False
-
-
-def _render_unlocked(outcome: _Unlocked, out: Output) -> None:
-    if outcome.declined:
-        out.info("Aborted")
-        return
-    held = "" if outcome.result.get("lock") else " (none held)"
-    out.info(f"✔ Released the coordinator lock{held} and {outcome.result.get('leases', 0)} "
-             "lease(s)")
+    return session.run(run_repin, render=render_control, to_json=_control_json)
 
 
 @command("unlock", parent=background, short_help="Force-release a migration's lock and leases.",
@@ -622,7 +463,7 @@ def _render_unlocked(outcome: _Unlocked, out: Output) -> None:
 def unlock(session: Session, name: str, reason: str | None, yes: bool) -> int:
     _needs_yes(session, yes, "unlock")
 
-    def run_unlock(migrator: Migrator) -> _Unlocked:
+    def run_unlock(migrator: Migrator) -> ControlOutcome:
         engine = migrator.background
         if not yes:
             engine.store.require(name)
@@ -630,50 +471,16 @@ def unlock(session: Session, name: str, reason: str | None, yes: bool) -> int:
             if not session.confirm(f"Release the coordinator lock and every lease of "
                                    f"{sanitize_terminal(name)}? [y/N] ",
                                    action="background unlock"):
-                return _Unlocked(name, declined=True)
+                return ControlOutcome("unlock", name, declined=True)
         session.check_stop()
-        return _Unlocked(name, engine.unlock(name, requested_by=_requested_by(), reason=reason))
+        released = engine.unlock(name, requested_by=_requested_by(), reason=reason)
+        return ControlOutcome("unlock", name, released)
 
-    return session.run(run_unlock, render=_render_unlocked, to_json=lambda o: o.result,
+    return session.run(run_unlock, render=render_control, to_json=_control_json,
                        mutating=True)
 
 
 # --------------------------------------------------------------------- dry-run, verify, watch
-
-
-def _json_text(value: Any) -> str:
-    import json
-
-    return sanitize_terminal(json.dumps(value, default=str, ensure_ascii=False))
-
-
-def render_dry_run(report: Mapping[str, Any], out: Output) -> None:
-    """The dry-run lines of reference background §6.5 (documents as relaxed EJSON)."""
-    if report.get("mode") == "step":
-        for step in report.get("steps") or []:
-            after = f"✖ {step['error']}" if step.get("error") else \
-                _json_text(step.get("checkpointOut"))
-            done = " (done)" if step.get("done") else ""
-            out.info(f"◎ Step {step.get('step')}: {_json_text(step.get('checkpointIn'))} → "
-                     f"{sanitize_terminal(after)}{done}")
-    else:
-        for row in report.get("documents") or []:
-            if row.get("error"):
-                out.info(f"✖ {_json_text(row.get('_id'))}: {sanitize_terminal(str(row['error']))}")
-            elif row.get("validation") == "skipped":
-                out.info(f"◌ {_json_text(row.get('_id'))}: not validated (stopped before it)")
-            else:
-                out.info(f"✔ {_json_text(row.get('_id'))}: {_json_text(row.get('change'))}")
-        failed = _number(report.get("failed"))
-        out.info(f"◎ {_number(report.get('migrated'))} of {_number(report.get('found'))} would be "
-                 f"migrated, {failed} would fail")
-    for refusal in report.get("refusals") or []:
-        out.info(f"✖ Refused {sanitize_terminal(str(refusal.get('method')))}: "
-                 f"{sanitize_terminal(str(refusal.get('reason')))}")
-    if report.get("aborted") or report.get("mode") == "step":
-        out.info(f"◎ {len(report.get('ops') or [])} operation(s), all rolled back")
-    if report.get("stoppedBy") == "deadline":
-        out.warn("⚠ Stopped at the deadline")
 
 
 def _dry_run_exit(report: Mapping[str, Any], out: Output) -> int:
@@ -719,14 +526,6 @@ def dry_run(session: Session, name: str, sample: str | None, first: str | None, 
         lambda migrator: _optional(migrator.background, "dry_run", "dry-run")(name, **options),
         render=render_dry_run, to_json=lambda report: report, exit_code=_dry_run_exit,
     )
-
-
-def render_verify(result: Mapping[str, Any], out: Output) -> None:
-    """``✔ No drift (…)``; each finding was already logged by the engine as
-    ``⚠ <collection>: old-shape documents after <migration> — <action>``."""
-    if not result.get("drift"):
-        out.info(f"✔ No drift ({_number(result.get('checked'))} checked, "
-                 f"{_number(result.get('skipped'))} skipped)")
 
 
 @command("verify", parent=background, short_help="Look for old-shape documents (drift).",
@@ -791,226 +590,13 @@ def watch(session: Session, collection: str | None, report: bool) -> int:
             migrator.off("background:watch", on_state)
         if watcher.error is not None:
             raise watcher.error
-        return {"watch": watcher.status(), "upgraded": _number(watcher.counters.get("upgraded"))}
+        return {"watch": watcher.status(), "upgraded": number(watcher.counters.get("upgraded"))}
 
-    def render(result: Mapping[str, Any], out: Output) -> None:
-        out.info(f"✔ Stopped watching — {result.get('upgraded', 0)} document(s) upgraded")
-
-    return session.run(run_watch, render=render,
+    return session.run(run_watch, render=render_watch_stopped,
                        to_json=lambda result: {"watch": result["watch"]}, mutating=True)
 
 
 # ----------------------------------------------------------------------------------- progress
-
-
-@dataclass
-class _Rate:
-    at: float
-    scanned: int
-    rate: float | None = None
-
-
-class ProgressTracker:
-    """Per-tick progress of background migrations: done, rate, ETA, lanes, failures.
-
-    ``done`` counts the documents read in the current pass (against the plan's estimate); the
-    rate is a smoothed rate of documents read, across passes.
-    """
-
-    SMOOTHING = 0.5
-
-    def __init__(self) -> None:
-        self._last: dict[str, _Rate] = {}
-
-    def migration(self, view: Mapping[str, Any], partitions: Sequence[Mapping[str, Any]],
-                  now: float) -> dict[str, Any]:
-        name = str(view.get("migration"))
-        generation = view.get("generation")
-        current = [p for p in partitions if p.get("generation") == generation]
-        plan = view.get("plan") or {}
-        estimate = _number(plan.get("estimate"))
-        status = str(view.get("status"))
-        totals = view.get("totals") or {}
-        scanned = _number(totals.get("scanned")) + _number(totals.get("processed"))
-        if current or status not in TERMINAL:
-            done = sum(_number((p.get("counters") or {}).get("scanned")) +
-                       _number((p.get("counters") or {}).get("processed")) for p in current)
-        else:  # a settled migration shown without its partitions: what its passes read
-            done = scanned
-        last = self._last.get(name)
-        rate = last.rate if last else None
-        if last is not None and now > last.at and scanned >= last.scanned:
-            instant = (scanned - last.scanned) / (now - last.at)
-            rate = instant if rate is None else \
-                self.SMOOTHING * instant + (1 - self.SMOOTHING) * rate
-        self._last[name] = _Rate(now, scanned, rate)
-        if status == "completed":
-            percent: float | None = 100.0
-        elif estimate:
-            percent = min(100.0, 100.0 * done / estimate)
-        else:
-            percent = None
-        eta = None
-        if status != "running":
-            rate = None  # a rate only means something while lanes work
-        elif rate and estimate:
-            eta = max(0.0, (estimate - done) / rate)
-        counts = view.get("partitions") or {}
-        row: dict[str, Any] = {
-            "migration": name,
-            "status": status,
-            "phase": view.get("phase"),
-            "pass": view.get("pass", 0),
-            "generation": generation,
-            "collection": view.get("collection"),
-            "done": done,
-            "estimate": estimate,
-            "percent": None if percent is None else round(percent, 1),
-            "migrated": _number(totals.get("migrated")),
-            "rate": None if rate is None else round(rate, 1),
-            "etaSeconds": None if eta is None else round(eta, 1),
-            "liveLeases": view.get("liveLeases", 0),
-            "maxParallel": view.get("maxParallel", 1),
-            "failedDocuments": view.get("failedDocuments", 0),
-            "failedPartitions": _number(counts.get("failed")),
-            "sliceFailures": sum(_number(p.get("failures")) for p in current),
-            "partitions": [self._partition(p) for p in current],
-        }
-        if plan.get("atLeast"):
-            row["atLeast"] = True
-        if view.get("lastError"):
-            row["lastError"] = view["lastError"]
-        return row
-
-    @staticmethod
-    def _partition(p: Mapping[str, Any]) -> dict[str, Any]:
-        counters = p.get("counters") or {}
-        done = _number(counters.get("scanned")) + _number(counters.get("processed"))
-        estimate = _number(p.get("estimate"))
-        status = p.get("status")
-        if status == "done":
-            percent: float | None = 100.0
-        else:
-            percent = round(min(100.0, 100.0 * done / estimate), 1) if estimate else None
-        row: dict[str, Any] = {
-            "id": p.get("id"), "seq": p.get("seq"), "status": status,
-            "scope": _scope(p.get("scope"), p.get("group")), "done": done,
-            "estimate": estimate, "percent": percent,
-            "migrated": _number(counters.get("migrated")),
-            "failures": _number(p.get("failures")), "claims": p.get("claims", 0),
-        }
-        if p.get("lease"):
-            row["lease"] = p["lease"]
-        if p.get("lastError"):
-            row["lastError"] = p["lastError"]
-        return row
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    total = round(seconds)
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
-
-
-def _done_text(row: Mapping[str, Any]) -> str:
-    estimate = _number(row.get("estimate"))
-    total = f"{'≥' if row.get('atLeast') else ''}{estimate}" if estimate else "?"
-    percent = row.get("percent")
-    suffix = f" ({percent:.0f}%)" if isinstance(percent, (int, float)) else ""
-    return f"{row.get('done', 0)}/{total}{suffix}"
-
-
-def _progress_cells(row: Mapping[str, Any]) -> list[Cell]:
-    status = str(row.get("status"))
-    rate = row.get("rate")
-    failures = _number(row.get("failedDocuments")) + _number(row.get("failedPartitions"))
-    return [
-        (sanitize_terminal(str(row.get("migration"))), None),
-        (status, STATUS_STYLE.get(status)),
-        (str(row.get("pass", 0)), None),
-        (_done_text(row), None),
-        ("—" if rate is None else f"{rate:g}/s", None),
-        (_duration(row.get("etaSeconds")), None),
-        (f"{row.get('liveLeases', 0)}/{row.get('maxParallel', 1)}", None),
-        (str(failures), RED if failures else None),
-    ]
-
-
-def _progress_partition_cells(row: Mapping[str, Any]) -> list[Cell]:
-    status = str(row.get("status"))
-    failures = _number(row.get("failures"))
-    return [
-        (str(row.get("seq", "")), None),
-        (status, STATUS_STYLE.get(status)),
-        (_scope_text(row.get("scope"), (row.get("scope") or {}).get("group")), None),
-        (_done_text(row), None),
-        (_lease_text(row.get("lease")), None),
-        (str(failures), RED if failures else None),
-    ]
-
-
-def _progress_line(row: Mapping[str, Any]) -> str:
-    rate = row.get("rate")
-    failures = _number(row.get("failedDocuments")) + _number(row.get("failedPartitions"))
-    return sanitize_terminal(
-        f"◎ {row.get('migration')}  {row.get('status')}  pass {row.get('pass', 0)}  "
-        f"{_done_text(row)}  {'—' if rate is None else f'{rate:g}'} docs/s  "
-        f"ETA {_duration(row.get('etaSeconds'))}  lanes {row.get('liveLeases', 0)}/"
-        f"{row.get('maxParallel', 1)}  failures {failures}"
-    )
-
-
-#: Partition rows a live view shows per migration before it hides the settled ones.
-LIVE_PARTITION_ROWS = 20
-
-
-def _live_partition_rows(partitions: Sequence[Mapping[str, Any]]) -> list[list[Cell]]:
-    """All partitions when few; else the open ones (≤ 20) and a ``… N more`` row."""
-    shown = list(partitions)
-    if len(shown) > LIVE_PARTITION_ROWS:
-        shown = [p for p in shown if p.get("status") in ("running", "pending", "failed")]
-    rows = [_progress_partition_cells(p) for p in shown[:LIVE_PARTITION_ROWS]]
-    hidden = len(partitions) - len(rows)
-    if hidden:
-        rows.append([("…", DIM), (f"{hidden} more", DIM)] + [("", None)] * 4)
-    return rows
-
-
-class _LiveView:
-    """The progress view on a terminal: one redrawn rich view (summary + partition tables)."""
-
-    def __init__(self, out: Output) -> None:
-        from rich.live import Live
-
-        from migronaut.cli.render import console
-
-        stream = out.stream_for(20)
-        self._live = Live(console=console(out, stream, stream), auto_refresh=False,
-                          transient=False)
-        self._live.start()
-
-    def update(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        from rich.console import Group
-
-        from migronaut.cli.render import rich_table
-
-        parts: list[Any] = [rich_table(PROGRESS_COLUMNS, [_progress_cells(r) for r in rows],
-                                       wrap=("Background migration",))]
-        for row in rows:
-            if row.get("partitions") and row.get("status") not in TERMINAL:
-                parts.append(rich_table(
-                    PROGRESS_PARTITION_COLUMNS, _live_partition_rows(row["partitions"]),
-                    title=sanitize_terminal(str(row.get("migration"))),
-                ))
-        self._live.update(Group(*parts), refresh=True)
-
-    def close(self) -> None:
-        self._live.stop()
 
 
 @command("progress", parent=background, short_help="Live progress of background migrations.",
@@ -1025,13 +611,11 @@ def progress(session: Session, name: str | None, interval: str | None) -> int:
     out = session.out
 
     def follow(migrator: Migrator) -> list[dict[str, Any]]:
-        from migronaut.core.results import iso
-
         engine = migrator.background
         if name is not None:
             _registered(engine, name)
         tracker = ProgressTracker()
-        live: _LiveView | None = None
+        display = ProgressDisplay(out)
         rows: list[dict[str, Any]] = []
         try:
             while True:
@@ -1041,26 +625,14 @@ def progress(session: Session, name: str | None, interval: str | None) -> int:
                     v, engine.partitions_view(str(v["migration"]))
                     if v.get("status") not in TERMINAL or name else [], now) for v in views]
                 finished = all(r["status"] in TERMINAL for r in rows)
-                if out.json_mode:
-                    out.json({"at": iso(dt.datetime.now(dt.UTC)), "background": rows,
-                              "done": finished}, compact=True)
-                elif not rows:
-                    out.info("No background migrations registered")
-                elif _tty(out):
-                    out.spinner.stop()
-                    live = live or _LiveView(out)
-                    live.update(rows)
-                else:
-                    for row in rows:
-                        out.info(_progress_line(row))
+                display.show(rows, finished)
                 if finished or out.stdout_closed:  # done, or nobody reads any more
                     break
                 time.sleep(seconds)
         except KeyboardInterrupt:
             pass
         finally:
-            if live is not None:
-                live.close()
+            display.close()
         return rows
 
     def verdict(rows: list[dict[str, Any]], out: Output) -> int:
@@ -1070,13 +642,6 @@ def progress(session: Session, name: str | None, interval: str | None) -> int:
         return 0
 
     return session.run(follow, exit_code=verdict)
-
-
-def _tty(out: Output) -> bool:
-    try:
-        return bool(out.stream_for(20).isatty())
-    except (AttributeError, ValueError, OSError):
-        return False
 
 
 # --------------------------------------------------------------------------------------- work
@@ -1109,10 +674,5 @@ def work(session: Session, lanes: str | None, poll: str | None) -> int:
         stats = work_loop(migrator, lanes=count, cancellation=cancel, poll_interval_s=poll_s)
         return {"lanes": count, **stats.to_dict()}
 
-    def render(result: Mapping[str, Any], out: Output) -> None:
-        migrated = _number((result.get("counters") or {}).get("migrated"))
-        out.info(f"✔ Worker stopped — {result.get('slices', 0)} slice(s), {migrated} document(s) "
-                 "migrated; leases released")
-
-    return session.run(serve, render=render, to_json=lambda result: {"worker": result},
-                       mutating=True)
+    return session.run(serve, render=render_worker_stopped,
+                       to_json=lambda result: {"worker": result}, mutating=True)
