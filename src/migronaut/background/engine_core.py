@@ -18,6 +18,7 @@ stored state, so any number of engines in any number of processes can drive the 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from migronaut.background.controls import ControlResult, Controls
@@ -42,13 +43,27 @@ class EngineCore(EngineHandles):
     ``requirements``, ``views``, ``driver``).
     """
 
-    def __init__(self, **handles: Any) -> None:
-        super().__init__(**handles)
-        self.requirements = Requirements(self)
-        self.coordinator = Coordinator(self, self.requirements)
-        self.controls = Controls(self, self.requirements)
-        self.views = StateViews(self, self.requirements)
-        self.driver = Driver(self, self.coordinator, self.views)
+    # The parts, built on first use over the handles (so the constructor is
+    # :class:`EngineHandles`' own, fully typed).
+    @cached_property
+    def requirements(self) -> Requirements:
+        return Requirements(self)
+
+    @cached_property
+    def coordinator(self) -> Coordinator:
+        return Coordinator(self, self.requirements)
+
+    @cached_property
+    def controls(self) -> Controls:
+        return Controls(self, self.requirements)
+
+    @cached_property
+    def views(self) -> StateViews:
+        return StateViews(self, self.requirements)
+
+    @cached_property
+    def driver(self) -> Driver:
+        return Driver(self, self.coordinator, self.views)
 
     # -- the coordinator ------------------------------------------------------------------
     def coordinate(
