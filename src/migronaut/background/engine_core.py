@@ -128,7 +128,37 @@ class EngineCore(EngineHandles):
         history records who did it and why."""
         return self.controls.unlock(name, requested_by=requested_by, reason=reason)
 
+    def would_change(self, name: str, action: str) -> tuple[str, bool]:
+        """``(status, changes)``: what ``action`` on ``name`` would do now, without doing it.
+
+        An unregistered ``name`` is ``NOT_APPLIED`` and an action its status does not allow is
+        ``BACKGROUND_CONFLICT`` — what :meth:`control` itself would raise (a confirmation
+        prompt asks only when something would change). ``retry`` of a completed migration
+        reopens it.
+        """
+        from migronaut.background.state_fields import transition
+
+        status = str(self.store.require(name)["status"])
+        effective = "reopen" if action == "retry" and status == "completed" else action
+        return status, transition(name, status, effective)[1]
+
     # -- views ----------------------------------------------------------------------------
+    def ready(self) -> None:
+        """Connect and check the state collections' indexes (fail fast on a bad URI)."""
+        self.store.ready()
+
+    def state(self, name: str) -> dict[str, Any] | None:
+        """The stored state document of ``name`` (read on the primary), or ``None``."""
+        return self.store.get(name)
+
+    def require(self, name: str) -> dict[str, Any]:
+        """The stored state of ``name``; ``NOT_APPLIED`` (exit 9) when it is not registered."""
+        return self.store.require(name)
+
+    def states(self, statuses: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Every stored state (or those in ``statuses``), oldest registration first."""
+        return self.store.all(statuses)
+
     def status(self, name: str | None = None) -> list[dict[str, Any]]:
         return self.views.status(name)
 

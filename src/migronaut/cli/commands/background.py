@@ -100,7 +100,7 @@ def _needs_yes(session: Session, yes: bool, action: str) -> None:
 
 def _registered(engine: BackgroundEngine, name: str) -> dict[str, Any]:
     """The state of ``name``, or ``CONFIG_INVALID`` (``status``/``run``/``progress``)."""
-    state = engine.store.get(name)
+    state = engine.state(name)
     if state is None:
         raise ConfigInvalidError(
             f"Background migration {name} is not registered — run up first",
@@ -113,28 +113,6 @@ def _requested_by() -> str:
     from migronaut.api import executed_by
 
     return executed_by()
-
-
-def _optional(engine: BackgroundEngine, method: str, action: str) -> Callable[..., Any]:
-    """An engine capability that may not exist yet (``dry_run``, ``verify``, ``watch``)."""
-    found = getattr(engine, method, None)
-    if not callable(found):
-        raise ConfigInvalidError(
-            f"background {action} is not available yet in this version of migronaut",
-            {"action": action},
-        )
-    return cast("Callable[..., Any]", found)
-
-
-def _check_available(method: str, action: str) -> None:
-    """The same check on the engine class, before connecting."""
-    from migronaut.background.engine import BackgroundEngine
-
-    if not callable(getattr(BackgroundEngine, method, None)):
-        raise ConfigInvalidError(
-            f"background {action} is not available yet in this version of migronaut",
-            {"action": action},
-        )
 
 
 class _Stopper:
@@ -282,13 +260,13 @@ def run(session: Session, name: str | None, all_: bool, concurrency: str | None,
             _registered(engine, name)
             names = [name]
         else:
-            names = [str(s["_id"]) for s in engine.store.all(list(RUNNABLE))]
+            names = [str(s["_id"]) for s in engine.states(RUNNABLE)]
         ticker = _Ticker(session)
         migrator.on("background:batch", ticker)
         views: list[dict[str, Any]] = []
         try:
             for each in names:
-                state = engine.store.require(each)
+                state = engine.require(each)
                 max_parallel = number((state.get("spec") or {}).get("maxParallel")) or 1
                 if lanes > max_parallel:
                     session.out.warn(f"⚠ --concurrency {lanes} is more than {each}'s "
@@ -299,7 +277,7 @@ def run(session: Session, name: str | None, all_: bool, concurrency: str | None,
                                               until_done=not once, cancellation=cancel,
                                               driver="cli", raise_if_busy=once))
                 except MigronautError as error:
-                    current = engine.store.get(each)
+                    current = engine.state(each)
                     error.context["results"] = views + (
                         [engine.view(current)] if current is not None else [])
                     raise
@@ -333,16 +311,6 @@ def _state_line(engine: BackgroundEngine, name: str) -> str:
     )
 
 
-def _preflight(engine: BackgroundEngine, name: str, action: str) -> tuple[str, bool]:
-    """``(status, changes)`` of ``action`` on ``name``: unregistered → 9, conflict → 33."""
-    from migronaut.background.store import transition
-
-    status = str(engine.store.require(name)["status"])
-    effective = "reopen" if action == "retry" and status == "completed" else action
-    _, changes = transition(name, status, effective)
-    return status, changes
-
-
 def _control_command(
     session: Session,
     action: str,
@@ -359,14 +327,14 @@ def _control_command(
         engine = migrator.background
         by = _requested_by()
         if question is not None and not yes:
-            _, changes = _preflight(engine, name, action)
+            _, changes = engine.would_change(name, action)
             if changes or from_start:
                 session.out.warn(_state_line(engine, name))
                 if not session.confirm(question, action=f"background {action}"):
                     return ControlOutcome(action, name, declined=True)
         extra: dict[str, Any] = {}
         if repin:
-            _preflight(engine, name, action)  # do not repin for a retry that cannot happen
+            engine.would_change(name, action)  # do not repin for a retry that cannot happen
             pinned = engine.repin(name, requested_by=by, reason=reason,
                                   changelog=migrator.changelog)
             extra = {k: pinned.extra[k] for k in ("replan", "checksum") if k in pinned.extra}
@@ -442,7 +410,7 @@ def repin(session: Session, name: str, reason: str | None, yes: bool) -> int:
     def run_repin(migrator: Migrator) -> ControlOutcome:
         engine = migrator.background
         if not yes:
-            engine.store.require(name)
+            engine.require(name)
             session.out.warn(_state_line(engine, name))
             if not session.confirm(f"Repin {sanitize_terminal(name)} to the file as it is now? "
                                    "[y/N] ", action="background repin"):
@@ -466,7 +434,7 @@ def unlock(session: Session, name: str, reason: str | None, yes: bool) -> int:
     def run_unlock(migrator: Migrator) -> ControlOutcome:
         engine = migrator.background
         if not yes:
-            engine.store.require(name)
+            engine.require(name)
             session.out.warn(_state_line(engine, name))
             if not session.confirm(f"Release the coordinator lock and every lease of "
                                    f"{sanitize_terminal(name)}? [y/N] ",
@@ -521,9 +489,8 @@ def dry_run(session: Session, name: str, sample: str | None, first: str | None, 
     if from_start:
         options["from_start"] = True
     options["direction"] = "revert" if revert else "forward"
-    _check_available("dry_run", "dry-run")
     return session.run(
-        lambda migrator: _optional(migrator.background, "dry_run", "dry-run")(name, **options),
+        lambda migrator: migrator.background.dry_run(name, **options),
         render=render_dry_run, to_json=lambda report: report, exit_code=_dry_run_exit,
     )
 
@@ -534,11 +501,10 @@ def dry_run(session: Session, name: str, sample: str | None, first: str | None, 
          "with --report. Exit 31 on drift.")
 @click.option("--report", is_flag=True, help="Report drift only, never reopen.")
 def verify(session: Session, report: bool) -> int:
-    _check_available("verify", "verify")
 
     def probe(migrator: Migrator) -> dict[str, Any]:
         config = migrator.config
-        result: dict[str, Any] = _optional(migrator.background, "verify", "verify")(
+        result: dict[str, Any] = migrator.background.verify(
             on_drift="report" if report else config.background_on_drift,
             drift_mode=config.background_drift,
         )
@@ -559,7 +525,6 @@ def verify(session: Session, report: bool) -> int:
 @click.argument("collection", required=False)
 @click.option("--report", is_flag=True, help="Report old-shape writes, never upgrade them.")
 def watch(session: Session, collection: str | None, report: bool) -> int:
-    _check_available("watch", "watch")
     from migronaut.core.context import Cancellation
 
     cancel = Cancellation()
@@ -578,7 +543,7 @@ def watch(session: Session, collection: str | None, report: bool) -> int:
             options["collections"] = [collection]
         migrator.on("background:watch", on_state)
         try:
-            watcher = _optional(engine, "watch", "watch")(**options)  # standalone → 6
+            watcher = engine.watch(**options)  # standalone → 6
             out.spinner.stop()
             out.info("Watching for old-shape writes — Ctrl-C to stop")
             try:
@@ -667,7 +632,7 @@ def work(session: Session, lanes: str | None, poll: str | None) -> int:
 
         _on_signal(session, cancel, "stopping the worker: lanes finish the batch in flight, "
                                     "checkpoint and release their leases")
-        migrator.background.store.ready()  # connect; fail fast on a bad URI or missing indexes
+        migrator.background.ready()  # connect; fail fast on a bad URI or missing indexes
         session.out.spinner.stop()
         session.out.info(f"⇉ Worker started — {count} lane(s), looking for work every "
                          f"{poll_s:g}s (Ctrl-C to stop)")
