@@ -129,3 +129,19 @@ def test_the_checks_see_the_graph() -> None:
     assert "migronaut.core.run_loop" in graph["migronaut.commands.migrate"]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
     assert _layer("migronaut.cli.app") > _layer("migronaut.api") > _layer("migronaut.commands")
+
+
+def test_architecture_md_names_only_files_that_exist() -> None:
+    """Every module path ARCHITECTURE.md names (``core/lock.py``, ``cli/commands/*.py``) exists,
+    so the map cannot drift from the tree silently."""
+    import re
+
+    text = (SRC.parent / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`([\w/*]+(?:\.py|/))", text))
+    assert len(named) > 30, "the map names too few files for this check to mean anything"
+    root = SRC.parent
+    missing = sorted(
+        path for path in named
+        if not any(list(base.glob(path.rstrip("/"))) for base in (SRC / "migronaut", root))
+    )
+    assert missing == [], f"ARCHITECTURE.md names files that do not exist: {missing}"
