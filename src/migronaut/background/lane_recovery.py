@@ -12,18 +12,21 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from migronaut.background.batches.checkpoints import Checkpoints
 from migronaut.background.batches.failures import describe_server
-from migronaut.background.batches.unit import BatchUnit, Part, add_counters, nonzero
+from migronaut.background.batches.unit import BatchUnit, Hold, Part, add_counters, nonzero
+from migronaut.background.lane_settle import Outcome
 from migronaut.background.lane_state import LaneState
 from migronaut.background.store import Lease
 from migronaut.core.retry import is_outage
-from migronaut.errors import LockLostError
+from migronaut.errors import LockLostError, RunAbortedError
 
-__all__ = ["OUTAGE_PAUSE_MAX_S", "OUTAGE_PAUSE_S", "Outage", "recover", "reload"]
+__all__ = [
+    "OUTAGE_PAUSE_MAX_S", "OUTAGE_PAUSE_S", "Outage", "recover", "reload", "work_through_outages",
+]
 
 #: First pause of an outage (seconds); it doubles up to :data:`OUTAGE_PAUSE_MAX_S`, jittered.
 OUTAGE_PAUSE_S = 0.1
@@ -57,6 +60,47 @@ class Outage:
         if lane.signal.wait(pause * random.uniform(0.5, 1.0)):
             lane.signal.raise_if_cancelled()
         return True
+
+
+def work_through_outages(
+    lane: LaneState, batches: BatchUnit, checkpoints: Checkpoints, outage: Outage, hold: Hold,
+    partition: Mapping[str, Any], counters: dict[str, int],
+    work: Callable[[Hold, dict[str, int]], Outcome],
+) -> Outcome:
+    """``work`` the partition; after an outage (lost connection, election) start again from
+    what the partition document says, keeping the lease.
+
+    Whatever of the lane's work landed is exactly what the stored partition records: its
+    checkpoint's counters and cursor, and the intent naming the one batch that may have been
+    written after it. Starting again from there — counting the intent's documents now at the
+    target, then reading on from the stored cursor — counts every document once, whether the
+    last command's reply was lost after it applied or before. Outages are not failures until
+    the outage budget (``maxOutageMs``) runs out; the lease keeper keeps renewing meanwhile.
+    """
+    part = hold.part
+    while True:
+        try:
+            if partition.get("inflight"):
+                recover(lane, batches, checkpoints, hold.lease, part, partition["inflight"],
+                        counters)
+            outcome = work(hold, counters)
+            if part.unflushed:
+                checkpoints.flush(hold.lease, part, hold.controller)
+            return outcome
+        except Exception as error:
+            if isinstance(error, (LockLostError, RunAbortedError)) or lane.caller.cancelled:
+                raise
+            if not is_outage(error) or not outage.ride_out(error, lane):
+                raise
+        for key, value in part.pending.items():  # written, maybe not recorded: see intent
+            counters[key] = counters.get(key, 0) - value
+        reloaded = reload(lane, outage, hold.lease)
+        if reloaded is None:
+            return Outcome("exhausted", counters)
+        partition = reloaded
+        part.cursor = dict(partition.get("cursor") or {})
+        part.pending, part.pending_errors = {}, []
+        part.intent = bool(partition.get("inflight"))
 
 
 def reload(lane: LaneState, outage: Outage, lease: Lease) -> dict[str, Any] | None:

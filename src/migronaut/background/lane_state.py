@@ -118,10 +118,10 @@ class StopSignal(Cancellation):
     def wait(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self.cancelled:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
+            remaining = _POLL_S if deadline is None else deadline - time.monotonic()
+            if remaining <= 0:
                 return False
-            super().wait(_POLL_S if remaining is None else min(_POLL_S, remaining))
+            super().wait(min(_POLL_S, remaining))
         return True
 
 

@@ -13,7 +13,8 @@ skeleton — claim → hold the lease → run batches → settle → release —
 :mod:`~migronaut.background.batches`              one :class:`~.batches.unit.BatchUnit` per mode:
                                                   :mod:`~.batches.plain`,
                                                   :mod:`~.batches.transactional`,
-                                                  :mod:`~.batches.step`; fenced checkpoint and
+                                                  :mod:`~.batches.step`, chosen by
+                                                  :mod:`~.batches.modes`; fenced checkpoint and
                                                   exact totals in :mod:`~.batches.checkpoints`
 :mod:`~migronaut.background.lane_recovery`        outages ridden out, intents counted once
 :mod:`~migronaut.background.lane_settle`          how the lease ends (released, failed, lost)
@@ -34,7 +35,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from migronaut.background.batches.checkpoints import Checkpoints
-from migronaut.background.batches.documents import Documents
 from migronaut.background.batches.failures import (
     DOCUMENT_WRITE_CODES,
     over_budget_error,
@@ -42,14 +42,10 @@ from migronaut.background.batches.failures import (
     wrap,
     write_error_message,
 )
-from migronaut.background.batches.plain import PlainBatches
-from migronaut.background.batches.reading import BatchReader
-from migronaut.background.batches.step import StepBatches
-from migronaut.background.batches.transactional import TransactionalBatches
+from migronaut.background.batches.modes import unit_for
 from migronaut.background.batches.transactions import TXN_TRANSIENT_CODES
-from migronaut.background.batches.unit import BatchUnit, Hold, Part, add_counters
-from migronaut.background.batches.updates import GuardedUpdates
-from migronaut.background.lane_recovery import Outage, recover, reload
+from migronaut.background.batches.unit import Hold, Part, add_counters
+from migronaut.background.lane_recovery import Outage, reload, work_through_outages
 from migronaut.background.lane_settle import Outcome, release, settle, settle_error
 from migronaut.background.lane_state import (
     BackgroundInfo,
@@ -62,13 +58,11 @@ from migronaut.background.lease_keeper import CONTROL_INTERVAL_S, LeaseKeeper
 from migronaut.background.store import SCHEMA, BackgroundStore, Lease
 from migronaut.background.throttle import AdaptiveController, controller_for
 from migronaut.core.context import Cancellation
-from migronaut.core.retry import is_outage
 from migronaut.errors import (
     ChecksumMismatchError,
     ConfigInvalidError,
     LockLostError,
     MigronautError,
-    RunAbortedError,
 )
 from migronaut.observability.telemetry import DISABLED, Telemetry
 
@@ -179,16 +173,6 @@ def run_slice(
         raise wrap(name, error) from error
 
 
-def _batch_unit(lane: LaneState, checkpoints: Checkpoints, plan: Mapping[str, Any]) -> BatchUnit:
-    """The batch unit of the migration's mode (declarative plain or transactional, or step)."""
-    if lane.mode == "step":
-        return StepBatches(lane, checkpoints)
-    documents = Documents(lane, str(plan.get("partitioner") or "id"), plan.get("sharding") or {})
-    reader, updates = BatchReader(lane, documents), GuardedUpdates(lane, documents)
-    unit = PlainBatches if lane.transaction is None else TransactionalBatches
-    return unit(lane, checkpoints, documents, reader, updates)
-
-
 class _Lane:
     """The skeleton of one slice: claims partitions and works each under its lease."""
 
@@ -204,7 +188,7 @@ class _Lane:
         self.first_batch = True
         self.outage = Outage(int(lane.spec.get("maxOutageMs", 300_000)))
         self.checkpoints = Checkpoints(lane)
-        self.batches = _batch_unit(lane, self.checkpoints, state["plan"])
+        self.batches = unit_for(lane, self.checkpoints, state["plan"])
 
     def run(self) -> SliceResult:
         """Claim partitions one after another until the slice's time is up or none is left."""
@@ -269,7 +253,9 @@ class _Lane:
                 with LeaseKeeper(lane, lease, part.generation,
                                  str(partition.get("plan"))) as keeper:
                     hold = Hold(lease, part, keeper, controller)
-                    outcome = self._work_through_outages(hold, partition, counters)
+                    outcome = work_through_outages(
+                        lane, self.batches, self.checkpoints, self.outage, hold, partition,
+                        counters, self._work)
             except BaseException as error:
                 outcome = settle_error(lane, self.batches, self.checkpoints, lease, part, error,
                                        counters)
@@ -281,36 +267,6 @@ class _Lane:
             traced.set({f"migronaut.background.slice.{key}": outcome.counters.get(key)
                         for key in ("batches", "migrated")})
             return outcome
-
-    def _work_through_outages(
-        self, hold: Hold, partition: Mapping[str, Any], counters: dict[str, int]
-    ) -> Outcome:
-        """Work the partition; after an outage start again from what the partition document
-        records, keeping the lease (:mod:`~migronaut.background.lane_recovery`)."""
-        lane, part = self.lane, hold.part
-        while True:
-            try:
-                if partition.get("inflight"):
-                    recover(lane, self.batches, self.checkpoints, hold.lease, part,
-                            partition["inflight"], counters)
-                outcome = self._work(hold, counters)
-                if part.unflushed:
-                    self.checkpoints.flush(hold.lease, part, hold.controller)
-                return outcome
-            except Exception as error:
-                if isinstance(error, (LockLostError, RunAbortedError)) or lane.caller.cancelled:
-                    raise
-                if not is_outage(error) or not self.outage.ride_out(error, lane):
-                    raise
-            for key, value in part.pending.items():  # written, maybe not recorded: see intent
-                counters[key] = counters.get(key, 0) - value
-            reloaded = reload(lane, self.outage, hold.lease)
-            if reloaded is None:
-                return Outcome("exhausted", counters)
-            partition = reloaded
-            part.cursor = dict(partition.get("cursor") or {})
-            part.pending, part.pending_errors = {}, []
-            part.intent = bool(partition.get("inflight"))
 
     def _work(self, hold: Hold, counters: dict[str, int]) -> Outcome:
         """Batches until the partition is done, the slice's time is up or something stops it."""

@@ -40,15 +40,9 @@ class Checkpoints:
         self.lane = lane
 
     def write(
-        self,
-        lease: Lease,
-        cursor: Mapping[str, Any],
-        counters: Mapping[str, int],
-        errors: Sequence[DocError] = (),
-        controller: AdaptiveController | None = None,
-        done: bool = False,
-        session: ClientSession | None = None,
-        *,
+        self, lease: Lease, cursor: Mapping[str, Any], counters: Mapping[str, int], *,
+        errors: Sequence[DocError] = (), controller: AdaptiveController | None = None,
+        done: bool = False, session: ClientSession | None = None,
         intent: Sequence[Any] | None = None,
     ) -> None:
         """Record a batch at ``cursor``: its counters, document errors, the controller's state
@@ -76,8 +70,8 @@ class Checkpoints:
         done: bool = False,
     ) -> None:
         """Checkpoint what the lane has not recorded yet, with the next write's intent."""
-        self.write(lease, part.cursor, part.pending, part.pending_errors, controller, done,
-                   intent=intent)
+        self.write(lease, part.cursor, part.pending, errors=part.pending_errors,
+                   controller=controller, done=done, intent=intent)
         part.pending = {}
         part.pending_errors = []
         part.intent = intent is not None

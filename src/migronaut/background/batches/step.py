@@ -15,15 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import bson
 
+from migronaut.background.batches import transactions
 from migronaut.background.batches.checkpoints import Checkpoints
 from migronaut.background.batches.failures import SliceFailure, clip
-from migronaut.background.batches.transactions import (
-    Retries,
-    commit,
-    outage,
-    transaction,
-    txn_error_kind,
-)
 from migronaut.background.batches.unit import Batch, BatchUnit, Hold, Part
 from migronaut.background.lane_state import StepContext
 from migronaut.core._calls import call_user
@@ -81,9 +75,10 @@ class StepBatches(BatchUnit):
         except Exception as error:
             from pymongo.errors import PyMongoError
 
-            if isinstance(error, PyMongoError) and txn_error_kind(error) is not None and (
-                ctx.session is not None
-            ):
+            # (the error kind first: a server refusing transactions raises here in any mode)
+            retryable = isinstance(error, PyMongoError) and (
+                transactions.txn_error_kind(error) is not None)
+            if retryable and ctx.session is not None:
                 raise  # transient inside a transaction: retried by the caller
             signal = self.lane.signal
             if signal.cancelled:
@@ -97,7 +92,7 @@ class StepBatches(BatchUnit):
 
         lane, part = self.lane, hold.part
         timeout_ms = int(settings.get("timeoutMs", 10_000))
-        retries = Retries(settings, "step")
+        retries = transactions.Retries(settings, "step")
         txn_retries = 0
         attempt_no = 0
         while True:
@@ -105,7 +100,7 @@ class StepBatches(BatchUnit):
             started = time.monotonic()
             attempt_no += 1
             try:
-                with transaction(lane, timeout_ms) as session:
+                with transactions.transaction(lane, timeout_ms) as session:
                     result = self._call(fn, self._context(part, attempt_no, session))
                     checkpoint, done, counters = _validate(result)
                     carried = self.carried.get("txnRetries", 0)
@@ -114,12 +109,12 @@ class StepBatches(BatchUnit):
                     cursor = {"checkpoint": checkpoint}
                     self.checkpoints.write(hold.lease, cursor, counters, done=done,
                                            session=session)
-                    commit(session)
+                    transactions.commit(session)
                     self.carried.pop("txnRetries", None)
             except LockLostError:
                 raise
             except PyMongoError as error:
-                if outage(error) or txn_error_kind(error) is None:
+                if transactions.outage(error) or transactions.txn_error_kind(error) is None:
                     self.carry_retries(txn_retries)
                     raise
                 txn_retries += 1

@@ -202,8 +202,8 @@ class TransactionalBatches(DocumentBatches):
                                             [e.id for e in failed])
             done = exhausted and over is None
             try:
-                self.checkpoints.write(hold.lease, part.cursor, counters, failed, controller,
-                                       done, session)
+                self.checkpoints.write(hold.lease, part.cursor, counters, errors=failed,
+                                       controller=controller, done=done, session=session)
                 committing = time.monotonic()
                 try:
                     commit(session)
@@ -243,8 +243,8 @@ class TransactionalBatches(DocumentBatches):
         counters = {"scanned": 1, "conflicts": 1, "batches": 1,
                     "txnRetries": txn_retries + carried}
         self.reader.step_past(hold.part, doc_id)
-        self.checkpoints.write(hold.lease, hold.part.cursor, counters, (), hold.controller,
-                               False)
+        self.checkpoints.write(hold.lease, hold.part.cursor, counters,
+                               controller=hold.controller)
         self.carried.pop("txnRetries", None)
         hold.keeper.touch()
         return Batch(counters, 0.0, limit, False)
