@@ -1,0 +1,127 @@
+"""Lease keeping: the heartbeat thread of one held partition lease (lease = slot).
+
+A lease is the lane's slot: ``maxParallel`` bounds the leases, so a lane holds its partition only
+while the lease is renewed. :class:`LeaseKeeper` renews it every ``ttl/2`` (skipped when a
+checkpoint touched it within ``ttl/4``) and, on the same thread, reads the migration's control
+fields every :data:`CONTROL_INTERVAL_S` so the lane never spends a round trip on them per batch.
+
+Invariant: **a lane that may have lost its slot stops.** A renewal that matches nothing marks the
+lane lost at once (:meth:`LaneState.lose`); a renewal that fails (the network, an election) is
+tried again soon, and only when no renewal succeeded for :data:`LEASE_LOST_AFTER` of the TTL —
+when a reaper may take the lease — is the lane lost. Checkpoints are fenced by the lease token
+anyway (:mod:`migronaut.background.batches.checkpoints`): the keeper only makes the stop early.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from migronaut.background.lane_state import LaneState
+from migronaut.background.store import Lease
+
+__all__ = ["CONTROL_INTERVAL_S", "LEASE_LOST_AFTER", "LeaseKeeper", "control_outcome"]
+
+#: How often the lease keeper reads the state's control fields (seconds).
+CONTROL_INTERVAL_S = 1.0
+#: A lease not renewed for this share of its TTL may be reaped any moment: the lane stops.
+LEASE_LOST_AFTER = 0.9
+
+
+class LeaseKeeper:
+    """The heartbeat thread of one held lease: renewals every ``ttl/2`` and control reads.
+
+    The control read stores the first stop outcome it sees (``paused``, ``cancelled``,
+    ``failed``, ``stale``) in :attr:`LaneState.control` for the lane to act on. Started and
+    joined by its ``with`` block.
+    """
+
+    def __init__(self, lane: LaneState, lease: Lease, generation: int, plan: str) -> None:
+        self._lane = lane
+        self._lease = lease
+        self._generation = generation
+        self._plan = plan
+        self._ttl_s = lease.ttl_ms / 1000.0
+        self._stop = threading.Event()
+        self._touched = time.monotonic()
+        self._errors = 0
+        self._thread = threading.Thread(
+            target=self._run, name=f"migronaut-lease-{lane.name}", daemon=True
+        )
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def touch(self) -> None:
+        """A fenced checkpoint just renewed the lease: the next renewal can wait."""
+        self._touched = time.monotonic()
+
+    def _run(self) -> None:
+        renew_every = max(0.01, self._ttl_s / 2)
+        retry_every = max(0.01, min(renew_every, self._ttl_s / 8, 1.0))
+        now = time.monotonic()
+        next_renew = now + renew_every
+        next_control = now + CONTROL_INTERVAL_S
+        while not self._stop.wait(max(0.0, min(next_renew, next_control) - time.monotonic())):
+            now = time.monotonic()
+            if now >= next_control:
+                next_control = now + CONTROL_INTERVAL_S
+                if self._lane.control is None:
+                    self._read_control()
+            if now >= next_renew:
+                renewed: bool | None = True
+                if now - self._touched >= self._ttl_s / 4:
+                    renewed = self._renew()
+                if renewed is None:
+                    return
+                next_renew = now + (renew_every if renewed else retry_every)
+
+    def _renew(self) -> bool | None:
+        """``True`` renewed, ``False`` failed (try again soon), ``None`` lost (lane stopped)."""
+        try:
+            held = self._lane.store.renew(self._lease)
+        except Exception as error:
+            self._errors += 1
+            self._lane.logger.debug("lease renewal failed: %s", type(error).__name__)
+            if time.monotonic() - self._touched < self._ttl_s * LEASE_LOST_AFTER:
+                return False
+            held = False
+        else:
+            self._errors = 0
+        if held:
+            self.touch()
+            return True
+        self._lane.lose(self._lease)
+        return None
+
+    def _read_control(self) -> None:
+        try:
+            doc = self._lane.store.control_read(self._lane.name)
+        except Exception as error:  # the checkpoint is fenced anyway; try again next second
+            self._lane.logger.debug("control read failed: %s", type(error).__name__)
+            return
+        outcome = control_outcome(doc, self._generation, self._plan)
+        if outcome is None and self._lane.resharded():
+            outcome = "stale"
+        self._lane.control = outcome
+
+
+def control_outcome(doc: Mapping[str, Any] | None, generation: int, plan: str) -> str | None:
+    """The stop outcome the control fields call for, or ``None`` to keep working."""
+    if doc is None:
+        return "cancelled"
+    status = doc.get("status")
+    if status in ("paused", "cancelled", "failed"):
+        return str(status)
+    if status != "running":
+        return "stale"
+    if doc.get("generation") != generation or (doc.get("plan") or {}).get("token") != plan:
+        return "stale"
+    return None
