@@ -16,8 +16,8 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from migronaut.background.outage import DEFAULT_OUTAGE_MS, DriverOutage, LinkedCancellation
-from migronaut.core.context import Cancellation
+from migronaut.background.outage import DEFAULT_OUTAGE_MS, DriverOutage
+from migronaut.core.context import Cancellation, LinkedCancellation
 from migronaut.errors import (
     BackgroundFailedError,
     ChecksumMismatchError,

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from migronaut.background.sharding import epoch_is_stale
 from migronaut.background.throttle import Throttle
-from migronaut.core.context import Cancellation
-from migronaut.errors import LockLostError, MigronautError, RunAbortedError
+from migronaut.core.context import Cancellation, LinkedCancellation
+from migronaut.errors import LockLostError
 from migronaut.observability.migration_log import MigrationLogger, log_line
 
 if TYPE_CHECKING:
@@ -91,40 +91,6 @@ class StepContext:
     session: ClientSession | None = None
 
 
-class StopSignal(Cancellation):
-    """Set by itself (lease lost), by its parent (the caller) or when ``stop()`` says so."""
-
-    def __init__(self, parent: Cancellation, stop: Callable[[], bool] | None = None) -> None:
-        super().__init__()
-        self._parent = parent
-        self._stop = stop
-
-    @property
-    def cancelled(self) -> bool:
-        return (
-            super().cancelled
-            or self._parent.cancelled
-            or (self._stop is not None and self._stop())
-        )
-
-    @property
-    def reason(self) -> MigronautError | None:
-        return super().reason or self._parent.reason
-
-    def raise_if_cancelled(self) -> None:
-        if self.cancelled:
-            raise self.reason or RunAbortedError("Slice stopped")
-
-    def wait(self, timeout: float | None = None) -> bool:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self.cancelled:
-            remaining = _POLL_S if deadline is None else deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            super().wait(min(_POLL_S, remaining))
-        return True
-
-
 class LaneState:
     """One slice's shared state; owned by the thread that called ``run_slice``."""
 
@@ -162,8 +128,9 @@ class LaneState:
         self.control: str | None = None
         self.lost = False
         self.caller = caller
-        self.signal = StopSignal(caller)
-        self.pacing = StopSignal(self.signal, stop=lambda: self.control is not None)
+        self.signal = LinkedCancellation(caller, stopped="Slice stopped", poll_s=_POLL_S)
+        self.pacing = LinkedCancellation(self.signal, also=lambda: self.control is not None,
+                                         stopped="Slice stopped", poll_s=_POLL_S)
         budget_ms = slice_ms if slice_ms is not None else int(self.spec.get("sliceMs", 30_000))
         self.deadline = time.monotonic() + budget_ms / 1000.0
         self.deadline_epoch_ms = int(time.time() * 1000) + budget_ms

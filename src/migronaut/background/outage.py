@@ -1,4 +1,4 @@
-"""How a background driver rides out an outage, and the cancellation its lane threads share.
+"""How a background driver rides out an outage: the budget, the backoff and the typed error.
 
 Used by every driver of lanes — :mod:`migronaut.background.driving` (``run``, inline), the
 in-process runner and the live drift watcher — so none of them imports another for it.
@@ -14,9 +14,9 @@ import random
 import time
 
 from migronaut.core.context import Cancellation
-from migronaut.errors import MigronautError, RunAbortedError
+from migronaut.errors import MigronautError
 
-__all__ = ["DEFAULT_OUTAGE_MS", "DriverOutage", "LinkedCancellation"]
+__all__ = ["DEFAULT_OUTAGE_MS", "DriverOutage"]
 
 #: ``maxOutageMs`` of a spec stored before the setting existed.
 DEFAULT_OUTAGE_MS = 300_000
@@ -66,32 +66,3 @@ class DriverOutage:
             return False
         cancellation.wait(pause)
         return True
-
-
-class LinkedCancellation(Cancellation):
-    """A cancellation that is also set when its parent is (lanes stop with their driver)."""
-
-    def __init__(self, parent: Cancellation) -> None:
-        super().__init__()
-        self._parent = parent
-
-    @property
-    def cancelled(self) -> bool:
-        return super().cancelled or self._parent.cancelled
-
-    @property
-    def reason(self) -> MigronautError | None:
-        return super().reason or self._parent.reason
-
-    def wait(self, timeout: float | None = None) -> bool:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self.cancelled:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return False
-            super().wait(0.1 if remaining is None else min(0.1, remaining))
-        return True
-
-    def raise_if_cancelled(self) -> None:
-        if self.cancelled:
-            raise self.reason or RunAbortedError("Run stopped by request")

@@ -47,8 +47,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from migronaut.background.outage import DEFAULT_OUTAGE_MS, DriverOutage, LinkedCancellation
-from migronaut.core.context import Cancellation
+from migronaut.background.outage import DEFAULT_OUTAGE_MS, DriverOutage
+from migronaut.core.context import Cancellation, LinkedCancellation
 from migronaut.errors import (
     ChecksumMismatchError,
     ConfigInvalidError,

@@ -59,10 +59,9 @@ from migronaut.background.lanes import (
     _user_message,
     _write_error_message,
 )
-from migronaut.background.outage import LinkedCancellation
 from migronaut.background.state_fields import literal, stamped
 from migronaut.core._calls import call_user
-from migronaut.core.context import Cancellation
+from migronaut.core.context import Cancellation, LinkedCancellation
 from migronaut.core.lock import MigrationLock
 from migronaut.errors import (
     ConfigInvalidError,

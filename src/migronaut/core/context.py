@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -21,7 +22,9 @@ if TYPE_CHECKING:
     from pymongo.client_session import ClientSession
     from pymongo.database import Database
 
-__all__ = ["Cancellation", "CoroutineBridge", "MigrationContext", "RunInfo"]
+__all__ = [
+    "Cancellation", "CoroutineBridge", "LinkedCancellation", "MigrationContext", "RunInfo",
+]
 
 Direction = Literal["up", "down"]
 
@@ -66,6 +69,50 @@ class Cancellation:
     def wait(self, timeout: float | None = None) -> bool:
         """Sleep up to ``timeout`` seconds; ``True`` as soon as the run is cancelled."""
         return self._event.wait(timeout)
+
+
+class LinkedCancellation(Cancellation):
+    """A cancellation that is also set when its parent is, or when ``also()`` says so.
+
+    Lanes stop with their driver, and a lane's pacing waits end early on a control. The parent
+    cannot wake this one's event, so :meth:`wait` polls every ``poll_s`` seconds.
+    """
+
+    def __init__(
+        self,
+        parent: Cancellation,
+        *,
+        also: Callable[[], bool] | None = None,
+        stopped: str = "Run stopped by request",
+        poll_s: float = 0.1,
+    ) -> None:
+        super().__init__()
+        self._parent = parent
+        self._also = also
+        self._stopped = stopped
+        self._poll_s = poll_s
+
+    @property
+    def cancelled(self) -> bool:
+        return (super().cancelled or self._parent.cancelled
+                or (self._also is not None and self._also()))
+
+    @property
+    def reason(self) -> MigronautError | None:
+        return super().reason or self._parent.reason
+
+    def raise_if_cancelled(self) -> None:
+        if self.cancelled:
+            raise self.reason or RunAbortedError(self._stopped)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.cancelled:
+            remaining = self._poll_s if deadline is None else deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            super().wait(min(self._poll_s, remaining))
+        return True
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ from migronaut.errors import TransactionsUnsupportedError
 if TYPE_CHECKING:
     from pymongo.client_session import ClientSession
 
-    from migronaut.background.lane_state import LaneState, StopSignal
+    from migronaut.background.lane_state import LaneState
+    from migronaut.core.context import LinkedCancellation
 
 __all__ = [
     "TXN_LIMIT_CODES",
@@ -100,7 +101,7 @@ class Retries:
             f"a transactional {self.what} failed {self.attempts} times in a row "
             f"({describe_server(error)}) — more than maxRetries ({self.max})")
 
-    def pause(self, signal: StopSignal) -> None:
+    def pause(self, signal: LinkedCancellation) -> None:
         """A jittered, doubling pause before the next attempt; a stop ends it and raises."""
         if signal.wait(random.random() * min(2000, 50 * 2**self.attempts) / 1000.0):
             signal.raise_if_cancelled()
