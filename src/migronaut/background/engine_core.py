@@ -160,6 +160,8 @@ class EngineCore(EngineHandles):
         return self.store.all(statuses)
 
     def status(self, name: str | None = None) -> list[dict[str, Any]]:
+        """The ``BackgroundStatus`` view of ``name`` (or of every registered one), with live
+        lease counts and rolled-up totals — what ``background status --json`` prints."""
         return self.views.status(name)
 
     def view(self, state: Mapping[str, Any]) -> dict[str, Any]:
@@ -167,6 +169,8 @@ class EngineCore(EngineHandles):
         return self.views.view(state)
 
     def partitions_view(self, name: str) -> list[dict[str, Any]]:
+        """The partitions of ``name``'s current plan, oldest first (``NOT_APPLIED`` when it is
+        not registered)."""
         return self.views.partitions_view(name)
 
     def runnable(self) -> list[dict[str, Any]]:
