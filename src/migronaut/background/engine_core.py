@@ -169,7 +169,8 @@ class EngineCore(EngineHandles):
         return self.views.view(state)
 
     def partitions_view(self, name: str) -> list[dict[str, Any]]:
-        """The partitions of ``name``'s current plan, oldest first (``NOT_APPLIED`` when it is
+        """Every partition of ``name``, newest generation first, then by sequence — what
+        ``background status NAME --partitions --json`` prints (``NOT_APPLIED`` when ``name`` is
         not registered)."""
         return self.views.partitions_view(name)
 
