@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 from migronaut.core.changelog import applied_write, reverted_write
 from migronaut.core.hooks import Hooks, call_hook
 from migronaut.core.locked_run import abort_if_lock_lost
-from migronaut.core.project import executed_by
 from migronaut.core.results import RunResult
 from migronaut.core.runner import execute
 from migronaut.errors import LockLostError, MigronautError
@@ -129,7 +128,7 @@ class _Record:
         return {
             "name": migration.name, "batch": self.batch, "status": "applied",
             "checksum": self.checksum, "environment": config.resolved_environment,
-            "executedBy": executed_by(), "duration": self.elapsed_ms(),
+            "executedBy": run.executed_by, "duration": self.elapsed_ms(),
             "runId": run.id, "description": migration.description,
             "requestedBy": run.requested_by, "reason": run.reason,
             "kind": "background" if migration.background is not None else None,
@@ -205,7 +204,7 @@ class _Record:
             config = ws.project.config
             ws.connection.changelog.mark_failed({
                 "name": name, "error": error.message,
-                "environment": config.resolved_environment, "executedBy": executed_by(),
+                "environment": config.resolved_environment, "executedBy": run.executed_by,
                 "batch": batch, "duration": duration, "runId": run.id, "checksum": self.checksum,
                 "requestedBy": run.requested_by, "reason": run.reason,
             })
