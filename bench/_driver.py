@@ -127,15 +127,17 @@ class Counter(monitoring.CommandListener, monitoring.ConnectionPoolListener):
 
 @contextlib.contextmanager
 def measured(counter: Counter) -> Any:
-    """Count and time the block; yields a dict filled with ``seconds`` on exit."""
+    """Count and time the block; yields a dict filled with ``seconds`` (wall) and
+    ``cpu_seconds`` (this process's CPU: the client's, never the server's) on exit."""
     out: dict[str, Any] = {}
     counter.reset()
     counter.active = True
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     try:
         yield out
     finally:
         out["seconds"] = time.perf_counter() - started
+        out["cpu_seconds"] = time.process_time() - cpu_started
         counter.active = False
         out.update(counter.snapshot())
 
