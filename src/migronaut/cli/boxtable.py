@@ -32,8 +32,8 @@ def draw(
     styles: frozenset[str],
 ) -> str | None:
     """The table as rich prints it (lines without trailing newline), or ``None`` when its
-    natural width exceeds ``width`` (or a cell holds a line break or a tab). ``styles`` are the SGR codes rich would render; any other
-    style draws plain, as rich's style lookup does."""
+    natural width exceeds ``width`` or a cell holds a line break or a tab. ``styles`` are the SGR
+    codes rich is given names for; any other style draws plain, as rich's lookup does."""
     from rich.cells import cell_len
 
     measured: list[list[tuple[str, int, str | None]]] = []
