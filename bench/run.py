@@ -199,10 +199,21 @@ def drop_database(uri: str, name: str) -> None:
 # ------------------------------------------------------------------------------ measurements
 
 
+def measured_env(*dropped_prefixes: str) -> dict[str, str]:
+    """The environment of every measured process: without the tools' own variables, and with
+    a bytecode cache as an installed package has one (``PYTHONDONTWRITEBYTECODE``, set in some
+    shells, would make every process compile every module it imports; the cache goes to
+    ``bench/results/pycache``, never next to the sources)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(dropped_prefixes) and k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(RESULTS / "pycache")
+    return env
+
+
 def time_clis(commands: dict[str, list[str]], runs: int, cwd: Path) -> dict[str, Any]:
     """Median wall time of ``runs`` subprocess runs of each command, after one unmeasured
     warm-up round; the commands take turns (round-robin) so machine load hits all alike."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MIGRONAUT_", "MONGOMIG_"))}
+    env = measured_env("MIGRONAUT_", "MONGOMIG_")
     times: dict[str, list[float]] = {key: [] for key in commands}
     failed: dict[str, dict[str, Any]] = {}
     for index in range(runs + 1):
@@ -250,8 +261,7 @@ def run_driver(python: Path | str, scenario: str, uri: str, n: int, repeats: int
         spec = {"scenario": scenario, "uri": uri, "db": db_name, "n": n, "repeats": repeats,
                 "workdir": str(work), **(extra or {})}
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("MIGRONAUT_", "MONGOMIG_", "MONGODB_MIGRATIONS"))}
+        env = measured_env("MIGRONAUT_", "MONGOMIG_", "MONGODB_MIGRATIONS")
         env["MONGOMIG_GIT_COMMIT"] = "bench"  # mongomig shells out to git otherwise (once/run)
         shown_extra = "".join(f", {k}={v}" for k, v in (extra or {}).items())
         log(f"{scenario}: n={n}{shown_extra}")
@@ -931,6 +941,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="also run each background variant once more under cProfile "
                              "(CPU clock) and write bench/results/profile-*.txt")
+    parser.add_argument("--no-background", action="store_true",
+                        help="skip the background-migration section (about 7 of the 10 "
+                             "minutes)")
     parser.add_argument("--scale", action="store_true",
                         help="run only the scaling section: `up`, `status` and `status --json` "
                              "through the CLI at each --scale-sizes N, with peak memory")
@@ -979,8 +992,9 @@ def main(argv: list[str] | None = None) -> int:
         facts = machine_facts(peers_python, server)
         if not args.background_only:
             measure_workloads(figures, me, peers_python, peers_problem, server, sizes)
-        figures["background"] = measure_background(me, server, sizes, batch, args.profile,
-                                                   args.rounds)
+        if not args.no_background:
+            figures["background"] = measure_background(me, server, sizes, batch,
+                                                       args.profile, args.rounds)
     finally:
         server.close()
 
@@ -990,11 +1004,12 @@ def main(argv: list[str] | None = None) -> int:
     notes: list[str] = []
     if not args.background_only:
         rows, notes = build_rows(figures, sizes)
-    bg_rows, bg_notes = background_rows(figures["background"], sizes, batch)
+    bg_rows, bg_notes = background_rows(figures["background"], sizes, batch) \
+        if not args.no_background else ([], ["skipped (--no-background)"])
     plain = render_plain(rows) if rows else ""
     markdown = render_markdown(rows) if rows else ""
-    bg_plain = render_plain(bg_rows, BACKGROUND_COLUMNS)
-    bg_markdown = render_markdown(bg_rows, BACKGROUND_COLUMNS)
+    bg_plain = render_plain(bg_rows, BACKGROUND_COLUMNS) if bg_rows else ""
+    bg_markdown = render_markdown(bg_rows, BACKGROUND_COLUMNS) if bg_rows else ""
     print(f"command: {command}" + ("   (--quick: smoke sizes, not the judged figures)"
                                    if args.quick else ""))
     for fact in facts:
@@ -1002,13 +1017,14 @@ def main(argv: list[str] | None = None) -> int:
     if rows:
         print()
         print(markdown if args.markdown else plain)
-    print()
-    print(f"background migrations: the same N documents migrated (x2 = x * 2, version 0 → 1) "
-          f"by migronaut's engine (`Migrator.up()` registers, `background.drive(name, "
-          f"concurrency=P)` runs P lanes in this process) and by a hand-written find + "
-          f"bulk_write loop, batch size {batch}")
-    print()
-    print(bg_markdown if args.markdown else bg_plain)
+    if bg_rows:
+        print()
+        print(f"background migrations: the same N documents migrated (x2 = x * 2, version 0 → "
+              f"1) by migronaut's engine (`Migrator.up()` registers, `background.drive(name, "
+              f"concurrency=P)` runs P lanes in this process) and by a hand-written find + "
+              f"bulk_write loop, batch size {batch}")
+        print()
+        print(bg_markdown if args.markdown else bg_plain)
     print()
     print("notes:")
     print("- round trips = commands sent (pymongo CommandListener `started` events); connection "

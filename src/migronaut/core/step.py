@@ -15,6 +15,7 @@ its lock (a run that lost its lock writes no more).
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -95,9 +96,11 @@ def run_step(
         verb = "⧗ Registered" if direction == "up" else "⧗ Reverting"
     else:
         verb = "✔ Applied " if direction == "up" else "↩ Reverted"
-    ws.project.logger.info("%s %s   [%dms]", verb, name, outcome.duration_ms, extra={
-        "runId": run.id, "migration": name, "direction": direction, "batch": batch,
-        "durationMs": outcome.duration_ms, "attempts": outcome.attempts})
+    logger = ws.project.logger
+    if logger.isEnabledFor(logging.INFO):  # (its fields are only built for a line written)
+        logger.info("%s %s   [%dms]", verb, name, outcome.duration_ms, extra={
+            "runId": run.id, "migration": name, "direction": direction, "batch": batch,
+            "durationMs": outcome.duration_ms, "attempts": outcome.attempts})
     run.results.append(RunResult(
         name, "applied" if direction == "up" else "reverted",
         duration=outcome.duration_ms, batch=batch))
