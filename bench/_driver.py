@@ -127,15 +127,17 @@ class Counter(monitoring.CommandListener, monitoring.ConnectionPoolListener):
 
 @contextlib.contextmanager
 def measured(counter: Counter) -> Any:
-    """Count and time the block; yields a dict filled with ``seconds`` on exit."""
+    """Count and time the block; yields a dict filled with ``seconds`` (wall) and
+    ``cpu_seconds`` (this process's CPU: the client's, never the server's) on exit."""
     out: dict[str, Any] = {}
     counter.reset()
     counter.active = True
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     try:
         yield out
     finally:
         out["seconds"] = time.perf_counter() - started
+        out["cpu_seconds"] = time.process_time() - cpu_started
         counter.active = False
         out.update(counter.snapshot())
 
@@ -451,6 +453,100 @@ def pymongo_up(spec: dict[str, Any]) -> dict[str, Any]:
             )
     out["applied"] = n
     out.update(verify(spec["uri"], spec["db"], "changelog", n))
+    return out
+
+
+def pymongo_up_record(spec: dict[str, Any]) -> dict[str, Any]:
+    """The floor again, writing migronaut's record instead of a two-field one.
+
+    Same body update; the changelog write is migronaut's own (``applied_update``: the same
+    fields, the same update pipeline) into a collection with migronaut's five indexes. What
+    this loop costs above :func:`pymongo_up` is the server's work for the richer record; what
+    ``migronaut-up`` costs above this loop is migronaut's own per-migration work (files,
+    checksums, lock, events, hooks, results).
+    """
+    from pymongo import IndexModel
+
+    from migronaut.core.changelog import INDEXES, applied_update
+
+    counter = Counter(timed_collection=TARGET)
+    n = spec["n"]
+    changelog = "_migronaut_migrations"
+    setup: MongoClient[dict[str, Any]]
+    with MongoClient(spec["uri"]) as setup:  # set-up, not measured
+        setup[spec["db"]][changelog].create_indexes(
+            [IndexModel(keys, name=name, **options) for name, keys, options in INDEXES])
+    run_id = "00000000-0000-4000-8000-000000000000"
+    client: MongoClient[dict[str, Any]]
+    with measured(counter) as out, MongoClient(spec["uri"], event_listeners=[counter]) as client:
+        db = client[spec["db"]]
+        for i in range(n):
+            db[TARGET].update_one({"_id": 1}, {"$inc": {"n": 1}}, upsert=True)
+            name = f"{stamp(i)}_bench_{i:05d}.py"
+            record = {"name": name, "batch": 1, "status": "applied", "checksum": "0" * 64,
+                      "environment": "production", "executedBy": "bench", "duration": 0,
+                      "runId": run_id, "description": f"Trivial migration {i}."}
+            db[changelog].update_one({"name": name}, applied_update(record), upsert=True)
+    out["applied"] = n
+    out.update(verify(spec["uri"], spec["db"], changelog, n))
+    return out
+
+
+# ------------------------------------------------------------------------------------ scaling
+
+
+def run_measured(argv: list[str], cwd: Path) -> dict[str, Any]:
+    """One subprocess: wall seconds and its own peak RSS (``wait4``'s ``ru_maxrss``, KiB).
+
+    Its output goes to files (a 10,000-row table would fill a pipe) and it is reaped with
+    ``os.wait4`` so the memory figure is this child's alone."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
+        started = time.perf_counter()
+        process = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=stdout,
+                                   stderr=stderr)
+        _, status, usage = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - started
+        process.returncode = os.waitstatus_to_exitcode(status)
+        size = stdout.tell()
+        stderr.seek(0)
+        stdout.seek(0)
+        text = (stderr.read() or stdout.read()).decode(errors="replace")
+    out: dict[str, Any] = {"seconds": wall, "bytes_out": size, "maxrss_kib": usage.ru_maxrss}
+    if process.returncode:
+        lines = text.strip().splitlines()
+        out["error"] = f"exit {process.returncode}: {lines[-1] if lines else ''}"[:160]
+    return out
+
+
+def migronaut_scale(spec: dict[str, Any]) -> dict[str, Any]:
+    """``up`` of N files, then ``status`` (table and ``--json``) over them, through the CLI.
+
+    Each command is its own process, timed whole (wall) with its peak resident memory; the
+    ``status`` figures are the median (wall) and maximum (memory) of ``repeats`` runs. Growth
+    with N shows in the per-file columns ``bench/run.py --scale`` prints.
+    """
+    work = Path(spec["workdir"])
+    n = spec["n"]
+    write_migronaut(work / "migrations", n)
+    base = [console_script("migronaut"), "--uri", spec["uri"], "--db", spec["db"],
+            "--dir", str(work / "migrations"), "--no-env"]
+    run_measured([*base, "status"], work)  # warm-up, not measured: the bytecode cache is written
+    out: dict[str, Any] = {"up": run_measured([*base, "up"], work)}
+    for label, argv in (("status", [*base, "status"]),
+                        ("status --json", [*base, "--json", "status"])):
+        runs = [run_measured(argv, work) for _ in range(spec["repeats"])]
+        failed = [r for r in runs if "error" in r]
+        out[label] = failed[0] if failed else {
+            "seconds": statistics.median(r["seconds"] for r in runs),
+            "all_seconds": [r["seconds"] for r in runs],
+            "maxrss_kib": max(r.get("maxrss_kib", 0) for r in runs),
+            "bytes_out": runs[0]["bytes_out"],
+        }
+    out.update(verify(spec["uri"], spec["db"], "_migronaut_migrations", n))
+    out["shown"] = shown([*base, "status"], spec, work)
     return out
 
 
@@ -823,6 +919,8 @@ SCENARIOS = {
     "mongomig-status": mongomig_status,
     "mongodb-migrations-up": mongodb_migrations_up,
     "pymongo-up": pymongo_up,
+    "pymongo-up-record": pymongo_up_record,
+    "migronaut-scale": migronaut_scale,
     "background": background_run,
 }
 

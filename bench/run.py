@@ -199,10 +199,21 @@ def drop_database(uri: str, name: str) -> None:
 # ------------------------------------------------------------------------------ measurements
 
 
+def measured_env(*dropped_prefixes: str) -> dict[str, str]:
+    """The environment of every measured process: without the tools' own variables, and with
+    a bytecode cache as an installed package has one (``PYTHONDONTWRITEBYTECODE``, set in some
+    shells, would make every process compile every module it imports; the cache goes to
+    ``bench/results/pycache``, never next to the sources)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(dropped_prefixes) and k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(RESULTS / "pycache")
+    return env
+
+
 def time_clis(commands: dict[str, list[str]], runs: int, cwd: Path) -> dict[str, Any]:
     """Median wall time of ``runs`` subprocess runs of each command, after one unmeasured
     warm-up round; the commands take turns (round-robin) so machine load hits all alike."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MIGRONAUT_", "MONGOMIG_"))}
+    env = measured_env("MIGRONAUT_", "MONGOMIG_")
     times: dict[str, list[float]] = {key: [] for key in commands}
     failed: dict[str, dict[str, Any]] = {}
     for index in range(runs + 1):
@@ -250,8 +261,7 @@ def run_driver(python: Path | str, scenario: str, uri: str, n: int, repeats: int
         spec = {"scenario": scenario, "uri": uri, "db": db_name, "n": n, "repeats": repeats,
                 "workdir": str(work), **(extra or {})}
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("MIGRONAUT_", "MONGOMIG_", "MONGODB_MIGRATIONS"))}
+        env = measured_env("MIGRONAUT_", "MONGOMIG_", "MONGODB_MIGRATIONS")
         env["MONGOMIG_GIT_COMMIT"] = "bench"  # mongomig shells out to git otherwise (once/run)
         shown_extra = "".join(f", {k}={v}" for k, v in (extra or {}).items())
         log(f"{scenario}: n={n}{shown_extra}")
@@ -478,7 +488,7 @@ def build_rows(figures: dict[str, Any], sizes: Sizes) -> tuple[list[Row], list[s
     rows.append(Row(f"`up` of {n} trivial migrations (each: one `update_one`)", "",
                     section=True))
     lines: dict[str, dict[str, str]] = {key: {} for key in (
-        "total", "per", "growth", "trips", "changelog", "lock", "clients", "verified")}
+        "total", "per", "cpu", "growth", "trips", "changelog", "lock", "clients", "verified")}
     met: dict[str, str] = {}
     for tool in TOOLS:
         result = up.get(tool)
@@ -493,6 +503,8 @@ def build_rows(figures: dict[str, Any], sizes: Sizes) -> tuple[list[Row], list[s
         changelog_writes = writes_on(result, CHANGELOG[tool])
         lines["total"][tool] = seconds(result["seconds"])
         lines["per"][tool] = f"{result['seconds'] / n * 1000:.1f} ms"
+        if "cpu_seconds" in result:
+            lines["cpu"][tool] = f"{result['cpu_seconds'] / n * 1000:.2f} ms"
         lines["growth"][tool] = growth(result)
         lines["trips"][tool] = f"{trips / n:.2f}"
         lines["changelog"][tool] = f"{changelog_writes / n:.2f}"
@@ -509,9 +521,15 @@ def build_rows(figures: dict[str, Any], sizes: Sizes) -> tuple[list[Row], list[s
             # acquire is one update (a second read only when the upsert did not insert),
             # release one delete; heartbeats every ttl/2 come on top for long runs
             met["lock"] = "yes" if lock_commands <= 3 else f"check ({lock_commands})"
+    ratio_cells, record_cells, ratio_met = up_ratios(up, n)
     rows += [
         Row("total wall", "", lines["total"]),
         Row("ms per migration", "", lines["per"]),
+        Row("migronaut ÷ pymongo loop, ms per migration (same run)", f"≤ {UP_RATIO_TARGET}×",
+            ratio_cells, ratio_met),
+        Row("the loop writing migronaut's record instead (its update, its 5 indexes): ms per "
+            "migration, and migronaut ÷ that loop", "", record_cells),
+        Row("client CPU per migration (process CPU of the timed call)", "", lines["cpu"]),
         Row("ms per migration, first 10 % → last 10 % (changelog grows)", "",
             lines["growth"]),
         Row("round trips per migration (all commands / N)", "", lines["trips"]),
@@ -523,6 +541,82 @@ def build_rows(figures: dict[str, Any], sizes: Sizes) -> tuple[list[Row], list[s
         Row("body ran N times and N records written", "", lines["verified"]),
     ]
     return rows, notes
+
+
+UP_RATIO_TARGET = 1.3
+RECORD_LOOP = "pymongo loop, migronaut's record"
+
+
+def up_ratios(up: dict[str, Any], n: int) -> tuple[dict[str, str], dict[str, str], str]:
+    """migronaut's ms per migration over the plain loop's (the target) and over the loop that
+    writes migronaut's own record (what is left is migronaut's client-side work)."""
+    ours, loop, record = up.get("migronaut"), up.get("pymongo loop"), up.get(RECORD_LOOP)
+    if not all(isinstance(r, dict) and "seconds" in r for r in (ours, loop)):
+        return {}, {}, "no (not measurable)"
+    assert ours is not None and loop is not None
+    ratio = ours["seconds"] / loop["seconds"]
+    ratios = {"migronaut": f"{ratio:.2f}×"}
+    record_cells: dict[str, str] = {}
+    if isinstance(record, dict) and "seconds" in record:
+        record_cells["pymongo loop"] = f"{record['seconds'] / n * 1000:.1f} ms"
+        record_cells["migronaut"] = f"{ours['seconds'] / record['seconds']:.2f}×"
+        if "cpu_seconds" in record:
+            record_cells["pymongo loop"] += \
+                f" (CPU {record['cpu_seconds'] / n * 1000:.2f} ms)"
+    elif isinstance(record, dict):
+        record_cells["pymongo loop"] = cell_error(record) or "—"
+    return ratios, record_cells, "yes" if ratio <= UP_RATIO_TARGET else "NO"
+
+
+# ------------------------------------------------------------------------------ scaling
+
+
+def measure_scale(me: Path, server: Server, sizes: tuple[int, ...],
+                  repeats: int) -> dict[str, Any]:
+    """``up`` then ``status`` (table, ``--json``) through the CLI at each N: a fresh process
+    per command, against a fresh database per N."""
+    return {str(n): run_driver(me, "migronaut-scale", server.uri, n, repeats, 3600.0)
+            for n in sizes}
+
+
+SCALE_HEADERS = ("Files", "`up` wall", "per file", "peak RSS", "`status` (table) wall",
+                 "per file", "peak RSS", "`status --json` wall", "per file", "peak RSS")
+
+
+def scale_table(figures: dict[str, Any], repeats: int) -> tuple[str, str, list[str]]:
+    """The scaling table as plain text and Markdown, and its notes."""
+    lines: list[list[str]] = []
+    notes = [f"each command is one `migronaut` process (wall from start to exit, peak resident "
+             f"memory from `wait4`); `status` rows are the median wall and the largest peak of "
+             f"{repeats} runs; `up` runs once (it seeds the records `status` reads)"]
+    for n, result in figures.items():
+        count = int(n)
+        if "error" in result:
+            lines.append([f"{count:,}", f"failed: {result['error']}"[:60]] + [""] * 8)
+            continue
+        row = [f"{count:,}"]
+        for key in ("up", "status", "status --json"):
+            figure = result.get(key, {})
+            if "error" in figure:
+                row += [f"failed: {figure['error']}"[:40], "", ""]
+                continue
+            row += [seconds(figure["seconds"]), f"{figure['seconds'] / count * 1000:.2f} ms",
+                     f"{figure.get('maxrss_kib', 0) / 1024:.0f} MiB"]
+        lines.append(row)
+        if not result.get("verified"):
+            notes.append(f"WARNING: at {count:,} files the changelog held "
+                         f"{result.get('changelog_records')} records")
+        if result.get("shown"):
+            notes.append(f"{count:,} files: `{shlex.join(result['shown'])}` (and `--json`)")
+    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(SCALE_HEADERS)]
+    plain = "\n".join(["  ".join(h.ljust(w) for h, w in zip(SCALE_HEADERS, widths, strict=True)),
+                       "  ".join("-" * w for w in widths)]
+                      + ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
+                         for line in lines])
+    markdown = "\n".join(["| " + " | ".join(SCALE_HEADERS) + " |",
+                          "|" + "---|" * len(SCALE_HEADERS)]
+                         + ["| " + " | ".join(line) + " |" for line in lines])
+    return plain, markdown, notes
 
 
 # ------------------------------------------------------------------------------ background
@@ -847,6 +941,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="also run each background variant once more under cProfile "
                              "(CPU clock) and write bench/results/profile-*.txt")
+    parser.add_argument("--no-background", action="store_true",
+                        help="skip the background-migration section (about 7 of the 10 "
+                             "minutes)")
+    parser.add_argument("--scale", action="store_true",
+                        help="run only the scaling section: `up`, `status` and `status --json` "
+                             "through the CLI at each --scale-sizes N, with peak memory")
+    parser.add_argument("--scale-sizes", default="100,1000,10000", metavar="N,N,...",
+                        help="file counts of the scaling section (default: 100,1000,10000)")
     args = parser.parse_args(argv)
     missing = [name for name in ("migronaut", "pymongo") if importlib.util.find_spec(name) is None]
     if missing:
@@ -862,6 +964,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--background-batch must be at least 1")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+
+    if args.scale:
+        try:
+            scale_sizes = tuple(int(part) for part in args.scale_sizes.split(","))
+        except ValueError:
+            parser.error("--scale-sizes must be comma-separated integers")
+        return run_scale(command, scale_sizes, 1 if args.quick else 3, args.markdown)
 
     peers_python: Path | None = None
     peers_problem = "skipped (--no-peers)"
@@ -883,8 +992,9 @@ def main(argv: list[str] | None = None) -> int:
         facts = machine_facts(peers_python, server)
         if not args.background_only:
             measure_workloads(figures, me, peers_python, peers_problem, server, sizes)
-        figures["background"] = measure_background(me, server, sizes, batch, args.profile,
-                                                   args.rounds)
+        if not args.no_background:
+            figures["background"] = measure_background(me, server, sizes, batch,
+                                                       args.profile, args.rounds)
     finally:
         server.close()
 
@@ -894,11 +1004,12 @@ def main(argv: list[str] | None = None) -> int:
     notes: list[str] = []
     if not args.background_only:
         rows, notes = build_rows(figures, sizes)
-    bg_rows, bg_notes = background_rows(figures["background"], sizes, batch)
+    bg_rows, bg_notes = background_rows(figures["background"], sizes, batch) \
+        if not args.no_background else ([], ["skipped (--no-background)"])
     plain = render_plain(rows) if rows else ""
     markdown = render_markdown(rows) if rows else ""
-    bg_plain = render_plain(bg_rows, BACKGROUND_COLUMNS)
-    bg_markdown = render_markdown(bg_rows, BACKGROUND_COLUMNS)
+    bg_plain = render_plain(bg_rows, BACKGROUND_COLUMNS) if bg_rows else ""
+    bg_markdown = render_markdown(bg_rows, BACKGROUND_COLUMNS) if bg_rows else ""
     print(f"command: {command}" + ("   (--quick: smoke sizes, not the judged figures)"
                                    if args.quick else ""))
     for fact in facts:
@@ -906,13 +1017,14 @@ def main(argv: list[str] | None = None) -> int:
     if rows:
         print()
         print(markdown if args.markdown else plain)
-    print()
-    print(f"background migrations: the same N documents migrated (x2 = x * 2, version 0 → 1) "
-          f"by migronaut's engine (`Migrator.up()` registers, `background.drive(name, "
-          f"concurrency=P)` runs P lanes in this process) and by a hand-written find + "
-          f"bulk_write loop, batch size {batch}")
-    print()
-    print(bg_markdown if args.markdown else bg_plain)
+    if bg_rows:
+        print()
+        print(f"background migrations: the same N documents migrated (x2 = x * 2, version 0 → "
+              f"1) by migronaut's engine (`Migrator.up()` registers, `background.drive(name, "
+              f"concurrency=P)` runs P lanes in this process) and by a hand-written find + "
+              f"bulk_write loop, batch size {batch}")
+        print()
+        print(bg_markdown if args.markdown else bg_plain)
     print()
     print("notes:")
     print("- round trips = commands sent (pymongo CommandListener `started` events); connection "
@@ -952,6 +1064,37 @@ def main(argv: list[str] | None = None) -> int:
         f"`{command}`\n\n" + "\n".join(f"- {f}" for f in facts) + "\n\n"
         + (markdown + "\n\n" if markdown else "") + bg_markdown + "\n\n"
         + "\n".join(f"- {n}" for n in all_notes) + "\n", encoding="utf-8")
+    return 0
+
+
+def run_scale(command: str, sizes: tuple[int, ...], repeats: int, markdown: bool) -> int:
+    """``--scale``: the scaling table alone (printed, and written to ``results/``)."""
+    load_before = load_average()
+    server = start_server()
+    try:
+        facts = machine_facts(None, server)
+        figures = measure_scale(Path(sys.executable), server, sizes, repeats)
+    finally:
+        server.close()
+    facts.append(f"load average (1/5/15 min) before: {load_before}, after: {load_average()} "
+                 f"on {os.cpu_count()} CPUs (other work on the machine skews wall times)")
+    plain, table_md, notes = scale_table(figures, repeats)
+    print(f"command: {command}")
+    for fact in facts:
+        print(fact)
+    print()
+    print(table_md if markdown else plain)
+    print()
+    print("notes:")
+    for note in notes:
+        print(f"- {note}")
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "latest-scale.json").write_text(json.dumps(
+        {"command": command, "facts": facts, "sizes": list(sizes), "repeats": repeats,
+         "figures": figures, "notes": notes}, indent=2, default=str), encoding="utf-8")
+    (RESULTS / "latest-scale.md").write_text(
+        f"`{command}`\n\n" + "\n".join(f"- {f}" for f in facts) + "\n\n" + table_md
+        + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n", encoding="utf-8")
     return 0
 
 
@@ -1006,6 +1149,8 @@ def measure_workloads(figures: dict[str, Any], me: Path, peers_python: Path | No
         me, "migronaut-up", server.uri, sizes.up_migrations, 1, up_timeout)
     figures["up"]["pymongo loop"] = run_driver(
         me, "pymongo-up", server.uri, sizes.up_migrations, 1, up_timeout)
+    figures["up"][RECORD_LOOP] = run_driver(
+        me, "pymongo-up-record", server.uri, sizes.up_migrations, 1, up_timeout)
     if peers_python is not None:
         figures["status"]["mongomig"] = run_driver(
             peers_python, "mongomig-status", server.uri, sizes.status_files,

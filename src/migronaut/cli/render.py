@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING
 
 from migronaut._redact import sanitize_terminal
+from migronaut.cli import boxtable
 from migronaut.cli.output import CYAN, DIM, GREEN, INFO, RED, YELLOW, Output
 
 if TYPE_CHECKING:
@@ -79,9 +80,13 @@ def table(
     import io
 
     stream = output.stream_for(INFO)
-    buffer = io.StringIO()
-    console(output, buffer, stream).print(rich_table(columns, rows, wrap=wrap))
-    output.block("\n".join(line.rstrip() for line in buffer.getvalue().splitlines()))
+    drawn = boxtable.draw(columns, rows, width=_width(stream), colour=output.colour(stream),
+                          styles=frozenset(_SGR_NAMES))
+    if drawn is None:  # too wide: rich folds the ``wrap`` columns
+        buffer = io.StringIO()
+        console(output, buffer, stream).print(rich_table(columns, rows, wrap=wrap))
+        drawn = buffer.getvalue()
+    output.block("\n".join(line.rstrip() for line in drawn.splitlines()))
 
 
 def rich_table(
@@ -105,14 +110,12 @@ def rich_table(
 
 def console(output: Output, file: IO[str], stream: IO[str]) -> Console:
     """A rich console writing to ``file`` with the colour decision and width of ``stream``."""
-    import shutil
-
     from rich.console import Console
 
     colour = output.colour(stream)
     return Console(
         file=file,
-        width=shutil.get_terminal_size().columns if _isatty(stream) else 10_000,
+        width=_width(stream),
         color_system="standard" if colour else None,
         force_terminal=colour,
         no_color=not colour,
@@ -121,6 +124,13 @@ def console(output: Output, file: IO[str], stream: IO[str]) -> Console:
         emoji=False,
         _environ={},
     )
+
+
+def _width(stream: IO[str]) -> int:
+    """The width tables are drawn to: the terminal's, or unlimited when not a terminal."""
+    import shutil
+
+    return shutil.get_terminal_size().columns if _isatty(stream) else 10_000
 
 
 def _isatty(stream: object) -> bool:

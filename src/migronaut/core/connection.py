@@ -44,6 +44,7 @@ class Connection:
         self._client: MongoClient[dict[str, Any]] | None = None
         self._owns_client = False
         self._state_db: Database[dict[str, Any]] | None = None
+        self._changelog: Changelog | None = None
         self._indexes_ensured = False
         self._recorder: RunRecorder | None = None
 
@@ -147,6 +148,7 @@ class Connection:
         """Disconnect; an injected client is never closed."""
         client, self._client = self._client, None
         self._state_db = None
+        self._changelog = None
         if client is not None and self._owns_client:
             with contextlib.suppress(Exception):
                 client.close()
@@ -173,7 +175,14 @@ class Connection:
 
     @property
     def changelog(self) -> Changelog:
-        return Changelog(self.state_db[self._project.config.migrations_collection])
+        """The changelog of :attr:`state_db`, made once per connection (a run reads and writes
+        it per migration)."""
+        state_db = self.state_db
+        changelog = self._changelog
+        if changelog is None or changelog.collection.database is not state_db:
+            changelog = Changelog(state_db[self._project.config.migrations_collection])
+            self._changelog = changelog
+        return changelog
 
     @property
     def lock_collection(self) -> Collection[dict[str, Any]]:

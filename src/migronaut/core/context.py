@@ -151,10 +151,9 @@ class MigrationContext:
         return replace(self, session=session)
 
     def for_migration(self, **run: Any) -> MigrationContext:
-        fields = {k: v for k, v in run.items()}
         bind = getattr(self.logger, "bind", None)  # ctx.logger keeps its line sink
-        logger = bind(**fields) if callable(bind) else logging.LoggerAdapter(
+        logger = bind(**run) if callable(bind) else logging.LoggerAdapter(
             self.logger.logger,
-            {**(self.logger.extra or {}), **{k: v for k, v in fields.items() if v is not None}},
+            {**(self.logger.extra or {}), **{k: v for k, v in run.items() if v is not None}},
         )
-        return replace(self, run=replace(self.run, **fields), logger=logger)
+        return replace(self, run=replace(self.run, **run), logger=logger)

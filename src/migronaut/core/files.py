@@ -15,6 +15,7 @@ import importlib.util
 import inspect
 import os
 import re
+import stat
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -164,8 +165,24 @@ def discover(
 
 def resolve_file(directory: Path, name: Any, *, field: str = "filename") -> Path:
     """The path of a named migration that must exist inside ``directory``."""
-    path = (directory / check_name(name, field=field)).resolve()
-    if path.parent != directory.resolve():
+    return _resolve_in(directory.resolve(), directory, name, field=field)
+
+
+def _resolve_in(root: Path, directory: Path, name: Any, *, field: str = "filename") -> Path:
+    """:func:`resolve_file` with the directory's real path ``root`` already known.
+
+    A plain file (not a symlink) directly inside ``root`` is its own real path: one ``lstat``
+    instead of a ``realpath`` per call, which a run over thousands of files would pay per file.
+    """
+    path = root / check_name(name, field=field)
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        mode = 0
+    if stat.S_ISREG(mode):
+        return path
+    path = path.resolve()
+    if path.parent != root:
         raise MigrationInvalidNameError(
             f"Invalid migration name — resolves outside the migrations directory: {name!r}",
             {field: name},
@@ -192,20 +209,25 @@ class ChecksumCache:
 
     def checksum(self, path: Path) -> str | None:
         try:
-            stat = path.stat()
+            found = os.stat(path)
         except OSError:
             return None
         with self._lock:
             hit = self._entries.get(path)
-        if hit and hit[0] == stat.st_mtime_ns and hit[1] == stat.st_size:
+        if hit and hit[0] == found.st_mtime_ns and hit[1] == found.st_size:
             return hit[2]
         try:
             value = checksum_bytes(path.read_bytes())
         except OSError:
             return None
-        with self._lock:
-            self._entries[path] = (stat.st_mtime_ns, stat.st_size, value)
+        self.remember(path, found, value)
         return value
+
+    def remember(self, path: Path, found: os.stat_result, value: str) -> None:
+        """Keep ``value``, the checksum of ``path`` as it was when stamped ``found`` (a loader
+        that already read the file shares its read instead of hashing it again)."""
+        with self._lock:
+            self._entries[path] = (found.st_mtime_ns, found.st_size, value)
 
 
 _module_lock = threading.Lock()
@@ -227,7 +249,15 @@ def load_module(path: Path, name: str | None = None, *, reload: bool = False) ->
     code — and the code that runs must be the one whose checksum was recorded. Nothing is written
     into the user's migrations directory either.
     """
-    path = path.resolve()
+    return _load_resolved(path.resolve(), name, reload=reload)
+
+
+def _load_resolved(
+    path: Path, name: str | None = None, *, reload: bool = False,
+    checksums: ChecksumCache | None = None,
+) -> ModuleType:
+    """:func:`load_module` of a path already resolved; the bytes it compiles also fill
+    ``checksums`` (one read of the file for both)."""
     with _module_lock:
         if not reload and path in _module_cache:
             return _module_cache[path]
@@ -240,7 +270,12 @@ def load_module(path: Path, name: str | None = None, *, reload: bool = False) ->
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module
         try:
-            code = compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+            with open(path, "rb") as source:
+                stamp = os.fstat(source.fileno())
+                data = source.read()
+            if checksums is not None:
+                checksums.remember(path, stamp, checksum_bytes(data))
+            code = compile(data, str(path), "exec", dont_inherit=True)
             exec(code, module.__dict__)
         except BaseException:
             sys.modules.pop(module_name, None)
@@ -273,8 +308,15 @@ def _describe_load_error(error: BaseException) -> str:
 
 def load_migration_module(path: Path, *, reload: bool = False) -> ModuleType:
     """Execute a migration file; any failure at import is ``MIGRATION_INVALID_EXPORT``."""
+    return _load_migration_module(path, path.resolve(), reload=reload)
+
+
+def _load_migration_module(
+    path: Path, real: Path, *, reload: bool, checksums: ChecksumCache | None = None
+) -> ModuleType:
+    """:func:`load_migration_module` of ``path`` whose real path ``real`` is known."""
     try:
-        return load_module(path, reload=reload)
+        return _load_resolved(real, reload=reload, checksums=checksums)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as error:
@@ -287,8 +329,14 @@ def load_migration_module(path: Path, *, reload: bool = False) -> ModuleType:
 
 def load_migration(path: Path, *, reload: bool = False) -> MigrationModule:
     """Load and validate one migration file (``MIGRATION_INVALID_EXPORT`` when it is not usable)."""
+    return _load_migration(path, path.resolve(), reload=reload)
+
+
+def _load_migration(
+    path: Path, real: Path, *, reload: bool, checksums: ChecksumCache | None = None
+) -> MigrationModule:
     name = path.name
-    module = load_migration_module(path, reload=reload)
+    module = _load_migration_module(path, real, reload=reload, checksums=checksums)
     problems: list[str] = []
     up = getattr(module, "up", None)
     down = getattr(module, "down", None)
@@ -338,16 +386,22 @@ def load_migration(path: Path, *, reload: bool = False) -> MigrationModule:
     )
 
 
-def load_migrations(directory: Path, names: Sequence[str], *, reload: bool = False
-                    ) -> list[MigrationModule]:
+def load_migrations(
+    directory: Path, names: Sequence[str], *, reload: bool = False,
+    checksums: ChecksumCache | None = None,
+) -> list[MigrationModule]:
     """Resolve, load and validate every file a command is about to run, before the first runs.
 
     A syntax error or a missing ``down()`` in the third file must refuse the run, not leave the
     first two applied. Raises the first file's error (``MIGRATION_FILE_NOT_FOUND``,
-    ``MIGRATION_INVALID_NAME``, ``MIGRATION_INVALID_EXPORT``).
+    ``MIGRATION_INVALID_NAME``, ``MIGRATION_INVALID_EXPORT``). The directory is resolved once;
+    each file read for loading also fills ``checksums`` (the record's checksum is then a
+    ``stat``, not a second read).
     """
+    root = directory.resolve()
     loaded: dict[str, MigrationModule] = {}
     for name in names:
         if name not in loaded:
-            loaded[name] = load_migration(resolve_file(directory, name), reload=reload)
+            path = _resolve_in(root, directory, name)
+            loaded[name] = _load_migration(path, path, reload=reload, checksums=checksums)
     return [loaded[name] for name in names]

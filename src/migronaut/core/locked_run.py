@@ -55,7 +55,7 @@ def locked_run(
         ws.connection.connect()
         ws.connection.changelog.verify()  # refused before the lock: nothing touched or recorded
         run = Run(ws.project.generate_id(), command, Cancellation(),
-                  requested_by=requested_by, reason=reason)
+                  requested_by=requested_by, reason=reason, executed_by=executed_by())
         started = time.monotonic()
         ws.slot.enter(run)
         try:
@@ -123,7 +123,7 @@ def _acquire(ws: Workspace, run: Run) -> None:
         ws.connection.lock_collection,
         owner=run.id,
         ttl_ms=config.lock_ttl_seconds * 1000,
-        executed_by=executed_by(),
+        executed_by=run.executed_by,
         on_lost=lambda why: _on_lock_lost(ws, run, why),
         on_renew_failed=lambda n, err: project.logger.warning(
             "⚠ Lock renewal failed (%d in a row): %s", n, describe_exception(err),

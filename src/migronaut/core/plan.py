@@ -155,9 +155,10 @@ def plan_up(
     if strict and not force:
         applied = changelog.applied()
         applied_names = {r["name"] for r in applied}
+        on_disk = set(files)  # a set: one lookup per applied record, not a scan of the files
         for record in applied:
             name = record["name"]
-            if not is_valid_name(name) or name not in files:
+            if not is_valid_name(name) or name not in on_disk:
                 continue
             actual = checksum(name)
             expected = record.get("checksum")

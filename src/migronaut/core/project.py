@@ -22,13 +22,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from migronaut.core.config import DEFAULT_LOGGER, Config, load_config
-from migronaut.core.files import ChecksumCache, discover
+from migronaut.core.files import ChecksumCache, discover, load_migrations
 from migronaut.core.hooks import Hooks, normalise_hooks
 from migronaut.errors import ConfigInvalidError, describe_exception
 from migronaut.observability.telemetry import Telemetry, resolve_telemetry
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from migronaut.core.files import MigrationModule
 
 __all__ = ["Project", "executed_by", "logger_of"]
 
@@ -150,6 +152,12 @@ class Project:
 
     def checksum(self, name: str) -> str | None:
         return self._checksums.checksum(self.directory / name)
+
+    def load(self, names: Sequence[str]) -> list[MigrationModule]:
+        """Load and validate the named files before a run; each read also fills the checksum
+        cache, so recording a file's checksum costs a ``stat``, not a second read."""
+        return load_migrations(self.directory, names, reload=self.config.reload_migrations,
+                               checksums=self._checksums)
 
     def generate_id(self) -> str:
         """A run id: the ``generate_id`` config's (checked), else a UUID4."""

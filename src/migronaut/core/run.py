@@ -42,6 +42,8 @@ class Run:
     results: list[RunResult] = field(default_factory=list)
     requested_by: str | None = None
     reason: str | None = None
+    #: Who runs it (``executedBy`` of its records and lock), looked up once per run.
+    executed_by: str = ""
     #: Counts of a run whose outcome is not per-migration results (import, baseline): run:end.
     counts: dict[str, int] = field(default_factory=dict)
     trace: RunTrace = NO_RUN

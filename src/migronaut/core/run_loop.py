@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from migronaut.core.context import MigrationContext, RunInfo
-from migronaut.core.files import load_migrations
 from migronaut.core.hooks import call_hook
 from migronaut.core.locked_run import check_between
 from migronaut.core.step import WaitingForBackground, run_step
@@ -78,8 +77,7 @@ def run_targets(
 def _preflight(ws: Workspace, names: Sequence[str], direction: Direction) -> list[MigrationModule]:
     """Load and validate every file the run will execute (and, going up, every background
     spec) before the first one runs."""
-    migrations = load_migrations(ws.project.directory, names,
-                                 reload=ws.project.config.reload_migrations)
+    migrations = ws.project.load(names)
     background = [m for m in migrations if m.background is not None]
     if background and direction == "up":
         ws.background.validate(background)

@@ -15,6 +15,7 @@ its lock (a run that lost its lock writes no more).
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 from migronaut.core.changelog import applied_write, reverted_write
 from migronaut.core.hooks import Hooks, call_hook
 from migronaut.core.locked_run import abort_if_lock_lost
-from migronaut.core.project import executed_by
 from migronaut.core.results import RunResult
 from migronaut.core.runner import execute
 from migronaut.errors import LockLostError, MigronautError
@@ -96,9 +96,11 @@ def run_step(
         verb = "⧗ Registered" if direction == "up" else "⧗ Reverting"
     else:
         verb = "✔ Applied " if direction == "up" else "↩ Reverted"
-    ws.project.logger.info("%s %s   [%dms]", verb, name, outcome.duration_ms, extra={
-        "runId": run.id, "migration": name, "direction": direction, "batch": batch,
-        "durationMs": outcome.duration_ms, "attempts": outcome.attempts})
+    logger = ws.project.logger
+    if logger.isEnabledFor(logging.INFO):  # (its fields are only built for a line written)
+        logger.info("%s %s   [%dms]", verb, name, outcome.duration_ms, extra={
+            "runId": run.id, "migration": name, "direction": direction, "batch": batch,
+            "durationMs": outcome.duration_ms, "attempts": outcome.attempts})
     run.results.append(RunResult(
         name, "applied" if direction == "up" else "reverted",
         duration=outcome.duration_ms, batch=batch))
@@ -129,7 +131,7 @@ class _Record:
         return {
             "name": migration.name, "batch": self.batch, "status": "applied",
             "checksum": self.checksum, "environment": config.resolved_environment,
-            "executedBy": executed_by(), "duration": self.elapsed_ms(),
+            "executedBy": run.executed_by, "duration": self.elapsed_ms(),
             "runId": run.id, "description": migration.description,
             "requestedBy": run.requested_by, "reason": run.reason,
             "kind": "background" if migration.background is not None else None,
@@ -205,7 +207,7 @@ class _Record:
             config = ws.project.config
             ws.connection.changelog.mark_failed({
                 "name": name, "error": error.message,
-                "environment": config.resolved_environment, "executedBy": executed_by(),
+                "environment": config.resolved_environment, "executedBy": run.executed_by,
                 "batch": batch, "duration": duration, "runId": run.id, "checksum": self.checksum,
                 "requestedBy": run.requested_by, "reason": run.reason,
             })
