@@ -21,6 +21,7 @@ __all__ = [
     "mongod_collection",
     "mongod_index",
     "mongoeco_index_spec",
+    "with_collection_collation",
 ]
 
 #: Index options mongoeco refuses or drops: the layer keeps them and lists them back.
@@ -92,14 +93,11 @@ def full_collation(collation: Any) -> dict[str, Any] | None:
     return filled
 
 
-def mongoeco_index_spec(
-    spec: Mapping[str, Any], default_collation: Any
-) -> tuple[dict[str, Any], dict[str, Any]]:
+def mongoeco_index_spec(spec: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Split a client's index spec into what mongoeco is given and what the layer keeps.
 
-    A text key in mongod's listed form (``_fts``/``_ftsx``) becomes its fields again; a missing
-    collation is the collection's default, as mongod does; ``{locale: 'simple'}`` is none.
-    Raises :class:`Refused` for what mongod refuses (an unknown text language).
+    A text key in mongod's listed form (``_fts``/``_ftsx``) becomes its fields again. Raises
+    :class:`Refused` for what mongod refuses (an unknown text language).
     """
     given = {name: value for name, value in spec.items() if name not in _NOT_OPTIONS}
     key = given.get("key")
@@ -110,16 +108,22 @@ def mongoeco_index_spec(
         if isinstance(language, str) and language not in _TEXT_LANGUAGES:
             raise Refused(17262, "Location17262",
                           f'unsupported language: "{language}" for text index version 3')
-    collation = given.get("collation", default_collation)
-    if full_collation(collation) is None:
-        given.pop("collation", None)
-    else:
-        given["collation"] = collation
     extras = {name: given.pop(name) for name in STORED_BY_LAYER if name in given}
     extras.update({name: False for name in _BOOLEANS if given.get(name) is False})
     if "wildcardProjection" in extras:
         given["wildcardProjection"] = extras["wildcardProjection"]
     return given, extras
+
+
+def with_collection_collation(spec: dict[str, Any], default_collation: Any) -> dict[str, Any]:
+    """An index without a collation gets the collection's default, as in mongod;
+    ``{locale: 'simple'}`` means none."""
+    collation = spec.get("collation", default_collation)
+    if full_collation(collation) is None:
+        spec.pop("collation", None)
+    else:
+        spec["collation"] = collation
+    return spec
 
 
 def _text_fields(key: Mapping[str, Any], weights: Any) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from migronaut._devserver_catalog import (
     mongod_collection,
     mongod_index,
     mongoeco_index_spec,
+    with_collection_collation,
 )
 from migronaut._devserver_collmod import CollMod, set_collection_options
 from migronaut._mongod_rules import Violation, check_batch_size, check_command, is_nested_spec
@@ -78,6 +79,8 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool) -> No
     surface: Any = getattr(executor, "_surface", None)
     engine: Any = getattr(getattr(executor, "_client", None), "_engine", None)
     extras = IndexExtras()
+    #: createIndexes options set aside before mongoeco validates the command, by context id.
+    aside_by_context: dict[int, dict[str, dict[str, Any]]] = {}
 
     def inside(context: Any, db: str) -> Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]:
         """Run a command straight in mongoeco, on ``context``'s connection."""
@@ -106,10 +109,15 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool) -> No
                 command = {key: body[key] for key in body if key not in _INTERNAL_KEYS}
                 return dataclasses.replace(context, command_name="collMod",
                                            command_document=command)
+            aside = _split_index_specs(body) if name == "createIndexes" else None
             if isinstance(name, str) and surface is not None and \
                     not surface.supports_command(name):
                 raise OperationFailure(f"no such command: '{name}'", code=59,
                                        details={"codeName": "CommandNotFound"})
+            if aside is not None:
+                context = prepare(body, **options)
+                aside_by_context[id(context)] = aside
+                return context
         return prepare(body, **options)
 
     async def execute_prepared(context: Any) -> Any:
@@ -131,7 +139,8 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool) -> No
                 run = inside(context, context.db_name)
                 return await CollMod(context.db_name, run, set_options, extras)(command)
             if name == "createIndexes":
-                return await _create_indexes(original, context, command,
+                aside = aside_by_context.pop(id(context), {})
+                return await _create_indexes(original, context, command, aside,
                                              inside(context, context.db_name), extras)
         except Refused as refusal:
             raise OperationFailure(refusal.message, code=refusal.code, details={
@@ -162,11 +171,31 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool) -> No
 Run = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
+def _split_index_specs(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Take out of a ``createIndexes`` body what mongoeco cannot store (it would refuse the
+    command); returns it by index name."""
+    from mongoeco.errors import OperationFailure
+
+    aside: dict[str, dict[str, Any]] = {}
+    specs = body.get("indexes")
+    if not isinstance(specs, list):
+        return aside
+    for position, spec in enumerate(specs):
+        if isinstance(spec, dict):
+            try:
+                specs[position], aside[str(spec.get("name"))] = mongoeco_index_spec(spec)
+            except Refused as refusal:
+                raise OperationFailure(refusal.message, code=refusal.code,
+                                       details={"codeName": refusal.code_name}) from None
+    return aside
+
+
 async def _create_indexes(
-    original: Execute, context: Any, command: dict[str, Any], run: Run, extras: IndexExtras
+    original: Execute, context: Any, command: dict[str, Any],
+    aside: dict[str, dict[str, Any]], run: Run, extras: IndexExtras,
 ) -> Any:
-    """``createIndexes`` with the collection's default collation applied and the options
-    mongoeco cannot store kept aside (for indexes this command creates)."""
+    """``createIndexes`` with the collection's default collation applied; what was set
+    ``aside`` is remembered for the indexes this command creates."""
     coll, db = command.get("createIndexes"), context.db_name
     specs = command.get("indexes")
     if not isinstance(coll, str) or not isinstance(specs, list):
@@ -178,16 +207,15 @@ async def _create_indexes(
     if batch:
         indexes = await run({"listIndexes": coll})
         existing = {index.get("name") for index in indexes["cursor"]["firstBatch"]}
-    kept: dict[str, dict[str, Any]] = {}
-    for position, spec in enumerate(specs):
+    for spec in specs:
         if isinstance(spec, dict):
-            specs[position], aside = mongoeco_index_spec(spec, default_collation)
-            kept[str(spec.get("name"))] = aside
+            with_collection_collation(spec, default_collation)
     reply = await original(context)
     if isinstance(reply, dict) and reply.get("ok"):
-        for name, aside in kept.items():
-            if name not in existing:
-                extras.put(db, coll, name, aside)
+        for spec in specs:
+            index = str(spec.get("name")) if isinstance(spec, dict) else ""
+            if index not in existing:
+                extras.put(db, coll, index, aside.get(index, {}))
     return reply
 
 
