@@ -1,4 +1,4 @@
-"""The dev server's catalog answers like mongod 7.0: ``collMod``, ``listIndexes``, ``listCollections``.
+"""The dev server answers like mongod 7.0: ``collMod``, ``listIndexes``, ``listCollections``.
 
 Converge (issue 12) plans from what the server lists and changes it with ``collMod``; it reaches a
 fixed point only if the dev server lists what ``mongod`` would. Each test creates something with

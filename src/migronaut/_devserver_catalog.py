@@ -1,4 +1,4 @@
-"""How the dev server reports its catalog: ``listIndexes``/``listCollections`` shaped like ``mongod``.
+"""The dev server's catalog as ``mongod`` lists it: ``listIndexes`` and ``listCollections``.
 
 mongoeco lists indexes its own way (``ns``, ``unique: false`` everywhere, text indexes by their
 fields, no defaults filled in) and drops or refuses a few options ``mongod`` keeps (``bits``,

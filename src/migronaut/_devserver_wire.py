@@ -86,9 +86,9 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool) -> No
         """Run a command straight in mongoeco, on ``context``'s connection."""
         async def run(body: dict[str, Any]) -> dict[str, Any]:
             reply = await original(prepare({**body, "$db": db}, connection=context.connection))
-            if isinstance(reply, dict) and not reply.get("ok", 1):
+            if not isinstance(reply, dict) or not reply.get("ok", 1):
                 raise OperationFailure(str(reply.get("errmsg")), code=reply.get("code"))
-            return reply
+            return dict(reply)
         return run
 
     async def set_options(db: str, coll: str, options: dict[str, Any]) -> None:
