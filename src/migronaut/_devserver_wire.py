@@ -123,6 +123,7 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool) -> No
     async def execute_prepared(context: Any) -> Any:
         name = getattr(context, "command_name", None)
         command = getattr(context, "command_document", None)
+        aside = aside_by_context.pop(id(context), {})
         if not isinstance(command, dict):
             return await original(context)
         if standalone and (getattr(context, "raw_body", None) or {}).get("startTransaction"):
@@ -139,7 +140,6 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool) -> No
                 run = inside(context, context.db_name)
                 return await CollMod(context.db_name, run, set_options, extras)(command)
             if name == "createIndexes":
-                aside = aside_by_context.pop(id(context), {})
                 return await _create_indexes(original, context, command, aside,
                                              inside(context, context.db_name), extras)
         except Refused as refusal:
