@@ -13,6 +13,10 @@ migronaut, its tests and the official clients depend on it:
 * **cursor ids are int64** on the wire (the Node driver and ``mongosh`` refuse an int32 ``id``),
   and int64 ids sent back by ``getMore``/``killCursors`` are understood; a command mongoeco does
   not serve is mongod's ``CommandNotFound`` (59), which clients such as ``mongosh`` expect;
+* **catalog commands mongoeco lacks or lists differently**: ``collMod`` is served
+  (:mod:`migronaut._devserver_collmod`), ``listIndexes``/``listCollections`` replies are reshaped
+  as ``mongod`` 7.0 lists them and ``createIndexes`` keeps the options mongoeco cannot store
+  (:mod:`migronaut._devserver_catalog`);
 * ``standalone``: ``startTransaction`` is refused like a standalone ``mongod`` (error 20);
 * ``sharded``: ``hello`` answers like a ``mongos`` and a ``find``'s ``min``/``max`` index bounds
   are applied as a filter (mongoeco ignores them).
@@ -23,9 +27,19 @@ mongoeco fails loudly with ``CONFIG_INVALID`` instead of silently serving withou
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
+from migronaut._devserver_catalog import (
+    IndexExtras,
+    Refused,
+    mongod_collection,
+    mongod_index,
+    mongoeco_index_spec,
+    with_collection_collation,
+)
+from migronaut._devserver_collmod import CollMod, set_collection_options
 from migronaut._mongod_rules import Violation, check_batch_size, check_command, is_nested_spec
 from migronaut.errors import ConfigInvalidError
 
@@ -63,6 +77,22 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool) -> No
                                  "(its command executor moved)")
 
     surface: Any = getattr(executor, "_surface", None)
+    engine: Any = getattr(getattr(executor, "_client", None), "_engine", None)
+    extras = IndexExtras()
+    #: createIndexes options set aside before mongoeco validates the command, by context id.
+    aside_by_context: dict[int, dict[str, dict[str, Any]]] = {}
+
+    def inside(context: Any, db: str) -> Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]:
+        """Run a command straight in mongoeco, on ``context``'s connection."""
+        async def run(body: dict[str, Any]) -> dict[str, Any]:
+            reply = await original(prepare({**body, "$db": db}, connection=context.connection))
+            if not isinstance(reply, dict) or not reply.get("ok", 1):
+                raise OperationFailure(str(reply.get("errmsg")), code=reply.get("code"))
+            return dict(reply)
+        return run
+
+    async def set_options(db: str, coll: str, options: dict[str, Any]) -> None:
+        await set_collection_options(engine, db, coll, options)
 
     def build_request_context(body: Any, **options: Any) -> Any:
         """What must happen before mongoeco validates the command (it refuses all three without
@@ -73,15 +103,27 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool) -> No
             if batch is not None:
                 raise _refusal(batch)
             name = next((key for key in body if key not in _INTERNAL_KEYS), None)
+            if name == "collMod":  # served here: a context mongoeco accepts, carrying the command
+                carrier = {key: body[key] for key in body if key in _INTERNAL_KEYS}
+                context = prepare({"ping": 1, **carrier}, **options)
+                command = {key: body[key] for key in body if key not in _INTERNAL_KEYS}
+                return dataclasses.replace(context, command_name="collMod",
+                                           command_document=command)
+            aside = _split_index_specs(body) if name == "createIndexes" else None
             if isinstance(name, str) and surface is not None and \
                     not surface.supports_command(name):
                 raise OperationFailure(f"no such command: '{name}'", code=59,
                                        details={"codeName": "CommandNotFound"})
+            if aside is not None:
+                context = prepare(body, **options)
+                aside_by_context[id(context)] = aside
+                return context
         return prepare(body, **options)
 
     async def execute_prepared(context: Any) -> Any:
         name = getattr(context, "command_name", None)
         command = getattr(context, "command_document", None)
+        aside = aside_by_context.pop(id(context), {})
         if not isinstance(command, dict):
             return await original(context)
         if standalone and (getattr(context, "raw_body", None) or {}).get("startTransaction"):
@@ -93,6 +135,16 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool) -> No
             if violation.index is None:
                 raise _refusal(violation)
         _merge_nested_specs(command)
+        try:
+            if name == "collMod":
+                run = inside(context, context.db_name)
+                return await CollMod(context.db_name, run, set_options, extras)(command)
+            if name == "createIndexes":
+                return await _create_indexes(original, context, command, aside,
+                                             inside(context, context.db_name), extras)
+        except Refused as refusal:
+            raise OperationFailure(refusal.message, code=refusal.code, details={
+                "codeName": refusal.code_name, **refusal.details}) from None
         if refused:
             reply = await _update_without(original, context, command, refused)
         else:
@@ -101,6 +153,9 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool) -> No
             cursor = reply.get("cursor")
             if isinstance(cursor, dict) and isinstance(cursor.get("id"), int):
                 cursor["id"] = Int64(cursor["id"])
+            if name in ("listIndexes", "listCollections") and isinstance(cursor, dict):
+                await _reshape_listing(name, command, cursor, context.db_name,
+                                       inside(context, context.db_name), extras)
             if sharded and name in _HELLO_COMMANDS:
                 for field in _NOT_ON_MONGOS:
                     reply.pop(field, None)
@@ -109,6 +164,82 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool) -> No
 
     executor._build_request_context = build_request_context
     executor.execute_prepared = execute_prepared
+
+
+# -- catalog: createIndexes, listIndexes, listCollections ------------------------------------
+
+Run = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def _split_index_specs(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Take out of a ``createIndexes`` body what mongoeco cannot store (it would refuse the
+    command); returns it by index name."""
+    from mongoeco.errors import OperationFailure
+
+    aside: dict[str, dict[str, Any]] = {}
+    specs = body.get("indexes")
+    if not isinstance(specs, list):
+        return aside
+    for position, spec in enumerate(specs):
+        if isinstance(spec, dict):
+            try:
+                specs[position], aside[str(spec.get("name"))] = mongoeco_index_spec(spec)
+            except Refused as refusal:
+                raise OperationFailure(refusal.message, code=refusal.code,
+                                       details={"codeName": refusal.code_name}) from None
+    return aside
+
+
+async def _create_indexes(
+    original: Execute, context: Any, command: dict[str, Any],
+    aside: dict[str, dict[str, Any]], run: Run, extras: IndexExtras,
+) -> Any:
+    """``createIndexes`` with the collection's default collation applied; what was set
+    ``aside`` is remembered for the indexes this command creates."""
+    coll, db = command.get("createIndexes"), context.db_name
+    specs = command.get("indexes")
+    if not isinstance(coll, str) or not isinstance(specs, list):
+        return await original(context)
+    listed = await run({"listCollections": 1, "filter": {"name": coll}})
+    batch = listed["cursor"]["firstBatch"]
+    default_collation = (batch[0].get("options") or {}).get("collation") if batch else None
+    existing: set[str] = set()
+    if batch:
+        indexes = await run({"listIndexes": coll})
+        existing = {index.get("name") for index in indexes["cursor"]["firstBatch"]}
+    for spec in specs:
+        if isinstance(spec, dict):
+            with_collection_collation(spec, default_collation)
+    reply = await original(context)
+    if isinstance(reply, dict) and reply.get("ok"):
+        for spec in specs:
+            index = str(spec.get("name")) if isinstance(spec, dict) else ""
+            if index not in existing:
+                extras.put(db, coll, index, aside.get(index, {}))
+    return reply
+
+
+async def _reshape_listing(
+    name: str, command: Mapping[str, Any], cursor: dict[str, Any], db: str, run: Run,
+    extras: IndexExtras,
+) -> None:
+    """A ``listIndexes``/``listCollections`` first batch as mongod lists it."""
+    batch = cursor.get("firstBatch")
+    if not isinstance(batch, list):
+        return
+    if name == "listIndexes":
+        coll = command.get("listIndexes")
+        cursor["firstBatch"] = [mongod_index(doc, extras.get(db, str(coll), doc.get("name")))
+                                for doc in batch]
+        return
+    if command.get("nameOnly") and batch:  # the type needs the options mongoeco left out
+        full = await run({"listCollections": 1, "filter": command.get("filter") or {}})
+        types = {doc.get("name"): mongod_collection(doc)["type"]
+                 for doc in full["cursor"]["firstBatch"]}
+        cursor["firstBatch"] = [dict(doc, type=types.get(doc.get("name"), doc.get("type")))
+                                for doc in batch]
+        return
+    cursor["firstBatch"] = [mongod_collection(doc) for doc in batch]
 
 
 def _refusal(violation: Violation) -> Exception:
