@@ -1,0 +1,43 @@
+"""The issues a definition check gathers, and the one error that reports them all.
+
+Invariant: a definition problem never stops the check at the first one — every issue of every
+definition (inline and files) is collected with its exact path (``bad.json: indexes[0].uniqe``,
+``collections[2].indexes[0].key``) and raised once as ``CONFIG_INVALID``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from migronaut.errors import ConfigInvalidError
+
+__all__ = ["MESSAGE", "Issues", "invalid_definitions"]
+
+MESSAGE = "Invalid collection definition(s)"
+
+
+@dataclass
+class Issues:
+    """Issues found so far, each ``{path, message}``; ``prefix`` (a file name) is put before
+    every path as ``<file>: <path>``, and stands alone for an issue of the whole file."""
+
+    prefix: str = ""
+    found: list[dict[str, str]] = field(default_factory=list)
+
+    def add(self, path: str, message: str) -> None:
+        if self.prefix:
+            path = f"{self.prefix}: {path}" if path else self.prefix
+        self.found.append({"path": path, "message": message})
+
+    def extend(self, other: Issues) -> None:
+        self.found.extend(other.found)
+
+    def __bool__(self) -> bool:
+        return bool(self.found)
+
+
+def invalid_definitions(
+    issues: Issues, *, cause: BaseException | None = None
+) -> ConfigInvalidError:
+    """The ``CONFIG_INVALID`` error listing every issue (the CLI prints one line per issue)."""
+    return ConfigInvalidError(MESSAGE, {"issues": list(issues.found)}, cause=cause)
