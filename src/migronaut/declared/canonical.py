@@ -46,10 +46,7 @@ def same(left: Any, right: Any) -> bool:
 def regex_flags(value: re.Pattern[Any] | Regex[Any]) -> str:
     """The option letters of a regular expression, sorted; ``u`` is left out on both sides
     because the server always matches UTF-8 (the driver adds it to every ``str`` pattern)."""
-    flags = value.flags
-    if isinstance(flags, str):  # a Regex built by hand may keep its letters
-        return "".join(sorted(set(flags) - {"u"}))
-    return "".join(sorted(letter for bit, letter in _FLAG_LETTERS if flags & bit))
+    return "".join(sorted(letter for bit, letter in _FLAG_LETTERS if value.flags & bit))
 
 
 def fill_collation_defaults(collation: Mapping[str, Any] | None) -> dict[str, Any] | None:

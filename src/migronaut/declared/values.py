@@ -43,16 +43,7 @@ _INT64 = (-(2**63), 2**63 - 1)
 
 def regex_problem(value: re.Pattern[Any] | Regex[Any]) -> str | None:
     """Why a regular expression cannot be stored as written (only ``i`` and ``m``), or ``None``."""
-    if isinstance(value, Regex):
-        flags = value.flags
-        if isinstance(flags, str):
-            bad = sorted(set(flags) - {"i", "m", "u"})
-            return None if not bad else (
-                f"uses regex flag(s) {', '.join(bad)} that cannot be stored as written "
-                "(only i and m)")
-    else:
-        flags = value.flags
-    extra = flags & ~_ALLOWED_RE_FLAGS
+    extra = value.flags & ~_ALLOWED_RE_FLAGS  # bson.Regex keeps its letters as re bits
     if not extra:
         return None
     names = [name for bit, name in _RE_FLAG_NAMES if extra & bit] or [hex(extra)]
