@@ -597,7 +597,9 @@ def test_inline_definitions_gather_everything_and_refuse_duplicates() -> None:
     assert issues.found[1]["message"] == '"a" is already declared in collections[0]'
     error = invalid_definitions(issues)
     assert error.code == "CONFIG_INVALID" and error.exit_code == 6
-    assert error.message == MESSAGE == "Invalid collection definition(s)"
+    assert MESSAGE == "Invalid collection definition(s)"
+    assert error.message == ("Invalid collection definition(s): collections[1].indexes[0].uniqe"
+                             ": " + issues.found[0]["message"] + " (and 2 more)")
     assert error.context["issues"] == issues.found
 
 

@@ -39,5 +39,10 @@ class Issues:
 def invalid_definitions(
     issues: Issues, *, cause: BaseException | None = None
 ) -> ConfigInvalidError:
-    """The ``CONFIG_INVALID`` error listing every issue (the CLI prints one line per issue)."""
-    return ConfigInvalidError(MESSAGE, {"issues": list(issues.found)}, cause=cause)
+    """The ``CONFIG_INVALID`` error listing every issue; its message names the first (the CLI
+    prints one line per issue when there are more)."""
+    first = issues.found[0]
+    message = f"{MESSAGE}: {first['path']}: {first['message']}"
+    if len(issues.found) > 1:
+        message += f" (and {len(issues.found) - 1} more)"
+    return ConfigInvalidError(message, {"issues": list(issues.found)}, cause=cause)
