@@ -84,6 +84,11 @@ def write(root: Path, relative: str, text: str) -> Path:
     return target
 
 
+def write_all(root: Path, files: dict[str, str]) -> None:
+    for relative, text in files.items():
+        write(root, relative, text)
+
+
 def load_error(config: Config) -> ConfigInvalidError:
     with pytest.raises(ConfigInvalidError) as caught:
         load_definitions(config)
@@ -161,13 +166,15 @@ def test_typos_in_a_python_file_are_reported(tmp_path: Path) -> None:
 
 
 def test_every_issue_of_every_file_in_one_error(tmp_path: Path) -> None:
-    write(tmp_path, "collections/a.py", "indexes = [{'key': {'a': 1}, 'uniqe': True}]\n")
-    write(tmp_path, "collections/b.json", "{}")
-    write(tmp_path, "collections/bad.json", '{"indexes": [{"key": {}}]}')
-    write(tmp_path, "collections/broken.json", '{"indexes": [}')
-    write(tmp_path, "collections/crash.py", "raise RuntimeError('boom')\n")
-    write(tmp_path, "collections/syntax.py", "indexes = [\n")
-    write(tmp_path, "collections/good.json", '{"indexes": []}')
+    write_all(tmp_path, {
+        "collections/a.py": "indexes = [{'key': {'a': 1}, 'uniqe': True}]\n",
+        "collections/b.json": "{}",
+        "collections/bad.json": '{"indexes": [{"key": {}}]}',
+        "collections/broken.json": '{"indexes": [}',
+        "collections/crash.py": "raise RuntimeError('boom')\n",
+        "collections/syntax.py": "indexes = [\n",
+        "collections/good.json": '{"indexes": []}',
+    })
     error = load_error(config_for(tmp_path, collections_dir="collections"))
     assert error.message == ("Invalid collection definition(s): a.py: indexes[0].uniqe: is not "
                              "a supported index option (expected key, name, unique, sparse, "
@@ -194,14 +201,16 @@ def test_a_json_file_must_hold_one_object(tmp_path: Path) -> None:
 
 def test_directory_scanning_rules(tmp_path: Path) -> None:
     base = tmp_path / "collections"
-    write(tmp_path, "collections/b.json", '{"indexes": []}')
-    write(tmp_path, "collections/a.py", "indexes = []\n")
-    write(tmp_path, "collections/.hidden.json", "not json")
-    write(tmp_path, "collections/README.md", "# not a definition")
-    write(tmp_path, "collections/notes.pyi", "x: int\n")
-    write(tmp_path, "collections/__init__.py", "raise RuntimeError('never imported')\n")
-    write(tmp_path, "collections/.json", "not json")  # the name must be longer than .json
-    write(tmp_path, "collections/nested/c.json", '{"indexes": []}')
+    write_all(tmp_path, {
+        "collections/b.json": '{"indexes": []}',
+        "collections/a.py": "indexes = []\n",
+        "collections/.hidden.json": "not json",
+        "collections/README.md": "# not a definition",
+        "collections/notes.pyi": "x: int\n",
+        "collections/__init__.py": "raise RuntimeError('never imported')\n",
+        "collections/.json": "not json",  # the name must be longer than .json
+        "collections/nested/c.json": '{"indexes": []}',
+    })
     (base / "dir.json").mkdir()
     names = [d.name for d in load_definitions(config_for(tmp_path,
                                                            collections_dir="collections"))]

@@ -192,10 +192,8 @@ def normalize_index(raw: Any, path: str, issues: Issues) -> DeclaredIndex | None
         issues.add(path, "must be a mapping with a key (and options)")
         return None
     before = len(issues.found)
-    for name in raw:
-        if name not in INDEX_KEYS:
-            issues.add(f"{path}.{name}", "is not a supported index option (expected key, name, "
-                       + ", ".join(INDEX_KEYS[2:]) + ")")
+    issues.refuse_unknown(raw, INDEX_KEYS, path, "is not a supported index option (expected "
+                          + ", ".join(INDEX_KEYS) + ")")
     if "key" not in raw:
         issues.add(f"{path}.key", "is required")
         key = None

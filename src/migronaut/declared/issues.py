@@ -7,7 +7,9 @@ definition (inline and files) is collected with its exact path (``bad.json: inde
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from migronaut.errors import ConfigInvalidError
 
@@ -28,6 +30,14 @@ class Issues:
         if self.prefix:
             path = f"{self.prefix}: {path}" if path else self.prefix
         self.found.append({"path": path, "message": message})
+
+    def refuse_unknown(
+        self, raw: Iterable[Any], allowed: Collection[str], path: str, message: str
+    ) -> None:
+        """An issue ``<path>.<key>: <message>`` for each key of ``raw`` not in ``allowed``."""
+        for key in raw:
+            if key not in allowed:
+                self.add(f"{path}.{key}", message)
 
     def extend(self, other: Issues) -> None:
         self.found.extend(other.found)

@@ -63,10 +63,8 @@ def _search_index(raw: Any, path: str, issues: Issues) -> DeclaredSearchIndex | 
         issues.add(path, "must be a mapping with a definition (and optionally name, type)")
         return None
     before = len(issues.found)
-    for key in raw:
-        if key not in SEARCH_INDEX_KEYS:
-            issues.add(f"{path}.{key}", "is not a search index key (expected name, type, "
-                       "definition)")
+    issues.refuse_unknown(raw, SEARCH_INDEX_KEYS, path,
+                          "is not a search index key (expected name, type, definition)")
     name = raw.get("name", DEFAULT_NAME)
     if not isinstance(name, str) or not name:
         issues.add(f"{path}.name", "must be a non-empty string")

@@ -60,10 +60,8 @@ def validate_versioning(
     names = KEYS[style]
     revision_key = names[4]
     before = len(issues.found)
-    for key in raw:
-        if key not in names:
-            issues.add(f"{path}.{key}", "is not a versioning key (expected "
-                       + ", ".join(names) + ")")
+    issues.refuse_unknown(raw, names, path,
+                          "is not a versioning key (expected " + ", ".join(names) + ")")
     current: Any = raw.get("current")
     if not _integer(current) or current < 1:
         issues.add(f"{path}.current", "is required: an integer ≥ 1 (the version new documents "
