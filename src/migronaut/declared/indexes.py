@@ -106,6 +106,9 @@ def signature(key: KeyPairs, options: Mapping[str, Any]) -> str:
 
 
 def _key_pairs(value: Any, path: str, issues: Issues) -> KeyPairs | None:
+    """The key as ordered pairs. Integer-like field names (``"0"``) need no special form, unlike
+    in the original (JS objects reorder them): Python dicts keep insertion order and pymongo
+    decodes a listed key in server order, so declared and live keys compare field by field."""
     if isinstance(value, Mapping):
         items = list(value.items())
     elif isinstance(value, Sequence) and not isinstance(value, (str, bytes)) and all(
