@@ -60,7 +60,7 @@ def test_the_api_warns_once_per_migrator_through_its_logger(project: Any) -> Non
     logger.setLevel(logging.DEBUG)
     logger.propagate = False
     write_simple(project, "0001_a")
-    with make_migrator(project, logger=logger, collections={"users": {}},
+    with make_migrator(project, logger=logger, collections=[{"name": "users", "indexes": []}],
                        on_search_unavailable="skip") as migrator:
         migrator.status()
         migrator.up()

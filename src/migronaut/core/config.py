@@ -35,8 +35,9 @@ __all__ = [
 ]
 
 CONFIG_FILE_NAMES = ("migronaut.toml", "migronaut_config.py", "pyproject.toml")
-#: Keys of declared collections / converge (reference collections.md), accepted so a config
-#: shared with the Node original still loads, but not implemented yet: setting one is a warning.
+#: Keys of declared collections / converge (reference collections.md). Definitions are read and
+#: validated (inline ones with the config, files by ``migronaut.declared.sources``), but converge,
+#: which applies them, does not exist yet: setting one of these keys is a warning.
 NOT_YET_SUPPORTED = ("collections", "collections_dir", "converge_after_up",
                      "on_search_unavailable", "wait_for_search_indexes",
                      "search_index_wait_timeout_ms")
@@ -47,7 +48,7 @@ MAX_ENV_FILE_BYTES = 1024 * 1024
 
 Kind = Literal[
     "str", "uri", "dbname", "collection", "posint", "bool", "enum", "env_file", "extensions",
-    "mapping", "code",
+    "mapping", "code", "definitions",
 ]
 
 
@@ -96,7 +97,7 @@ KEYS: tuple[KeySpec, ...] = (
     _k("logger", "code", None, None),
     _k("generate_id", "code", None, None),
     _k("telemetry", "code", None, None),
-    _k("collections", "code", None, None),
+    _k("collections", "definitions", None, None),
     _k("collections_dir", "str", None),
     _k("converge_after_up", "bool", False),
     _k("on_search_unavailable", "enum", "fail", choices=("fail", "skip")),
@@ -188,7 +189,8 @@ class Config:
         if not named:
             return None
         return ("⚠ Not supported yet, ignored: " + ", ".join(named) + " — declared collections "
-                "and converge are not implemented in this version of migronaut")
+                "are validated but not applied: converge is not implemented in this version of "
+                "migronaut")
 
     def origin(self, key: str) -> str:
         """Where ``key``'s value came from, for an error that must say what to fix: ``the --uri
@@ -319,6 +321,9 @@ def _check_value(spec: KeySpec, value: Any, *, from_text: bool) -> tuple[Any, st
         return tuple(v if v.startswith(".") else "." + v for v in value), None
     if kind == "mapping":
         return value, None if isinstance(value, Mapping) else "must be a table/object"
+    if kind == "definitions":  # each definition is checked once the config is merged
+        ok = isinstance(value, (list, tuple))
+        return value, None if ok else "must be a list of collection definitions"
     return value, None
 
 
@@ -655,7 +660,36 @@ def load_config(
         issues.append(telemetry)
     if issues:
         raise _fail(issues)
+    try:
+        check_inline_definitions(config)
+    except ConfigInvalidError as error:
+        if not lenient:
+            raise
+        if warnings is not None:
+            warnings.append(f"Inline collections ignored: {error}")
+        config = replace(config, collections=None)
     return config
+
+
+def check_inline_definitions(config: Config) -> None:
+    """Validate the inline ``collections`` — pure data, checked with the rest of the config
+    (``collections[2].indexes[0].uniqe``). Definition *files* are not read here: they load only
+    when something needs them (``migronaut.declared.sources.load_definitions``)."""
+    if config.collections is None:
+        return
+    from migronaut.declared.inline import reserved_names, validate_inline
+    from migronaut.declared.issues import Issues as DefinitionIssues
+    from migronaut.declared.issues import invalid_definitions
+
+    issues = DefinitionIssues()
+    validate_inline(config.collections, issues, reserved_names(
+        migrations_collection=config.migrations_collection,
+        lock_collection=config.lock_collection,
+        converge_log_collection=config.converge_log_collection,
+        background_collection=config.background_collection,
+    ))
+    if issues:
+        raise invalid_definitions(issues)
 
 
 def with_overrides(config: Config, **values: Any) -> Config:
@@ -664,5 +698,7 @@ def with_overrides(config: Config, **values: Any) -> Config:
     checked = _layer(values, "flags", issues, allow_code=True)
     if issues:
         raise _fail(issues)
-    return replace(config, **checked,
-                   origins={**config.origins, **dict.fromkeys(checked, "argument")})
+    updated = replace(config, **checked,
+                      origins={**config.origins, **dict.fromkeys(checked, "argument")})
+    check_inline_definitions(updated)
+    return updated
