@@ -298,18 +298,44 @@ class BackgroundStore(PartitionStore):
         unset: Sequence[str] = (),
     ) -> bool:
         """A compare-and-set on the state that does not move its status."""
-        stage = set_stage(set_fields, server_times)
-        for key, amount in (inc or {}).items():
-            stage[key] = {"$add": [{"$ifNull": ["$" + key, 0]}, amount]}
-        stage["updatedAt"] = "$$NOW"
-        pipeline: list[dict[str, Any]] = [{"$set": stage}]
-        if unset:
-            pipeline.append({"$unset": list(unset)})
+        pipeline = _update_pipeline(set_fields, server_times, inc, unset)
         result = self.states.update_one({"_id": name, **expect}, pipeline)
         return result.matched_count == 1
+
+    def update_state_returning(
+        self,
+        name: str,
+        expect: Mapping[str, Any],
+        set_fields: Mapping[str, Any],
+        *,
+        server_times: Sequence[str] = (),
+        inc: Mapping[str, int] | None = None,
+    ) -> dict[str, Any] | None:
+        """:meth:`update_state` in one ``findAndModify``: the state as written, or ``None``
+        when the compare-and-set matched nothing (saves reading it back)."""
+        from pymongo import ReturnDocument
+
+        return self.states.find_one_and_update(
+            {"_id": name, **expect}, _update_pipeline(set_fields, server_times, inc, ()),
+            return_document=ReturnDocument.AFTER)
 
     def control_read(self, name: str) -> dict[str, Any] | None:
         """The per-batch control read: status, generation and plan token only."""
         return self.states.find_one(
             {"_id": name}, {"status": 1, "generation": 1, "plan.token": 1}
         )
+
+
+def _update_pipeline(
+    set_fields: Mapping[str, Any], server_times: Sequence[str],
+    inc: Mapping[str, int] | None, unset: Sequence[str],
+) -> list[dict[str, Any]]:
+    """The pipeline of a state update that does not move its status."""
+    stage = set_stage(set_fields, server_times)
+    for key, amount in (inc or {}).items():
+        stage[key] = {"$add": [{"$ifNull": ["$" + key, 0]}, amount]}
+    stage["updatedAt"] = "$$NOW"
+    pipeline: list[dict[str, Any]] = [{"$set": stage}]
+    if unset:
+        pipeline.append({"$unset": list(unset)})
+    return pipeline
