@@ -283,7 +283,7 @@ class Coordinator:
         }
         plan_doc = {**meta, "token": token, "generation": generation,
                     "partitions": len(plan.partitions), "match": self._match_hash(job)}
-        committed = self.engine.store.update_state_returning(
+        committed = self.engine.store.commit_plan(
             name, expect,
             {"generation": generation, "plan": plan_doc, "phase": "process", "pass": new_pass},
             server_times=["plan.at", "lastProgressAt"] + ([] if state.get("startedAt")

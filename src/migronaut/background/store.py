@@ -319,6 +319,25 @@ class BackgroundStore(PartitionStore):
             {"_id": name, **expect}, _update_pipeline(set_fields, server_times, inc, ()),
             return_document=ReturnDocument.AFTER)
 
+    def commit_plan(
+        self, name: str, expect: Mapping[str, Any], set_fields: Mapping[str, Any], *,
+        server_times: Sequence[str] = (),
+    ) -> dict[str, Any] | None:
+        """A plan's compare-and-set commit (:meth:`update_state_returning`), which also moves
+        a ``pending`` migration to ``running`` — the ``plan`` transition and its history entry,
+        as :meth:`move` makes it — in the same write."""
+        from pymongo import ReturnDocument
+
+        allowed, to, _ = TRANSITIONS["plan"]
+        moves = {"$in": ["$status", list(allowed)]}
+        pipeline = _update_pipeline(set_fields, server_times, None, ())
+        pipeline[0]["$set"].update({
+            "status": {"$cond": [moves, literal(to), "$status"]},
+            "history": {"$cond": [moves, history_entry("plan", to, None, None), "$history"]},
+        })
+        return self.states.find_one_and_update(
+            {"_id": name, **expect}, pipeline, return_document=ReturnDocument.AFTER)
+
     def control_read(self, name: str) -> dict[str, Any] | None:
         """The per-batch control read: status, generation and plan token only."""
         return self.states.find_one(
