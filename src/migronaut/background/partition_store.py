@@ -109,7 +109,10 @@ class PartitionStore:
         )
 
     def drop_generations_below(self, name: str, generation: int) -> None:
-        self.partitions.delete_many({"background": name, "generation": {"$lt": generation}})
+        """Partitions of the generations before ``generation`` (plans start at generation 1:
+        below it there is nothing to drop, and nothing is sent)."""
+        if generation > 1:
+            self.partitions.delete_many({"background": name, "generation": {"$lt": generation}})
 
     def count_by_status(self, name: str, generation: int, token: str) -> dict[str, int]:
         counts = {s: 0 for s in ("pending", "running", "done", "failed", "cancelled",
