@@ -11,7 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from migronaut.background.state_fields import COUNTERS, DOC_ERRORS_KEPT, MAX_BAD_IDS
+from migronaut.background.state_fields import (
+    COUNTERS,
+    DOC_ERRORS_KEPT,
+    MAX_BAD_IDS,
+    state_update,
+)
 
 if TYPE_CHECKING:
     from migronaut.background.handles import EngineHandles
@@ -67,7 +72,7 @@ def roll_up(
     if failed and closing:
         fields.update({"failedPartitions": failed, "lastError": last_error})
     return engine.store.update_state_returning(
-        name, {"rolledGeneration": {"$lt": generation}}, fields, inc=inc)
+        name, {"rolledGeneration": {"$lt": generation}}, state_update(fields, inc=inc))
 
 
 def _landed_intent(
