@@ -1,7 +1,8 @@
 """migronaut's benchmark: the "Speed and size" figures of PRODUCT.md beside the peers', in one run.
 
     .venv-3.13/bin/python bench/run.py [--quick] [--markdown] [--peers-venv DIR] [--no-peers]
-        [--background-only] [--background-batch B] [--rounds R] [--profile]
+        [--background-only] [--background-batch B] [--background-sizes N ...] [--rounds R]
+        [--profile]
 
 Run it with the interpreter of an environment where migronaut is installed (``.venv-3.13``, the
 one ``bash scripts/test.sh`` creates, also has the dev server's ``mongoeco``). It
@@ -23,7 +24,8 @@ one ``bash scripts/test.sh`` creates, also has the dev server's ``mongoeco``). I
 
 ``--quick`` shrinks the workloads (200 files for status, 100 migrations for up, 500 and 1,500
 documents, fewer repeats): a smoke run, not the figures the targets are judged on.
-``--background-only`` runs step 4 alone; ``--background-batch B`` changes its batch size;
+``--background-only`` runs step 4 alone; ``--background-batch B`` changes its batch size and
+``--background-sizes N ...`` its document counts;
 ``--profile`` adds one cProfile pass (CPU clock) per background variant, written to
 ``bench/results/profile-*.txt``.
 """
@@ -44,7 +46,7 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -938,6 +940,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, metavar="R",
                         help="timed passes per background variant; the median is reported "
                              "(default: 3)")
+    parser.add_argument("--background-sizes", type=int, nargs="+", default=None, metavar="N",
+                        help="document counts of the background section (default: 1,500 and "
+                             "4,500; --quick: 500 and 1,500), e.g. --background-sizes 2000")
     parser.add_argument("--profile", action="store_true",
                         help="also run each background variant once more under cProfile "
                              "(CPU clock) and write bench/results/profile-*.txt")
@@ -959,6 +964,10 @@ def main(argv: list[str] | None = None) -> int:
     sizes = QUICK if args.quick else FULL
     command = shlex.join([os.path.relpath(sys.executable), *sys.argv])
 
+    if args.background_sizes:
+        if min(args.background_sizes) < 1:
+            parser.error("--background-sizes must be at least 1")
+        sizes = replace(sizes, background_docs=tuple(args.background_sizes))
     batch = args.background_batch or sizes.background_batch
     if batch < 1:
         parser.error("--background-batch must be at least 1")

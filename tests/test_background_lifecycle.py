@@ -630,3 +630,53 @@ def cli_run_background(project: Any) -> int:
     with make_migrator(project) as migrator:
         migrator.background.drive(B1)
     return 0
+
+
+# ---------------------------------------------------------------- fixed costs of a migration
+
+
+def test_a_one_partition_migration_costs_few_commands_beyond_its_batches(
+    project: Any, cli: Any, db: Any
+) -> None:
+    """``drive`` of a migration planned as one partition: the plan and the close read the state
+    they need once, the version index is listed once (coordinator and lane share it), nothing
+    probes the collection's ``_id`` brackets or asks ``hello``, and the lane claims once — its
+    partition, with the document it wrote — and does not claim again once it is done."""
+    import threading
+
+    from pymongo import monitoring
+
+    seed(db, docs=120)
+    project.write_migration("0001_users_v1", background_file(
+        extra_spec='"max_parallel": 1, "partitions": {"min_partition_docs": 500},'))
+    assert cli("up").exit_code == 0
+    sent: list[tuple[str, str, str]] = []
+
+    class Commands(monitoring.CommandListener):
+        def started(self, event: Any) -> None:
+            target = event.command.get(event.command_name)
+            sent.append((threading.current_thread().name, event.command_name,
+                         target if isinstance(target, str) else ""))
+
+        def succeeded(self, event: Any) -> None:
+            pass
+
+        def failed(self, event: Any) -> None:
+            pass
+
+    with make_migrator(project, client_options={"event_listeners": [Commands()]}) as migrator:
+        migrator.background.ready()
+        sent.clear()
+        view = migrator.background.drive(B1)
+    assert view["status"] == "completed" and view["totals"]["migrated"] == 120
+    assert view["partitions"]["total"] == 1
+    caller = [(name, target) for thread, name, target in sent if thread == "MainThread"]
+    lane = [(name, target) for thread, name, target in sent
+            if thread.startswith("migronaut-lane-")]
+    assert ("hello", "") not in caller and ("find", "users") not in caller
+    assert [c for c in sent if c[1] == "listIndexes"] == [("MainThread", "listIndexes", "users")]
+    assert caller.count(("find", STATES)) <= 3  # each step's read, the unblock check
+    assert len(caller) <= 22
+    claims = [c for c in lane if c == ("findAndModify", PARTITIONS)]
+    assert lane[0] == ("findAndModify", PARTITIONS) and len(claims) == 1
+    assert ("find", PARTITIONS) not in lane  # no slot listing, no read-back of the claim

@@ -11,6 +11,8 @@ from bson import Decimal128, Int64, ObjectId
 from migronaut.background.planner import plan_id_ranges, scope_filter
 
 SPEC = {"batchSize": 10, "maxParallel": 4, "partitions": {"minPartitionDocs": 10}}
+#: a count capped at 2 × 4 × 2 = 16 documents: the brackets of a larger match are probed
+CAPPED = {"batchSize": 10, "maxParallel": 2, "partitions": {"minPartitionDocs": 4}}
 
 
 def _seed_mixed(db: Any) -> list[Any]:
@@ -26,13 +28,19 @@ def _covered(db: Any, plan: Any, match: dict[str, Any]) -> list[int]:
             for p in plan.partitions]
 
 
-def test_every_bracket_present_is_planned_and_ranges_cover_each_document_once(db: Any) -> None:
+@pytest.mark.parametrize("spec", [SPEC, CAPPED], ids=["counted", "probed"])
+def test_every_bracket_present_is_planned_and_ranges_cover_each_document_once(
+    db: Any, spec: dict[str, Any]
+) -> None:
     ids = _seed_mixed(db)
-    plan = plan_id_ranges(db.items, {}, SPEC)
+    plan = plan_id_ranges(db.items, {}, spec)
     brackets = [p["scope"]["bracket"] for p in plan.partitions]
     assert set(brackets) == {"null", "number", "string", "objectId", "bool", "date"}
     assert sum(_covered(db, plan, {})) == len(ids)  # no gap, no overlap
-    assert plan.estimate == len(ids)
+    if spec is SPEC:
+        assert plan.estimate == len(ids)
+    else:  # a match larger than the capped count: at least the estimate
+        assert plan.at_least
 
 
 @pytest.mark.parametrize(
@@ -43,25 +51,25 @@ def test_every_bracket_present_is_planned_and_ranges_cover_each_document_once(db
         ({"_id": {"$in": [None, True]}}, {"null", "bool"}),
     ],
 )
+@pytest.mark.parametrize("spec", [SPEC, CAPPED], ids=["counted", "probed"])
 def test_only_brackets_holding_matching_documents_are_planned(
-    db: Any, match: dict[str, Any], expected: set[str]
+    db: Any, match: dict[str, Any], expected: set[str], spec: dict[str, Any]
 ) -> None:
     _seed_mixed(db)
-    plan = plan_id_ranges(db.items, match, SPEC)
+    plan = plan_id_ranges(db.items, match, spec)
     assert {p["scope"]["bracket"] for p in plan.partitions} == expected
     assert sum(_covered(db, plan, match)) == db.items.count_documents(match)
 
 
-def test_one_id_type_costs_two_probes_not_one_per_bracket(db: Any, mongo_uri: str) -> None:
+def _plan_counting(mongo_uri: str, db: Any, spec: dict[str, Any]) -> tuple[Any, list[str]]:
+    """Plan ``db.items`` through a client that names every command it sends."""
     from pymongo import MongoClient, monitoring
 
-    db.items.insert_many([{"_id": ObjectId(), "v": 0} for _ in range(50)])
-    finds: list[str] = []
+    names: list[str] = []
 
-    class Finds(monitoring.CommandListener):
+    class Commands(monitoring.CommandListener):
         def started(self, event: Any) -> None:
-            if event.command_name == "find":
-                finds.append(event.command_name)
+            names.append(event.command_name)
 
         def succeeded(self, event: Any) -> None:
             pass
@@ -69,10 +77,26 @@ def test_one_id_type_costs_two_probes_not_one_per_bracket(db: Any, mongo_uri: st
         def failed(self, event: Any) -> None:
             pass
 
-    client: MongoClient[dict[str, Any]] = MongoClient(mongo_uri, event_listeners=[Finds()])
+    client: MongoClient[dict[str, Any]] = MongoClient(mongo_uri, event_listeners=[Commands()])
     try:
-        plan = plan_id_ranges(client[db.name].items, {}, SPEC)
+        client.admin.command("ping")
+        names.clear()
+        plan = plan_id_ranges(client[db.name].items, {}, spec)
     finally:
         client.close()
+    return plan, names
+
+
+def test_one_id_type_costs_two_probes_not_one_per_bracket(db: Any, mongo_uri: str) -> None:
+    db.items.insert_many([{"_id": ObjectId(), "v": 0} for _ in range(50)])
+    plan, commands = _plan_counting(mongo_uri, db, CAPPED)  # 50 matching, counted up to 16
     assert [p["scope"]["bracket"] for p in plan.partitions] == ["objectId"] * len(plan.partitions)
-    assert len(finds) == 2
+    assert commands.count("find") == 2
+
+
+def test_a_match_within_the_count_is_planned_without_probes(db: Any, mongo_uri: str) -> None:
+    """The count sees every matching document: its brackets come with it, no probe."""
+    db.items.insert_many([{"_id": ObjectId(), "v": 0} for _ in range(50)])
+    plan, commands = _plan_counting(mongo_uri, db, SPEC)  # 50 matching, counted up to 160
+    assert [p["scope"]["bracket"] for p in plan.partitions] == ["objectId"] * len(plan.partitions)
+    assert "find" not in commands and commands.count("aggregate") == 2  # the count, the sample

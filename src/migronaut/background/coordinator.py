@@ -18,11 +18,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from migronaut.background.rollup import roll_up
 from migronaut.background.sharding import epoch_is_stale, plan_collection
 from migronaut.background.state_fields import SCHEMA, TERMINAL
+from migronaut.background.version_index import forget, hint_refused, version_index
 from migronaut.core.context import Cancellation
 from migronaut.core.lock import MigrationLock
 from migronaut.errors import ChecksumMismatchError, LockAlreadyHeldError, MigrationFileNotFoundError
@@ -30,9 +31,13 @@ from migronaut.errors import ChecksumMismatchError, LockAlreadyHeldError, Migrat
 if TYPE_CHECKING:
     from migronaut.background.handles import EngineHandles
     from migronaut.background.job import BackgroundJob
+    from migronaut.background.planner import Plan
     from migronaut.background.requirements import Requirements
 
-__all__ = ["Answer", "Coordinator"]
+__all__ = ["Answer", "Coordinator", "Step"]
+
+#: The statuses :meth:`PartitionStore.count_by_status` reports, all zero.
+_NO_PARTITIONS = ("pending", "running", "done", "failed", "cancelled", "superseded", "leased")
 
 
 @dataclass
@@ -55,6 +60,14 @@ class Answer:
         return {names.get(k, k): v for k, v in asdict(self).items() if v is not None}
 
 
+class Step(NamedTuple):
+    """A coordinator step's answer, with the state it decided on and the job it loaded (when
+    it got that far): a driver that goes on to run lanes starts from them instead of reading
+    the state and loading the file again."""
+
+    answer: Answer
+    state: dict[str, Any] | None = None
+    job: BackgroundJob | None = None
 
 
 class Coordinator:
@@ -69,6 +82,12 @@ class Coordinator:
         self, name: str, *, driver: str = "local", cancellation: Cancellation | None = None
     ) -> Answer:
         """One idempotent coordinator step under the ``background:<name>`` lock."""
+        return self.step(name, driver=driver, cancellation=cancellation).answer
+
+    def step(
+        self, name: str, *, driver: str = "local", cancellation: Cancellation | None = None
+    ) -> Step:
+        """:meth:`coordinate`, with the state and job the answer was decided on."""
         lock = MigrationLock(
             self.engine.lock_collection,
             owner=uuid.uuid4().hex,
@@ -79,33 +98,36 @@ class Coordinator:
         try:
             lock.acquire()
         except LockAlreadyHeldError:
-            return Answer("busy", retry_after_ms=max(1, self.engine.ttl_ms // 2))
+            return Step(Answer("busy", retry_after_ms=max(1, self.engine.ttl_ms // 2)))
         try:
             with self.engine.telemetry.background_coordinate(name, driver=driver) as traced:
-                answer = self._coordinate(name, driver, cancellation or Cancellation())
+                step = self._coordinate(name, driver, cancellation or Cancellation())
+                answer = step.answer
                 traced.set({"migronaut.background.next": answer.next,
                             "migronaut.background.reason": answer.reason,
                             "migronaut.background.status": answer.status,
                             "migronaut.background.lanes": answer.lanes})
-                return answer
+                return step
         finally:
             lock.release(run_failed=True)
 
-    def _coordinate(self, name: str, driver: str, cancellation: Cancellation) -> Answer:
+    def _coordinate(self, name: str, driver: str, cancellation: Cancellation) -> Step:
         state = self.engine.store.get(name)
         if state is None:
-            return Answer("done", status="unregistered")
+            return Step(Answer("done", status="unregistered"))
         if int(state.get("schema", SCHEMA)) > SCHEMA:
             self.engine.warn_once(f"schema:{name}",
                                   "⚠ %s was written by a newer migronaut — waiting", name)
-            return Answer("wait", reason="newer-schema", retry_after_ms=self.engine.ttl_ms // 2)
+            return Step(Answer("wait", reason="newer-schema",
+                               retry_after_ms=self.engine.ttl_ms // 2))
         status = state["status"]
         if status in TERMINAL or status == "paused":
-            return Answer("done", status=status)
+            return Step(Answer("done", status=status), state)
         if status == "blocked":
             state = self.requirements.try_unblock(state)
             if state["status"] == "blocked":
-                return Answer("done", status="blocked", waits_for=list(state.get("waitsFor", [])))
+                return Step(Answer("done", status="blocked",
+                                   waits_for=list(state.get("waitsFor", []))))
         self.engine.store.update_state(name, {}, {"coordinator": {"kind": driver}},
                                        server_times=["coordinator.at"])
         try:
@@ -113,64 +135,95 @@ class Coordinator:
         except (ChecksumMismatchError, MigrationFileNotFoundError) as error:
             self.engine.warn_once(f"checksum:{name}:{state.get('checksum')}",
                                   "⚠ %s: %s — waiting", name, error.message)
-            return Answer("wait", reason="checksum", error=error.message,
-                          retry_after_ms=self.engine.ttl_ms // 2)
+            return Step(Answer("wait", reason="checksum", error=error.message,
+                               retry_after_ms=self.engine.ttl_ms // 2), state)
         if job.spec.get("transaction") and not self.supports_transactions():
             self.fail_state(name, "the server is a standalone: run it with transaction: False "
                             "or on a replica set")
-            return Answer("done", status="failed")
+            return Step(Answer("done", status="failed"), None, job)
+        # The state just read (or just written by this step) stands for the next read: the
+        # lock serialises coordinator steps, and every write below is a compare-and-set anyway.
+        fresh: dict[str, Any] | None = state
+        #: partitions of the plan this step committed (none can be leased or closed yet)
+        planned: int | None = None
         for _ in range(int(job.spec.get("maxPasses", 10)) + 2):
             if cancellation.cancelled:
-                return Answer("wait", reason="stopping")
-            state = self.engine.store.require(name)
+                return Step(Answer("wait", reason="stopping"), fresh, job)
+            state = fresh if fresh is not None else self.engine.store.require(name)
+            fresh = None
             if state["status"] not in ("pending", "running"):
-                return Answer("done", status=state["status"])
+                return Step(Answer("done", status=state["status"]), state, job)
             plan = state.get("plan")
             if state.get("phase") == "replan" and plan:
                 self.engine.store.set_open_partitions(name, state["generation"], "superseded")
                 if self.engine.store.live_leases(name):
-                    return Answer("wait", reason="replan-draining", retry_after_ms=1000)
+                    return Step(Answer("wait", reason="replan-draining", retry_after_ms=1000),
+                                state, job)
                 if int(state.get("rolledGeneration", 0)) < int(state["generation"]):
                     # the superseded plan's work counts: roll it up before a new plan's commit
                     # drops its partitions (its failures do not fail the migration: the new
                     # plan takes their documents again)
                     roll_up(self.engine, state, closing=False)
                     state = self.engine.store.require(name)
-                answer = self.plan_pass(state, job)  # phase 'replan': the same pass
-                if answer is not None:
-                    return answer
+                committed = self._plan_pass(state, job)  # phase 'replan': the same pass
+                if isinstance(committed, Answer):
+                    return Step(committed, None, job)
+                fresh, planned = committed
                 continue
             if state.get("phase") != "process" or not plan or plan.get("match") != \
                     self._match_hash(job):
-                answer = self.plan_pass(state, job)
-                if answer is not None:
-                    return answer
+                committed = self._plan_pass(state, job)
+                if isinstance(committed, Answer):
+                    return Step(committed, None, job)
+                fresh, planned = committed
                 continue
             if epoch_is_stale(self.engine.db, str(job.spec.get("collection")), plan.get("epoch")):
                 self.engine.logger.info("%s: the collection was resharded — replanning the pass",
                                         name)
                 self.engine.store.update_state(name, {"generation": state["generation"]},
                                                {"phase": "replan"})
+                planned = None
                 continue
             if state["status"] == "pending":
-                self._move(name, "plan")
-            reaped = self.engine.store.reap_expired_leases(name)
-            if reaped:
-                self.engine.logger.debug("%s: reclaimed %d expired lease(s)", name, reaped)
-                self.engine.telemetry.leases_reclaimed(reaped)
-            counts = self.engine.store.count_by_status(name, state["generation"], plan["token"])
+                state = self._move(name, "plan") or self.engine.store.require(name)
+                if state["status"] not in ("pending", "running"):
+                    return Step(Answer("done", status=state["status"]), state, job)
+            counts = self._counts(state, planned)
             open_count = counts["pending"] + counts["running"]
             if open_count:
                 leased = counts["leased"]
                 max_parallel = int(job.spec.get("maxParallel", 1))
                 lanes = max(0, min(open_count - leased, max_parallel - leased))
-                return Answer("process", lanes=lanes, generation=state["generation"],
-                              registration=state["registration"], counts=counts,
-                              retry_after_ms=5000)
-            answer = self._finalize(state, job)
-            if answer is not None:
-                return answer
-        return Answer("wait", reason="passes", retry_after_ms=1000)
+                return Step(Answer("process", lanes=lanes, generation=state["generation"],
+                                   registration=state["registration"], counts=counts,
+                                   retry_after_ms=5000), state, job)
+            closed = self._finalize(state, job)
+            if closed is not None:
+                return closed
+            planned = None
+        return Step(Answer("wait", reason="passes", retry_after_ms=1000), None, job)
+
+    def _counts(self, state: Mapping[str, Any], planned: int | None) -> dict[str, int]:
+        """The current plan's partitions by status, expired leases reclaimed first.
+
+        A plan this step just committed has ``planned`` pending partitions and no lease: nothing
+        to read. Otherwise expired leases are reaped only when some partition is leased (a lease
+        on another plan's partition is reaped by the claim it would block).
+        """
+        if planned is not None:
+            counts = dict.fromkeys(_NO_PARTITIONS, 0)
+            counts["pending"] = planned
+            return counts
+        name, plan = state["_id"], state["plan"]
+        counts = self.engine.store.count_by_status(name, state["generation"], plan["token"])
+        if counts["leased"]:
+            reaped = self.engine.store.reap_expired_leases(name)
+            if reaped:
+                self.engine.logger.debug("%s: reclaimed %d expired lease(s)", name, reaped)
+                self.engine.telemetry.leases_reclaimed(reaped)
+                counts = self.engine.store.count_by_status(name, state["generation"],
+                                                           plan["token"])
+        return counts
 
     def _match_hash(self, job: BackgroundJob) -> str:
         from migronaut.background.spec import match_hash
@@ -200,6 +253,13 @@ class Coordinator:
 
     def plan_pass(self, state: Mapping[str, Any], job: BackgroundJob) -> Answer | None:
         """Plan a pass (or a replan) and commit it by compare-and-set; ``None`` to loop on."""
+        committed = self._plan_pass(state, job)
+        return committed if isinstance(committed, Answer) else None
+
+    def _plan_pass(
+        self, state: Mapping[str, Any], job: BackgroundJob
+    ) -> Answer | tuple[dict[str, Any], int]:
+        """:meth:`plan_pass`; committed, the state as written and the plan's partition count."""
         name = state["_id"]
         replan = state.get("phase") == "replan"
         new_pass = int(state.get("pass", 0)) + (0 if replan else 1)
@@ -211,9 +271,7 @@ class Coordinator:
             plan = Plan(partitions=[{"scope": {"kind": "step"}, "estimate": 0}], method="step")
             meta = {"method": "step", "estimate": 0, "partitioner": "step"}
         else:
-            plan = plan_collection(self.engine.db, job.match(state.get("badIds")), job.spec,
-                                   hint=self.version_hint(job), shard_aware=self.engine.shard_aware,
-                                   logger=self.engine.logger, name=name)
+            plan = self._plan_collection(state, job)
             meta = plan.meta()
         self.engine.store.insert_plan(name, generation, token, plan.partitions)
         previous = (state.get("plan") or {}).get("token")
@@ -225,13 +283,13 @@ class Coordinator:
         }
         plan_doc = {**meta, "token": token, "generation": generation,
                     "partitions": len(plan.partitions), "match": self._match_hash(job)}
-        committed = self.engine.store.update_state(
+        committed = self.engine.store.commit_plan(
             name, expect,
             {"generation": generation, "plan": plan_doc, "phase": "process", "pass": new_pass},
             server_times=["plan.at", "lastProgressAt"] + ([] if state.get("startedAt")
                                                            else ["startedAt"]),
         )
-        if not committed:
+        if committed is None:
             self.engine.store.drop_plan(name, token)
             return Answer("wait", reason="plan-race", retry_after_ms=1000)
         self.engine.store.drop_foreign_plans(name, token)
@@ -244,44 +302,67 @@ class Coordinator:
             payload["degraded"] = plan.degraded
             self.engine.logger.warning("⚠ %s: degraded plan (%s)", name, plan.degraded)
         self.engine.emit("background:partitioned", payload)
-        return None
+        return committed, len(plan.partitions)
+
+    def _plan_collection(self, state: Mapping[str, Any], job: BackgroundJob) -> Plan:
+        """Plan the pass's documents; a hint the server refuses (the version index went away
+        since it was looked up) is forgotten and the plan made without it."""
+        hint = self.version_hint(job)
+        while True:
+            try:
+                return plan_collection(
+                    self.engine.db, job.match(state.get("badIds")), job.spec, hint=hint,
+                    shard_aware=self.engine.shard_aware, logger=self.engine.logger,
+                    name=state["_id"])
+            except Exception as error:
+                if hint is None or not hint_refused(error):
+                    raise
+                forget(self.engine.db[str(job.spec["collection"])],
+                       str(job.spec.get("field", "__v")))
+                hint = None
 
     def version_hint(self, job: BackgroundJob) -> Any:
-        """The version index ``{field: 1, _id: 1}`` when it exists (warned once when missing)."""
-        from migronaut.background.planner import index_named
-
+        """The version index ``{field: 1, _id: 1}`` when it exists (looked up once per process,
+        :mod:`~migronaut.background.version_index`)."""
         collection = str(job.spec.get("collection"))
         field_name = str(job.spec.get("field", "__v"))
-        key = [(field_name, 1), ("_id", 1)]
         try:
-            info = self.engine.db[collection].index_information()
+            found = version_index(self.engine.db[collection], field_name)
         except Exception:
-            info = {}
-        if index_named(info, key) is not None:
-            return key
+            found = None
+        if found is not None:
+            return [(field_name, 1), ("_id", 1)]
         self.engine.logger.debug("%s has no version index {%s: 1, _id: 1}", collection, field_name)
         return None
 
-    def _finalize(self, state: Mapping[str, Any], job: BackgroundJob) -> Answer | None:
+    def _remaining(self, state: Mapping[str, Any], job: BackgroundJob) -> int:
+        """Whether documents are left to migrate (0 or 1): completion is decided by this count,
+        never by summing partitions. A hint the server refuses (the index went away) is
+        forgotten and the count made without it."""
+        coll = self.engine.db[str(job.spec["collection"])]
+        match = job.match(state.get("badIds"))
+        hint = self.version_hint(job)
+        if hint is not None:
+            try:
+                return coll.count_documents(match, limit=1, hint=hint)
+            except Exception as error:
+                if not hint_refused(error):
+                    raise
+                forget(coll, str(job.spec.get("field", "__v")))
+        return coll.count_documents(match, limit=1)
+
+    def _finalize(self, state: Mapping[str, Any], job: BackgroundJob) -> Step | None:
         """Close the current pass: roll up once, fail, complete or plan another pass."""
         name = state["_id"]
         generation = int(state["generation"])
         if int(state.get("rolledGeneration", 0)) < generation:
-            roll_up(self.engine, state)
-        state = self.engine.store.require(name)
+            state = roll_up(self.engine, state) or self.engine.store.require(name)
         if int(state.get("failedPartitions") or 0):
             error = (f"{state['failedPartitions']} partition(s) failed: "
                      f"{state.get('lastError') or 'unknown error'}")
             self.fail_state(name, error)
-            return Answer("done", status="failed", error=error)
-        remaining = 0
-        if job.mode != "step":
-            opts: dict[str, Any] = {"limit": 1}
-            hint = self.version_hint(job)
-            if hint is not None:
-                opts["hint"] = hint
-            remaining = self.engine.db[str(job.spec["collection"])].count_documents(
-                job.match(state.get("badIds")), **opts)
+            return Step(Answer("done", status="failed", error=error), None, job)
+        remaining = self._remaining(state, job) if job.mode != "step" else 0
         if remaining == 0:
             moved = self.engine.store.move(
                 name, "complete", expect={"generation": generation},
@@ -305,12 +386,12 @@ class Coordinator:
                 name, totals.get("migrated", 0), moved.get("pass", 0))
             if moved.get("direction") == "forward":
                 self.requirements.on_completed(name)
-            return Answer("done", status="completed")
+            return Step(Answer("done", status="completed"), moved, job)
         if int(state.get("pass", 0)) >= int(job.spec.get("maxPasses", 10)):
             error = (f"old-shape documents keep appearing after {state.get('pass')} pass(es) — "
                      "is an old version of the application still writing them?")
             self.fail_state(name, error)
-            return Answer("done", status="failed", error=error)
+            return Step(Answer("done", status="failed", error=error), None, job)
         self.engine.emit("background:pass", {"migration": name, "pass": state.get("pass"),
                                              "generation": generation,
                                              "totals": state.get("totals")})

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextvars
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from migronaut.background.outage import DEFAULT_OUTAGE_MS, DriverOutage
@@ -67,7 +67,8 @@ class Driver:
                     {"migration": name},
                 )
             try:
-                answer = self.coordinator.coordinate(name, driver=driver, cancellation=cancel)
+                answer, state, job = self.coordinator.step(name, driver=driver,
+                                                           cancellation=cancel)
             except Exception as error:
                 if cancel.cancelled or not outage.ride_out(error, cancel):
                     raise
@@ -76,11 +77,16 @@ class Driver:
             if answer.next in ("done", "superseded"):
                 break
             if answer.next == "process":
-                state = self.engine.store.require(name)
-                job = self.engine.job(state)
-                lanes = max(1, min(concurrency, int(job.spec.get("maxParallel", 1))))
+                # the step's state and job are fresh: the lanes start from them
+                if state is None or job is None:
+                    state = self.engine.store.require(name)
+                    job = self.engine.job(state)
+                # no more lanes than partitions to claim now (at least one: the others'
+                # leases may expire meanwhile)
+                lanes = max(1, min(concurrency, int(job.spec.get("maxParallel", 1)),
+                                   answer.lanes or concurrency))
                 self._run_lanes(name, job, lanes, cancel, slice_ms, run_slice,
-                                once=not until_done)
+                                once=not until_done, state=state)
                 if not until_done:
                     break
                 continue
@@ -96,7 +102,8 @@ class Driver:
             if not until_done:
                 break
             cancel.wait((answer.retry_after_ms or 1000) / 1000)
-        state = self.engine.store.require(name)
+        if state is None or answer.next != "done":
+            state = self.engine.store.require(name)
         if state["status"] == "failed":
             raise BackgroundFailedError(
                 f"Background migration {name} failed: {state.get('lastError')}",
@@ -107,8 +114,10 @@ class Driver:
     def _run_lanes(
         self, name: str, job: BackgroundJob, lanes: int, cancel: Cancellation,
         slice_ms: int | None, run_slice: Callable[..., Any], *, once: bool,
+        state: Mapping[str, Any] | None = None,
     ) -> None:
-        """Run ``lanes`` lane loops in threads until the current plan has nothing claimable."""
+        """Run ``lanes`` lane loops in threads until the current plan has nothing claimable;
+        each lane's first slice starts from ``state`` (just read) instead of reading it."""
         fatal: list[MigronautError] = []
         lane_cancel = LinkedCancellation(cancel)
         budget_ms = int(job.spec.get("maxOutageMs", DEFAULT_OUTAGE_MS))
@@ -116,13 +125,14 @@ class Driver:
         def lane() -> None:
             failures = 0
             outage = DriverOutage(self.engine.logger, name, budget_ms)
+            known = state
             while not lane_cancel.cancelled:
                 try:
                     result = run_slice(
                         store=self.engine.store, job=job, db=self.engine.db, owner=uuid.uuid4().hex,
                         ttl_ms=self.engine.ttl_ms, cancellation=lane_cancel, slice_ms=slice_ms,
                         emit=self.engine.emit, logger=self.engine.logger,
-                        telemetry=self.engine.telemetry,
+                        telemetry=self.engine.telemetry, state=known,
                     )
                 except MigronautError as error:
                     if not lane_cancel.cancelled and outage.ride_out(error, lane_cancel):
@@ -136,6 +146,8 @@ class Driver:
                                                error.message)
                     lane_cancel.wait(min(30.0, 0.25 * 2 ** failures))
                     continue
+                finally:
+                    known = None  # later slices read the state afresh
                 failures = 0
                 outage.clear()
                 if once or result.outcome not in ("yielded", "busy"):

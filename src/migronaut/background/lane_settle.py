@@ -37,15 +37,18 @@ class Outcome:
 
 def settle(lane: LaneState, lease: Lease, part: Part, outcome: Outcome) -> Outcome:
     """End a hold that returned: fail the partition over budget, else release the lease (an
-    ``exhausted`` partition's last checkpoint already gave it up)."""
+    ``exhausted`` partition's last checkpoint already gave it up).
+
+    ``background:slice:end`` goes out first: an exhausted partition's slot is already free, and
+    the next claim of it is one round trip — the event must not trail it by another."""
+    lane.emit("background:slice:end", {
+        "partition": part.key, "outcome": outcome.outcome, "counters": outcome.counters,
+    })
     if outcome.counters.get("batches"):
         try:
             lane.store.update_state(lane.name, {}, {}, server_times=["lastProgressAt"])
         except Exception as error:
             lane.logger.debug("lastProgressAt not updated: %s", type(error).__name__)
-    lane.emit("background:slice:end", {
-        "partition": part.key, "outcome": outcome.outcome, "counters": outcome.counters,
-    })
     if outcome.outcome == "failed" and outcome.error is not None:
         message = outcome.error.message
         lane.store.fail_partition(lease, message)

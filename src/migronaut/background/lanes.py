@@ -117,8 +117,12 @@ def run_slice(
     logger: logging.Logger,
     run_id: str | None = None,
     telemetry: Telemetry = DISABLED,
+    state: Mapping[str, Any] | None = None,
 ) -> SliceResult:
     """One lane turn on ``job`` (reference background §4.1).
+
+    ``state`` is the migration's state when the caller has just read it (a coordinator step
+    that answered ``process``); otherwise the slice reads it.
 
     Returns the outcome; raises ``CHECKSUM_MISMATCH`` when the file is not the pinned version,
     ``TRANSACTIONS_UNSUPPORTED`` when a transactional spec meets a standalone server, and a
@@ -137,7 +141,8 @@ def run_slice(
 
     name = job.name
     try:
-        state = store.get(name)
+        if state is None:
+            state = store.get(name)
     except PyMongoError as error:
         raise wrap(name, error) from error
     if state is None:
@@ -184,6 +189,8 @@ class _Lane:
         self.telemetry = telemetry
         self.plan = str(state["plan"]["token"])
         self.partitioner = str(state["plan"].get("partitioner") or "id")
+        #: how many partitions the plan has (a done partition is never reopened in its plan)
+        self.partitions = int(state["plan"].get("partitions") or 0)
         self.registration = state.get("registration")
         self.first_batch = True
         self.outage = Outage(int(lane.spec.get("maxOutageMs", 300_000)))
@@ -220,17 +227,21 @@ class _Lane:
             add_counters(counters, outcome.counters)
             if outcome.outcome != "exhausted":
                 return SliceResult(outcome.outcome, counters, error=outcome.error)
+            if self.partitions == 1:  # the plan's one partition is done: nothing to claim
+                return SliceResult("exhausted", counters)
 
     def _hold(self, lease: Lease) -> Outcome:
         """Work one claimed partition under its lease; settle the lease whatever happens."""
         lane = self.lane
-        try:
-            partition = reload(lane, self.outage, lease)
-        except LockLostError:
-            partition = None
-        except Exception:
-            release(lane, lease)
-            raise
+        partition = lease.claimed  # as the claim wrote it: no need to read it back
+        if partition is None:
+            try:
+                partition = reload(lane, self.outage, lease)
+            except LockLostError:
+                partition = None
+            except Exception:
+                release(lane, lease)
+                raise
         if partition is None:
             lane.emit("background:lease:lost", {"partition": str(lease.partition_id)})
             return Outcome("lost", {}, LockLostError(

@@ -15,7 +15,7 @@ import os
 import socket
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +44,8 @@ class Lease:
     owner: str
     ttl_ms: int
     group_slot: str | None = None
-
+    #: the partition document as the claim wrote it (``None``: read it)
+    claimed: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
 
 class PartitionStore:
@@ -108,7 +109,10 @@ class PartitionStore:
         )
 
     def drop_generations_below(self, name: str, generation: int) -> None:
-        self.partitions.delete_many({"background": name, "generation": {"$lt": generation}})
+        """Partitions of the generations before ``generation`` (plans start at generation 1:
+        below it there is nothing to drop, and nothing is sent)."""
+        if generation > 1:
+            self.partitions.delete_many({"background": name, "generation": {"$lt": generation}})
 
     def count_by_status(self, name: str, generation: int, token: str) -> dict[str, int]:
         counts = {s: 0 for s in ("pending", "running", "done", "failed", "cancelled",
@@ -188,18 +192,16 @@ class PartitionStore:
         """Claim a partition and a free slot in one atomic write.
 
         Returns the :class:`Lease`, ``"exhausted"`` (no claimable partition) or ``"busy"`` (no
-        free slot, or every free slot lost to a racing claimer). Expired leases are reaped first.
+        free slot, or every free slot lost to a racing claimer). The first try takes a slot
+        at random and, when it wins, costs that one write; when it does not, expired leases
+        are reaped (they may hold the slot or the partition) and the free slots tried in turn.
         ``shard_concurrency`` (sharded plans) also takes a group slot, see :meth:`_claim_grouped`.
         """
         import random
 
         self.ready()
-        self.reap_expired_leases(name)
-        free = [s for s in range(max_parallel) if s not in self.occupied_slots(name)]
-        if not free:
-            return "busy"
-        start = (rng or random).randrange(len(free))
-        slots = free[start:] + free[:start]
+        start = (rng or random).randrange(max_parallel)
+        slots = [*range(start, max_parallel), *range(start)]
         claimable: dict[str, Any] = {
             "background": name,
             "generation": generation,
@@ -207,9 +209,21 @@ class PartitionStore:
             "status": {"$in": ["pending", "running"]},
             "lease": {"$exists": False},
         }
+        first: Lease | str | None = "slot"
+        if shard_concurrency is None:
+            first = self._take(claimable, slots[0], None, owner, ttl_ms)
+            if isinstance(first, Lease):
+                return first
+        reaped = self.reap_expired_leases(name)
+        occupied = self.occupied_slots(name)
+        free = [s for s in slots if s not in occupied]
+        if not free:
+            return "busy"
         if shard_concurrency is not None:
-            return self._claim_grouped(claimable, slots, shard_concurrency, owner, ttl_ms)
-        for slot in slots:
+            return self._claim_grouped(claimable, free, shard_concurrency, owner, ttl_ms)
+        if first is None and not reaped:
+            return "exhausted"  # nothing was claimable, and no reaped lease freed a partition
+        for slot in free:
             claimed = self._take(claimable, slot, None, owner, ttl_ms)
             if claimed == "slot":
                 continue  # another claimer took this slot: try the next one
@@ -287,7 +301,6 @@ class PartitionStore:
                     "updatedAt": "$$NOW",
                 }}],
                 sort=[("status", -1), ("seq", 1)],
-                projection={"_id": 1},
                 return_document=ReturnDocument.AFTER,
             )
         except DuplicateKeyError as error:
@@ -296,7 +309,7 @@ class PartitionStore:
             return "group" if on_group else "slot"
         if doc is None:
             return None
-        return Lease(doc["_id"], slot, token, owner, ttl_ms, group_slot)
+        return Lease(doc["_id"], slot, token, owner, ttl_ms, group_slot, claimed=doc)
 
     def load_partition(self, lease: Lease) -> dict[str, Any] | None:
         return self.partitions.find_one({"_id": lease.partition_id, "lease.token": lease.token})

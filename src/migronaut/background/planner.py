@@ -162,6 +162,26 @@ def bracket_of_value(value: Any) -> str | None:
     return None
 
 
+def _count_brackets(
+    collection: Collection[dict[str, Any]], match: Mapping[str, Any], cap: int, hint: Any
+) -> tuple[int, list[str]]:
+    """How many documents match, up to ``cap``, and the brackets of those counted (server
+    order) — one round trip, the work of ``count_documents(match, limit=cap)``: it groups by
+    ``_id`` type instead of all in one."""
+    pipeline: list[dict[str, Any]] = [
+        {"$match": dict(match)}, {"$limit": cap},
+        {"$group": {"_id": {"$type": "$_id"}, "n": {"$sum": 1}}},
+    ]
+    options: dict[str, Any] = {}
+    if hint is not None:  # (aggregate, unlike count_documents, sends the hint as given)
+        options["hint"] = hint if isinstance(hint, str) else dict(hint)
+    count, found = 0, set()
+    for row in collection.aggregate(pipeline, **options):
+        count += int(row["n"])
+        found.add(bracket_of(str(row["_id"])))
+    return count, [name for name, _, _ in BRACKETS if name in found]
+
+
 def _present_brackets(
     collection: Collection[dict[str, Any]], match: Mapping[str, Any]
 ) -> list[str]:
@@ -212,15 +232,14 @@ def plan_id_ranges(
     min_docs = int(partitions_cfg.get("minPartitionDocs") or 4 * batch_size)
     target = target_count(spec)
     cap = target * min_docs
-    count_opts: dict[str, Any] = {"limit": cap}
-    if hint is not None:
-        count_opts["hint"] = hint
-    count = collection.count_documents(dict(match), **count_opts)
+    # one more than the cap: a count within the cap saw every matching document, and so
+    # every bracket they fall in
+    count, counted = _count_brackets(collection, match, cap + 1, hint)
     if count == 0:
         return Plan(method="empty")
+    present = counted if count <= cap else _present_brackets(collection, match)
+    count = min(count, cap)
     parts = max(1, min(target, math.ceil(count / min_docs)))
-
-    present = _present_brackets(collection, match)
     if not present:
         return Plan(method="empty")
 

@@ -11,7 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from migronaut.background.state_fields import COUNTERS, DOC_ERRORS_KEPT, MAX_BAD_IDS
+from migronaut.background.state_fields import (
+    COUNTERS,
+    DOC_ERRORS_KEPT,
+    MAX_BAD_IDS,
+    state_update,
+)
 
 if TYPE_CHECKING:
     from migronaut.background.handles import EngineHandles
@@ -22,9 +27,9 @@ __all__ = ["live_totals", "roll_up"]
 def roll_up(
     engine: EngineHandles, state: Mapping[str, Any], *, closing: bool = True,
     counters_only: bool = False,
-) -> None:
+) -> dict[str, Any] | None:
     """Add the current generation's partition counters into ``totals``, once (CAS on
-    ``rolledGeneration``).
+    ``rolledGeneration``); the state as written, ``None`` when it was rolled up already.
 
     A write intent left on a partition (its lane stopped between a write and its next
     checkpoint, and no lane will hold the partition again) is counted here: its documents
@@ -66,7 +71,8 @@ def roll_up(
                        "docErrors": doc_errors[-DOC_ERRORS_KEPT:]})
     if failed and closing:
         fields.update({"failedPartitions": failed, "lastError": last_error})
-    engine.store.update_state(name, {"rolledGeneration": {"$lt": generation}}, fields, inc=inc)
+    return engine.store.update_state_returning(
+        name, {"rolledGeneration": {"$lt": generation}}, state_update(fields, inc=inc))
 
 
 def _landed_intent(

@@ -29,6 +29,7 @@ __all__ = [
     "literal",
     "set_stage",
     "stamped",
+    "state_update",
     "transition",
 ]
 
@@ -144,3 +145,19 @@ def control_stamp(action: str, by: str | None, reason: str | None) -> dict[str, 
     if reason:
         fields["reason"] = reason
     return stamped(fields, "at")
+
+
+def state_update(
+    set_fields: Mapping[str, Any], server_times: Sequence[str] = (),
+    inc: Mapping[str, int] | None = None, unset: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """The pipeline of a state update that does not move its status: ``set_fields`` as
+    literals, ``server_times`` stamped ``$$NOW``, ``inc`` added, ``unset`` removed."""
+    stage = set_stage(set_fields, server_times)
+    for key, amount in (inc or {}).items():
+        stage[key] = {"$add": [{"$ifNull": ["$" + key, 0]}, amount]}
+    stage["updatedAt"] = "$$NOW"
+    pipeline: list[dict[str, Any]] = [{"$set": stage}]
+    if unset:
+        pipeline.append({"$unset": list(unset)})
+    return pipeline

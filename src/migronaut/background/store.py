@@ -37,6 +37,7 @@ from migronaut.background.state_fields import (
     history_entry,
     literal,
     set_stage,
+    state_update,
     transition,
 )
 from migronaut.errors import ConfigInvalidError, NotAppliedError
@@ -298,15 +299,36 @@ class BackgroundStore(PartitionStore):
         unset: Sequence[str] = (),
     ) -> bool:
         """A compare-and-set on the state that does not move its status."""
-        stage = set_stage(set_fields, server_times)
-        for key, amount in (inc or {}).items():
-            stage[key] = {"$add": [{"$ifNull": ["$" + key, 0]}, amount]}
-        stage["updatedAt"] = "$$NOW"
-        pipeline: list[dict[str, Any]] = [{"$set": stage}]
-        if unset:
-            pipeline.append({"$unset": list(unset)})
+        pipeline = state_update(set_fields, server_times, inc, unset)
         result = self.states.update_one({"_id": name, **expect}, pipeline)
         return result.matched_count == 1
+
+    def update_state_returning(
+        self, name: str, expect: Mapping[str, Any], pipeline: list[dict[str, Any]]
+    ) -> dict[str, Any] | None:
+        """A compare-and-set on the state (a :func:`state_update` pipeline) in one
+        ``findAndModify``: the state as written, ``None`` when it matched nothing (saves
+        reading it back)."""
+        from pymongo import ReturnDocument
+
+        return self.states.find_one_and_update(
+            {"_id": name, **expect}, pipeline, return_document=ReturnDocument.AFTER)
+
+    def commit_plan(
+        self, name: str, expect: Mapping[str, Any], set_fields: Mapping[str, Any], *,
+        server_times: Sequence[str] = (),
+    ) -> dict[str, Any] | None:
+        """A plan's compare-and-set commit (:meth:`update_state_returning`), which also moves
+        a ``pending`` migration to ``running`` — the ``plan`` transition and its history entry,
+        as :meth:`move` makes it — in the same write."""
+        allowed, to, _ = TRANSITIONS["plan"]
+        moves = {"$in": ["$status", list(allowed)]}
+        pipeline = state_update(set_fields, server_times)
+        pipeline[0]["$set"].update({
+            "status": {"$cond": [moves, literal(to), "$status"]},
+            "history": {"$cond": [moves, history_entry("plan", to, None, None), "$history"]},
+        })
+        return self.update_state_returning(name, expect, pipeline)
 
     def control_read(self, name: str) -> dict[str, Any] | None:
         """The per-batch control read: status, generation and plan token only."""

@@ -55,7 +55,17 @@ def _answers_as_mongos(hello: Any) -> bool:
 
 
 def is_mongos(client: MongoClient[dict[str, Any]]) -> bool:
-    """Whether ``client`` talks to a mongos (a failing ``hello`` raises the driver's error)."""
+    """Whether ``client`` talks to a mongos.
+
+    The driver's own view of the servers it is connected to answers without a round trip (its
+    monitor read their ``hello``); before it knows any, a ``hello`` is sent (a failing one
+    raises the driver's error).
+    """
+    from pymongo.server_type import SERVER_TYPE
+
+    known = client.topology_description.known_servers
+    if known:
+        return all(server.server_type == SERVER_TYPE.Mongos for server in known)
     return _answers_as_mongos(client.admin.command("hello"))
 
 

@@ -10,7 +10,6 @@ through the sharded version index with exact bounds (reference §5, :mod:`..key_
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -18,7 +17,8 @@ from bson.raw_bson import RawBSONDocument
 
 from migronaut.background.batches.documents import Documents
 from migronaut.background.batches.unit import Part
-from migronaut.background.planner import index_named, scope_filter
+from migronaut.background.planner import scope_filter
+from migronaut.background.version_index import forget, hint_refused, version_index
 from migronaut.background.wire import read_batch
 
 if TYPE_CHECKING:
@@ -31,10 +31,6 @@ __all__ = ["BatchReader"]
 
 _D = TypeVar("_D", dict[str, Any], RawBSONDocument)
 
-#: A version index found missing is looked for again after this long (seconds).
-_INDEX_RECHECK_S = 30.0
-
-_version_indexes: dict[tuple[Any, ...], tuple[str | None, float]] = {}
 _warned_indexes: set[tuple[Any, ...]] = set()
 _index_lock = threading.Lock()
 
@@ -48,29 +44,21 @@ class BatchReader:
         # key ranges read through the sharded version index; only _id ranges need this one
         self.hint = self._version_index() if documents.key_ranges is None else None
 
-    def _index_key(self) -> tuple[Any, ...]:
-        db, coll = self.lane.db, self.documents.coll
-        return (id(db.client), db.name, coll.name, self.documents.field)
-
     def _version_index(self) -> str | None:
-        """The version index's name when the collection has one (looked up once per process)."""
+        """The version index's name when the collection has one (looked up once per process,
+        :mod:`~migronaut.background.version_index`); warned once when missing."""
         lane, coll, field_ = self.lane, self.documents.coll, self.documents.field
-        key = self._index_key()
-        now = time.monotonic()
-        with _index_lock:
-            cached = _version_indexes.get(key)
-        if cached is not None and (cached[0] is not None or now - cached[1] < _INDEX_RECHECK_S):
-            return cached[0]
-        found: str | None = None
         try:
-            found = index_named(coll.index_information(), [(field_, 1), ("_id", 1)])
+            found = version_index(coll, field_)
         except Exception as error:  # namespace not found, or no listIndexes: scan unhinted
             lane.logger.debug("cannot list indexes: %s", type(error).__name__)
+            found = None
+        if found is not None:
+            return found
+        key = (id(lane.db.client), lane.db.name, coll.name, field_)
         with _index_lock:
-            _version_indexes[key] = (found, now)
-            warn = found is None and key not in _warned_indexes
-            if warn:
-                _warned_indexes.add(key)
+            warn = key not in _warned_indexes
+            _warned_indexes.add(key)
         if warn:
             lane.logger.warning(
                 "Background migration %s: collection %s has no version index {%s: 1, _id: 1} "
@@ -124,11 +112,10 @@ class BatchReader:
             return read_batch(coll, query, limit, hint=self.hint, session=session,
                               max_time_ms=max_time_ms)
         except OperationFailure as error:
-            if error.code != 2 or "hint" not in str(error).lower():
+            if not hint_refused(error):
                 raise
             # the index went away: forget it and read without a hint
-            with _index_lock:
-                _version_indexes.pop(self._index_key(), None)
+            forget(self.documents.coll, self.documents.field)
             self.hint = None
             return read_batch(coll, query, limit, session=session, max_time_ms=max_time_ms)
 
