@@ -25,7 +25,7 @@ from migronaut.declared.plan import (
     Step,
 )
 
-__all__ = ["IndexPlan", "UNIQUE_REBUILD", "plan_indexes"]
+__all__ = ["UNIQUE_REBUILD", "IndexPlan", "plan_indexes"]
 
 UNIQUE_REBUILD = (
     "rebuilding drops a unique index, and nothing enforces uniqueness until the new one is "
