@@ -21,9 +21,9 @@ from migronaut.declared.live import (
     live_index,
 )
 from migronaut.declared.plan import (
+    CollectionPlan,
     CollModIndex,
     CollModValidator,
-    CollectionPlan,
     ConvergeResult,
     ConvertUnique,
     CreateCollection,
