@@ -27,7 +27,7 @@ from migronaut.declared.plan import (
 from migronaut.declared.search_plan import SearchAvailability, SearchPlan, plan_search_indexes
 from migronaut.declared.versioned import desired_validator, live_version_floor, version_index
 
-__all__ = ["PlanOptions", "floor_to_probe", "plan_collection"]
+__all__ = ["PlanOptions", "floor_to_probe", "managed_indexes", "plan_collection"]
 
 _VALIDATOR_PARTS = ("validator", "validationLevel", "validationAction")
 
