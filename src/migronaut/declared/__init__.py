@@ -6,6 +6,8 @@ step uses. It never talks to a database: the converge planner consumes its model
 
 Modules: :mod:`.canonical` (comparison form), :mod:`.values` (what can be sent as written),
 :mod:`.indexes`, :mod:`.search`, :mod:`.versioning` (one part of a definition each),
-:mod:`.definition` (one definition object), :mod:`.sources` (inline + directory, lazily).
+:mod:`.definition` (one definition object), :mod:`.sources` (inline + directory, lazily);
+the converge planner :mod:`.planner` over :mod:`.live` state, with :mod:`.index_compare`,
+:mod:`.index_plan`, :mod:`.search_plan`, :mod:`.versioned` and the shapes of :mod:`.plan`.
 Nothing is imported here, so the config can validate inline definitions without loading the rest.
 """
