@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from migronaut.background.partition_store import Lease, PartitionStore
@@ -40,6 +41,7 @@ from migronaut.background.state_fields import (
     state_update,
     transition,
 )
+from migronaut.core.retry import retry_transient
 from migronaut.errors import ConfigInvalidError, NotAppliedError
 
 if TYPE_CHECKING:
@@ -94,10 +96,10 @@ class BackgroundStore(PartitionStore):
             by_collection: dict[str, list[IndexModel]] = {}
             for suffix, name, keys, opts in INDEXES:
                 by_collection.setdefault(suffix, []).append(IndexModel(keys, name=name, **opts))
-            for suffix, models in by_collection.items():
-                self.db[self.name + suffix].create_indexes(models)
+            for suffix, models in by_collection.items():  # idempotent: a cut is ridden out
+                retry_transient(partial(self.db[self.name + suffix].create_indexes, models))
         else:
-            missing = self.missing_indexes()
+            missing = retry_transient(self.missing_indexes)
             if missing:
                 raise ConfigInvalidError(
                     "Background indexes are missing and ensure_indexes is off — refusing to run "

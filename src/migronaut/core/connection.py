@@ -60,6 +60,8 @@ class Connection:
         from pymongo import MongoClient
         from pymongo.errors import PyMongoError
 
+        from migronaut.core.retry import retry_transient
+
         if config.client is not None:
             client, owned = self.injected_client(config.client)
         else:
@@ -76,7 +78,9 @@ class Connection:
             except (PyMongoError, ValueError, TypeError) as error:
                 raise self._connection_failed(error) from error
         try:
-            client.admin.command("ping")
+            # a connection cut mid-ping is ridden out; an unreachable server is not (it has
+            # already waited serverSelectionTimeoutMS)
+            retry_transient(lambda: client.admin.command("ping"))
             self._client, self._owns_client = client, owned
         except PyMongoError as error:
             self._client = None
