@@ -247,7 +247,7 @@ def test_replace_refuses_operator_documents_and_unacknowledged_collections() -> 
             v.replace_with_revision(Refusing(), {"_id": 1}, 0, bad)
 
     class Unacknowledged(Refusing):
-        class write_concern:  # noqa: N801 - stands in for pymongo's WriteConcern
+        class write_concern:
             acknowledged = False
 
     with pytest.raises(ConfigInvalidError, match="w: 0"):
