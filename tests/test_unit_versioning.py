@@ -270,28 +270,28 @@ def test_bump_revision_on_operator_updates_and_pipelines() -> None:
 def test_stamped_updates_and_replacements() -> None:
     from migronaut.versioning.guards import prepare_replace, prepare_update
 
-    common: dict[str, Any] = {"field": "__v", "revision_field": "__rev", "verify": True,
-                              "options": {"session": None, "hint": "h", "array_filters": []}}
-    write = prepare_update(None, {"_id": 1}, 0, {"$set": {"a": 1}}, version=2, **common)
+    driver = {"session": None, "hint": "h", "array_filters": []}
+    write = prepare_update(None, {"_id": 1}, 0, {"$set": {"a": 1}}, {"version": 2, **driver})
     assert write.filter == {"_id": 1, "__rev": {"$in": [None, 0]}}
     assert write.document == {"$set": {"a": 1, "__v": 2}, "$inc": {"__rev": 1}}
+    assert write.options == driver
     assert write.read_options == {"session": None, "hint": "h"}
-    write = prepare_update(None, {"_id": {"$eq": 1}}, 4, [{"$set": {"a": 1}}], version=0,
-                           **common)
+    write = prepare_update(None, {"_id": {"$eq": 1}}, 4, [{"$set": {"a": 1}}], {"version": 0})
     assert write.filter == {"_id": {"$eq": 1}, "__rev": 4}
     assert write.document == [
         {"$set": {"a": 1}},
         {"$set": {"__rev": {"$add": [{"$ifNull": ["$__rev", 0]}, 1]}}},
         {"$unset": "__v"}]
-    write = prepare_update(None, {"_id": 1}, 1, [], version=3, **common)
+    write = prepare_update(None, {"_id": 1}, 1, [], {"version": 3})
     assert write.document == [{"$set": {"__v": {"$literal": 3}, "__rev": {
         "$add": [{"$ifNull": ["$__rev", 0]}, 1]}}}]
-    write = prepare_update(None, {"_id": 1}, 1, {"$set": {"a": 1}}, version=0, **common)
+    write = prepare_update(None, {"_id": 1}, 1, {"$set": {"a": 1}}, {"version": 0})
     assert write.document == {"$set": {"a": 1}, "$inc": {"__rev": 1}, "$unset": {"__v": ""}}
-    write = prepare_replace(None, {"_id": 1}, Int64(7), {"a": 1, "__rev": 0, "__v": 1},
-                            version=None, **common)
-    assert write.document == {"a": 1, "__rev": 8, "__v": 1} and write.revision == 8
-    write = prepare_replace(None, {"_id": 1}, 0, {"a": 1, "__v": 1}, version=0, **common)
+    write = prepare_replace(None, {"_id": 1}, Int64(7), {"a": 1, "rv": 0, "__v": 1},
+                            {"revision_field": "rv"})
+    assert write.document == {"a": 1, "rv": 8, "__v": 1} and write.revision == 8
+    assert write.filter == {"_id": 1, "rv": 7} and write.options == {}
+    write = prepare_replace(None, {"_id": 1}, 0, {"a": 1, "__v": 1}, {"version": 0})
     assert write.document == {"a": 1, "__rev": 1}
 
 

@@ -18,6 +18,8 @@ from bson import Regex
 
 from migronaut.errors import ConfigInvalidError, RevisionConflictError
 from migronaut.versioning.fields import (
+    DEFAULT_FIELD,
+    DEFAULT_REVISION_FIELD,
     MAX_SAFE,
     as_count,
     check_field_names,
@@ -111,13 +113,28 @@ def _name(collection: Any) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def _common(
-    collection: Any, filter: Any, expected: Any, *, field: str, revision_field: str,
-    version: Any, verify: Any, options: Mapping[str, Any],
-) -> int:
+@dataclass(frozen=True)
+class _Own:
+    """The writers' own options, split from those that go to the driver."""
+
+    field: str
+    revision_field: str
+    version: Any
+    verify: Any
+    driver: dict[str, Any]
+
+
+def _own(options: Mapping[str, Any]) -> _Own:
+    driver = dict(options)
+    return _Own(driver.pop("field", DEFAULT_FIELD),
+                driver.pop("revision_field", DEFAULT_REVISION_FIELD),
+                driver.pop("version", None), driver.pop("verify", True), driver)
+
+
+def _common(collection: Any, filter: Any, expected: Any, own: _Own) -> int:
     """The refusals every writer shares; returns the expected revision as an int."""
-    check_field_names(field, revision_field)
-    if options.get("upsert"):
+    check_field_names(own.field, own.revision_field)
+    if own.driver.get("upsert"):
         raise refuse("upsert is not allowed: a guarded write updates an existing document "
                      "(stamp new documents with shapes.stamp_upsert instead)", "upsert")
     write_concern = getattr(collection, "write_concern", None)
@@ -128,11 +145,12 @@ def _common(
             or not 0 <= expected <= MAX_SAFE:
         raise refuse(f"expected_revision must be a non-negative integer (got {expected!r})",
                      "expected_revision")
+    version = own.version
     if version is not None and (isinstance(version, float) or as_count(version) is None):
         raise refuse(f"version must be a non-negative integer (got {version!r})", "version")
-    if not isinstance(verify, bool):
+    if not isinstance(own.verify, bool):
         raise refuse("verify must be a boolean", "verify")
-    _check_filter(filter, revision_field)
+    _check_filter(filter, own.revision_field)
     return int(expected)
 
 
@@ -184,12 +202,12 @@ def _references(expression: Any, revision_field: str) -> bool:
 
 
 def prepare_update(
-    collection: Any, filter: Any, expected: Any, update: Any, *, field: str,
-    revision_field: str, version: Any, verify: Any, options: Mapping[str, Any],
+    collection: Any, filter: Any, expected: Any, update: Any, options: Mapping[str, Any]
 ) -> GuardedWrite:
-    """The guarded form of an ``update_one`` / ``find_one_and_update``."""
-    expected = _common(collection, filter, expected, field=field, revision_field=revision_field,
-                       version=version, verify=verify, options=options)
+    """The guarded form of an ``update_one`` / ``find_one_and_update``; ``options`` are the
+    writer's keyword arguments (its own and the driver's)."""
+    own = _own(options)
+    expected = _common(collection, filter, expected, own)
     kind = update_kind(update)
     if kind == "replacement":
         raise refuse("The update is a replacement document: use replace_with_revision",
@@ -199,35 +217,40 @@ def prepare_update(
             if next(iter(stage)) in WHOLE_DOCUMENT_STAGES:
                 raise refuse(f"A pipeline with {next(iter(stage))} replaces the whole "
                              "document: use replace_with_revision", "update")
-    if writes_field(update, kind, revision_field):
-        raise refuse(f"The update writes the revision field {revision_field!r}: the writer "
-                     "sets it", "update")
-    if version is not None and writes_field(update, kind, field):
-        raise refuse(f"The update writes the version field {field!r} and version is given: "
-                     "give one of them", "update")
-    stamped = stamp_update(update, kind, revision_field=revision_field, field=field,
-                           version=version)
-    return GuardedWrite(collection, filter, {**filter, **exact_filter(revision_field, expected)},
-                        stamped, expected, revision_field, verify, dict(options))
+    if writes_field(update, kind, own.revision_field):
+        raise refuse(f"The update writes the revision field {own.revision_field!r}: the "
+                     "writer sets it", "update")
+    if own.version is not None and writes_field(update, kind, own.field):
+        raise refuse(f"The update writes the version field {own.field!r} and version is "
+                     "given: give one of them", "update")
+    stamped = stamp_update(update, kind, revision_field=own.revision_field, field=own.field,
+                           version=own.version)
+    return _guarded(collection, filter, expected, stamped, own)
 
 
 def prepare_replace(
-    collection: Any, filter: Any, expected: Any, replacement: Any, *, field: str,
-    revision_field: str, version: Any, verify: Any, options: Mapping[str, Any],
+    collection: Any, filter: Any, expected: Any, replacement: Any, options: Mapping[str, Any]
 ) -> GuardedWrite:
     """The guarded form of a ``replace_one``: the replacement's revision becomes expected + 1
     and, when ``version`` is given, its version that (0: no version field)."""
-    expected = _common(collection, filter, expected, field=field, revision_field=revision_field,
-                       version=version, verify=verify, options=options)
+    own = _own(options)
+    expected = _common(collection, filter, expected, own)
     if not isinstance(replacement, Mapping) or any(str(key).startswith("$")
                                                    for key in replacement):
         raise refuse("The replacement must be a plain document without $-prefixed keys",
                      "replacement")
     document = dict(replacement)
-    document[revision_field] = expected + 1
-    if version == 0:
-        document.pop(field, None)
-    elif version is not None:
-        document[field] = version
-    return GuardedWrite(collection, filter, {**filter, **exact_filter(revision_field, expected)},
-                        document, expected, revision_field, verify, dict(options))
+    document[own.revision_field] = expected + 1
+    if own.version == 0:
+        document.pop(own.field, None)
+    elif own.version is not None:
+        document[own.field] = own.version
+    return _guarded(collection, filter, expected, document, own)
+
+
+def _guarded(
+    collection: Any, filter: Mapping[str, Any], expected: int, document: Any, own: _Own
+) -> GuardedWrite:
+    return GuardedWrite(collection, filter,
+                        {**filter, **exact_filter(own.revision_field, expected)}, document,
+                        expected, own.revision_field, own.verify, own.driver)

@@ -79,18 +79,9 @@ class Upcaster:
         self._steps = resolved
         self._newer = newer
         self._collection = collection
-
-    @property
-    def current(self) -> int:
-        return self._spec.current
-
-    @property
-    def min(self) -> int:
-        return self._spec.min
-
-    @property
-    def field(self) -> str:
-        return self._spec.field
+        #: The contract's numbers, for callers: the version upcast documents end at, the
+        #: oldest still allowed, and the version field.
+        self.current, self.min, self.field = spec.current, spec.min, spec.field
 
     def _version(self, doc: Any) -> int:
         return version_of(doc, self._spec.field, self._spec.current, self._collection)

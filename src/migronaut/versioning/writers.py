@@ -2,8 +2,15 @@
 
 Collections are used structurally: anything with ``update_one``, ``replace_one``,
 ``find_one_and_update``, ``find_one`` and ``with_options`` (a pymongo ``Collection``; the ``a…``
-variants take an ``AsyncCollection``). Both flavours share :mod:`.guards`; they differ only in
-the awaits. The driver is imported only when a miss is verified.
+variants take an ``AsyncCollection``). Both flavours run one body (:func:`_write`); the sync
+one drives it with calls that never suspend. The driver is imported only when a miss is verified.
+
+Every writer takes its own keyword options — ``field`` (default ``__v``), ``revision_field``
+(``__rev``), ``version`` (also set the shape version; 0 removes it), ``verify`` (default true:
+re-read once on a miss to name the reason) — and passes the rest to pymongo (``session``,
+``hint``, ``collation``, ``array_filters``, ``let``, ``projection``, ``return_document``, …).
+A miss raises :class:`RevisionConflictError` with ``reason`` ``not-found``, ``conflict`` (and
+``actual``) or ``unknown``; a refused call raises ``CONFIG_INVALID`` before sending anything.
 """
 
 from __future__ import annotations
@@ -12,11 +19,10 @@ import asyncio
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, TypeVar, cast
 
 from migronaut.errors import RevisionConflictError, RunAbortedError
-from migronaut.versioning.fields import DEFAULT_FIELD, DEFAULT_REVISION_FIELD
 from migronaut.versioning.guards import (
     GuardedWrite,
     RevisionResult,
@@ -47,135 +53,105 @@ def _primary(write: GuardedWrite) -> Any:
     return write.collection.with_options(read_preference=ReadPreference.PRIMARY)
 
 
-def _verify_args(write: GuardedWrite) -> tuple[Mapping[str, Any], dict[str, Any]]:
-    """The re-read: the caller's filter without the guard, projecting only the revision."""
-    return write.caller_filter, {"projection": {"_id": 0, write.revision_field: 1},
-                                 **write.read_options}
+Call = Callable[..., Awaitable[Any]]
 
 
-def _verified(write: GuardedWrite) -> RevisionConflictError:
-    if not write.verify:
-        return write.conflict(None, read=False)
-    filter, options = _verify_args(write)
+async def _direct(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Calls a sync driver method: never suspends, so :func:`_sync` finishes in one step."""
+    return method(*args, **kwargs)
+
+
+async def _awaited(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return await method(*args, **kwargs)
+
+
+def _sync(coroutine: Coroutine[Any, Any, T]) -> T:
+    """The result of a coroutine that never suspends (driven by :func:`_direct`)."""
     try:
-        found = _primary(write).find_one(filter, **options)
-    except Exception:
-        return write.conflict(None, read=False)
-    return write.conflict(found, read=True)
+        coroutine.send(None)
+    except StopIteration as done:
+        return cast(T, done.value)
+    coroutine.close()
+    raise RuntimeError("a synchronous guarded write suspended")  # pragma: no cover
 
 
-async def _averified(write: GuardedWrite) -> RevisionConflictError:
+async def _write(write: GuardedWrite, method: str, call: Call) -> Any:
+    """One guarded write and, on a miss, the re-read naming the reason — the same body for
+    sync (``call`` = :func:`_direct`) and async (:func:`_awaited`) collections."""
+    send = getattr(write.collection, method)
+    if method == "find_one_and_update":
+        # the document after the update unless asked otherwise
+        document = await call(send, write.filter, write.document,
+                              **{"return_document": True, **write.options})
+        if document is not None:
+            return document
+    else:
+        result = write.result(await call(send, write.filter, write.document, **write.options))
+        if result is not None:
+            return result
     if not write.verify:
-        return write.conflict(None, read=False)
-    filter, options = _verify_args(write)
-    try:
-        found = await _primary(write).find_one(filter, **options)
+        raise write.conflict(None, read=False)
+    options = {"projection": {"_id": 0, write.revision_field: 1}, **write.read_options}
+    try:  # the caller's filter without the guard, on the primary, projecting the revision
+        found = await call(_primary(write).find_one, write.caller_filter, **options)
     except Exception:
-        return write.conflict(None, read=False)
-    return write.conflict(found, read=True)
-
-
-def _find_options(write: GuardedWrite) -> dict[str, Any]:
-    """``find_one_and_update`` returns the document after the update unless asked otherwise."""
-    return {"return_document": True, **write.options}
+        raise write.conflict(None, read=False) from None  # a failed re-read: unknown
+    raise write.conflict(found, read=True)
 
 
 def update_with_revision(
-    collection: Any, filter: Mapping[str, Any], expected_revision: int, update: Any, *,
-    field: str = DEFAULT_FIELD, revision_field: str = DEFAULT_REVISION_FIELD,
-    version: int | None = None, verify: bool = True, **options: Any,
+    collection: Any, filter: Mapping[str, Any], expected_revision: int, update: Any,
+    **options: Any,
 ) -> RevisionResult:
-    """``update_one`` that applies only at ``expected_revision`` and bumps it; a miss raises
-    :class:`RevisionConflictError` with its reason. ``options`` go to the driver."""
-    write = prepare_update(collection, filter, expected_revision, update, field=field,
-                           revision_field=revision_field, version=version, verify=verify,
-                           options=options)
-    result = write.result(collection.update_one(write.filter, write.document, **write.options))
-    if result is None:
-        raise _verified(write)
-    return result
+    """``update_one`` applied only at ``expected_revision``, bumping it (see the module)."""
+    write = prepare_update(collection, filter, expected_revision, update, options)
+    return cast(RevisionResult, _sync(_write(write, "update_one", _direct)))
 
 
 def replace_with_revision(
     collection: Any, filter: Mapping[str, Any], expected_revision: int,
-    replacement: Mapping[str, Any], *, field: str = DEFAULT_FIELD,
-    revision_field: str = DEFAULT_REVISION_FIELD, version: int | None = None,
-    verify: bool = True, **options: Any,
+    replacement: Mapping[str, Any], **options: Any,
 ) -> RevisionResult:
     """``replace_one`` at ``expected_revision``; the stored revision becomes expected + 1."""
-    write = prepare_replace(collection, filter, expected_revision, replacement, field=field,
-                            revision_field=revision_field, version=version, verify=verify,
-                            options=options)
-    result = write.result(collection.replace_one(write.filter, write.document, **write.options))
-    if result is None:
-        raise _verified(write)
-    return result
+    write = prepare_replace(collection, filter, expected_revision, replacement, options)
+    return cast(RevisionResult, _sync(_write(write, "replace_one", _direct)))
 
 
 def find_one_and_update_with_revision(
-    collection: Any, filter: Mapping[str, Any], expected_revision: int, update: Any, *,
-    field: str = DEFAULT_FIELD, revision_field: str = DEFAULT_REVISION_FIELD,
-    version: int | None = None, verify: bool = True, **options: Any,
+    collection: Any, filter: Mapping[str, Any], expected_revision: int, update: Any,
+    **options: Any,
 ) -> Any:
     """``find_one_and_update`` at ``expected_revision``: the document after the update (or
     before, with ``return_document=ReturnDocument.BEFORE``)."""
-    write = prepare_update(collection, filter, expected_revision, update, field=field,
-                           revision_field=revision_field, version=version, verify=verify,
-                           options=options)
-    document = collection.find_one_and_update(write.filter, write.document,
-                                              **_find_options(write))
-    if document is None:
-        raise _verified(write)
-    return document
+    write = prepare_update(collection, filter, expected_revision, update, options)
+    return _sync(_write(write, "find_one_and_update", _direct))
 
 
 async def aupdate_with_revision(
-    collection: Any, filter: Mapping[str, Any], expected_revision: int, update: Any, *,
-    field: str = DEFAULT_FIELD, revision_field: str = DEFAULT_REVISION_FIELD,
-    version: int | None = None, verify: bool = True, **options: Any,
+    collection: Any, filter: Mapping[str, Any], expected_revision: int, update: Any,
+    **options: Any,
 ) -> RevisionResult:
     """:func:`update_with_revision` over an ``AsyncCollection``."""
-    write = prepare_update(collection, filter, expected_revision, update, field=field,
-                           revision_field=revision_field, version=version, verify=verify,
-                           options=options)
-    result = write.result(await collection.update_one(write.filter, write.document,
-                                                      **write.options))
-    if result is None:
-        raise await _averified(write)
-    return result
+    write = prepare_update(collection, filter, expected_revision, update, options)
+    return cast(RevisionResult, await _write(write, "update_one", _awaited))
 
 
 async def areplace_with_revision(
     collection: Any, filter: Mapping[str, Any], expected_revision: int,
-    replacement: Mapping[str, Any], *, field: str = DEFAULT_FIELD,
-    revision_field: str = DEFAULT_REVISION_FIELD, version: int | None = None,
-    verify: bool = True, **options: Any,
+    replacement: Mapping[str, Any], **options: Any,
 ) -> RevisionResult:
     """:func:`replace_with_revision` over an ``AsyncCollection``."""
-    write = prepare_replace(collection, filter, expected_revision, replacement, field=field,
-                            revision_field=revision_field, version=version, verify=verify,
-                            options=options)
-    result = write.result(await collection.replace_one(write.filter, write.document,
-                                                       **write.options))
-    if result is None:
-        raise await _averified(write)
-    return result
+    write = prepare_replace(collection, filter, expected_revision, replacement, options)
+    return cast(RevisionResult, await _write(write, "replace_one", _awaited))
 
 
 async def afind_one_and_update_with_revision(
-    collection: Any, filter: Mapping[str, Any], expected_revision: int, update: Any, *,
-    field: str = DEFAULT_FIELD, revision_field: str = DEFAULT_REVISION_FIELD,
-    version: int | None = None, verify: bool = True, **options: Any,
+    collection: Any, filter: Mapping[str, Any], expected_revision: int, update: Any,
+    **options: Any,
 ) -> Any:
     """:func:`find_one_and_update_with_revision` over an ``AsyncCollection``."""
-    write = prepare_update(collection, filter, expected_revision, update, field=field,
-                           revision_field=revision_field, version=version, verify=verify,
-                           options=options)
-    document = await collection.find_one_and_update(write.filter, write.document,
-                                                    **_find_options(write))
-    if document is None:
-        raise await _averified(write)
-    return document
+    write = prepare_update(collection, filter, expected_revision, update, options)
+    return await _write(write, "find_one_and_update", _awaited)
 
 
 # ------------------------------------------------------------------------------ retry
@@ -207,6 +183,25 @@ def _stopped() -> RunAbortedError:
     return RunAbortedError("retry_on_conflict stopped by its signal")
 
 
+async def _retry(
+    fn: Callable[[int], Any], attempts: int, backoff: Callable[[int], float] | None,
+    call: Call, pause: Callable[[float], Awaitable[bool]], stopped: Callable[[], bool],
+) -> Any:
+    """The retry loop for both flavours: ``pause`` waits and says whether the signal fired."""
+    _check_retry(fn, attempts, backoff)
+    attempt = 1
+    while True:
+        if stopped():
+            raise _stopped()
+        try:
+            return await call(fn, attempt)
+        except RevisionConflictError as error:
+            wait = _delay(error, attempt, attempts, backoff)
+        if await pause(wait):
+            raise _stopped()
+        attempt += 1
+
+
 def retry_on_conflict(
     fn: Callable[[int], T], *, attempts: int = 3,
     backoff: Callable[[int], float] | None = None, signal: threading.Event | None = None,
@@ -215,21 +210,15 @@ def retry_on_conflict(
     :class:`RevisionConflictError` (any reason but ``not-found``), at most ``attempts`` times,
     waiting a full-jitter backoff between tries. Setting ``signal`` stops the wait
     (:class:`RunAbortedError`); any other error is raised at once."""
-    _check_retry(fn, attempts, backoff)
-    attempt = 1
-    while True:
-        if signal is not None and signal.is_set():
-            raise _stopped()
-        try:
-            return fn(attempt)
-        except RevisionConflictError as error:
-            wait = _delay(error, attempt, attempts, backoff)
-        if signal is not None:
-            if signal.wait(wait):
-                raise _stopped()
-        else:
-            time.sleep(wait)
-        attempt += 1
+
+    async def pause(seconds: float) -> bool:
+        if signal is None:
+            time.sleep(seconds)
+            return False
+        return signal.wait(seconds)
+
+    return cast(T, _sync(_retry(fn, attempts, backoff, _direct, pause,
+                                lambda: signal is not None and signal.is_set())))
 
 
 async def aretry_on_conflict(
@@ -237,22 +226,16 @@ async def aretry_on_conflict(
     backoff: Callable[[int], float] | None = None, signal: asyncio.Event | None = None,
 ) -> T:
     """:func:`retry_on_conflict` for a coroutine function; ``signal`` is an ``asyncio.Event``."""
-    _check_retry(fn, attempts, backoff)
-    attempt = 1
-    while True:
-        if signal is not None and signal.is_set():
-            raise _stopped()
+
+    async def pause(seconds: float) -> bool:
+        if signal is None:
+            await asyncio.sleep(seconds)
+            return False
         try:
-            return await fn(attempt)
-        except RevisionConflictError as error:
-            wait = _delay(error, attempt, attempts, backoff)
-        if signal is not None:
-            try:
-                await asyncio.wait_for(signal.wait(), wait)
-            except TimeoutError:
-                pass
-            else:
-                raise _stopped()
-        else:
-            await asyncio.sleep(wait)
-        attempt += 1
+            await asyncio.wait_for(signal.wait(), seconds)
+        except TimeoutError:
+            return False
+        return True
+
+    return cast(T, await _retry(fn, attempts, backoff, _awaited, pause,
+                                lambda: signal is not None and signal.is_set()))
