@@ -103,7 +103,13 @@ def update_with_revision(
     collection: Any, filter: Mapping[str, Any], expected_revision: int, update: Any,
     **options: Any,
 ) -> RevisionResult:
-    """``update_one`` applied only at ``expected_revision``, bumping it (see the module)."""
+    """``update_one`` applied only at ``expected_revision``, bumping the revision.
+
+    Own options: ``field`` (``__v``), ``revision_field`` (``__rev``), ``version`` (also set the
+    shape version; 0 removes it), ``verify`` (re-read once on a miss to name the reason); the
+    rest go to pymongo. Returns a :class:`RevisionResult`; a miss raises
+    :class:`RevisionConflictError` (``not-found``, ``conflict`` with ``actual``, ``unknown``).
+    """
     write = prepare_update(collection, filter, expected_revision, update, options)
     return cast(RevisionResult, _sync(_write(write, "update_one", _direct)))
 
