@@ -17,7 +17,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 LAYERS = (
     ("migronaut.errors", 0), ("migronaut._redact", 0), ("migronaut._version", 0),
     ("migronaut._mongod_rules", 0), ("migronaut.core", 1), ("migronaut.declared", 1),
-    ("migronaut.observability", 1),
+    ("migronaut.observability", 1), ("migronaut.versioning", 1),
     ("migronaut.background", 2), ("migronaut.commands", 3), ("migronaut.api", 4),
     ("migronaut.aio", 4),
 )

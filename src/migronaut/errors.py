@@ -77,8 +77,10 @@ __all__ = [
     "MigronautError",
     "NotAppliedError",
     "OutOfOrderMigrationError",
+    "RevisionConflictError",
     "RunAbortedError",
     "SandboxRefusedError",
+    "ShapeVersionError",
     "StateInvalidError",
     "TransactionsUnsupportedError",
 ]
@@ -298,6 +300,22 @@ class MigrationBlockedError(MigronautError):
     """An ordered single-file run is out of sequence."""
 
     code = "MIGRATION_BLOCKED"
+
+
+class RevisionConflictError(MigronautError):
+    """A guarded write (``migronaut.versioning``) matched no document at the expected revision.
+    ``context.reason`` is ``not-found``, ``conflict`` (with ``actual``) or ``unknown``;
+    ``context`` also has ``expected`` and ``collection``, never the filter."""
+
+    code = "REVISION_CONFLICT"
+
+
+class ShapeVersionError(MigronautError):
+    """A document's shape version cannot be read or upgraded (``migronaut.versioning``).
+    ``context.reason`` is ``newer``, ``below-min`` or ``invalid``; with ``version``,
+    ``current`` and ``collection`` when known."""
+
+    code = "SHAPE_VERSION_UNSUPPORTED"
 
 
 class BackgroundPendingError(MigronautError):
