@@ -13,7 +13,7 @@ already has changes nothing (Atlas does not retry an unchanged definition).
 
 Without ``--search`` the server answers these like a ``mongod`` without Search:
 :func:`not_enabled` (31082 ``SearchNotEnabled``). Indexes live as long as the server process —
-also with ``--path`` — and follow their collection's ``drop``/``dropDatabase``/``renameCollection``.
+also with ``--path`` — and go with their collection (``drop``, ``dropDatabase``).
 ``$search``/``$vectorSearch`` queries are not served.
 """
 
@@ -215,14 +215,12 @@ class SearchIndexes:
     # -- the catalog follows collections -------------------------------------------------------
 
     def follow(self, name: str | None, command: Mapping[str, Any], db: str) -> None:
-        """After a command succeeded: search indexes go with their collection — dropped,
-        renamed, or with its database."""
+        """After a command succeeded: search indexes go with their collection — dropped or
+        with its database."""
         if name == "drop" and isinstance(command.get("drop"), str):
             self.collection_dropped(db, command["drop"])
         elif name == "dropDatabase":
             self.database_dropped(db)
-        elif name == "renameCollection" and isinstance(command.get("to"), str):
-            self.collection_renamed(str(command["renameCollection"]), command["to"])
 
     def collection_dropped(self, db: str, coll: str) -> None:
         """Forget the indexes of a dropped collection (Atlas drops them with it)."""
@@ -231,15 +229,6 @@ class SearchIndexes:
     def database_dropped(self, db: str) -> None:
         for key in [key for key in self._by_collection if key[0] == db]:
             del self._by_collection[key]
-
-    def collection_renamed(self, source: str, target: str) -> None:
-        """Move a renamed collection's indexes (``db.coll`` namespaces), as they follow its
-        UUID on Atlas; a replaced target's indexes go."""
-        source_key, target_key = _split(source), _split(target)
-        indexes = self._by_collection.pop(source_key, None)
-        self._by_collection.pop(target_key, None)
-        if indexes is not None:
-            self._by_collection[target_key] = indexes
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -333,11 +322,6 @@ def _check_fields(command: Mapping[str, Any], where: str, allowed: set[str], *,
 def _not_found(command: Mapping[str, Any]) -> Refused:
     shown = f"'{command['name']}'" if "name" in command else f"with id '{command.get('id')}'"
     return Refused(27, "IndexNotFound", f"Search index {shown} not found")
-
-
-def _split(namespace: str) -> tuple[str, str]:
-    db, _, coll = namespace.partition(".")
-    return db, coll
 
 
 def _version(version: _Version) -> dict[str, Any]:
