@@ -337,3 +337,11 @@ def test_a_server_without_search_refuses_like_mongod_without_atlas(db: Db) -> No
     ]
     for send in sends:
         assert refused(send) == (31082, "SearchNotEnabled", NOT_ENABLED)
+
+
+def test_a_search_delay_out_of_range_is_config_invalid() -> None:
+    from migronaut.devserver import start_subprocess
+    from migronaut.errors import ConfigInvalidError
+
+    with pytest.raises(ConfigInvalidError, match="--search-delay must be between 0 and 3600"):
+        start_subprocess(search=True, search_delay=-1)
