@@ -141,6 +141,33 @@ def sharded_client(sharded_uri: str) -> Iterator[MongoClient[dict[str, Any]]]:
     yield from _session_client(sharded_uri)
 
 
+#: Seconds a search index build spends PENDING, then BUILDING, on the ``search_uri`` server.
+SEARCH_DELAY = 0.2
+
+
+@pytest.fixture(scope="session")
+def search_uri() -> Iterator[str]:
+    """The URI of a dev server in ``--search`` mode (Atlas's search-index commands, builds of
+    ``2 * SEARCH_DELAY`` seconds), started the first time a test asks."""
+    from migronaut.devserver import start_subprocess
+    from migronaut.errors import MigronautError
+
+    try:
+        server = start_subprocess(search=True, search_delay=SEARCH_DELAY)
+    except MigronautError as error:
+        if os.environ.get(TEST_URI_VARIABLE, "").strip():  # a real server, maybe no mongoeco
+            pytest.skip(f"cannot start the search dev server: {error.message}")
+        pytest.fail(f"cannot start the search dev server: {error.message}", pytrace=False)
+    with server:
+        yield server.uri
+
+
+@pytest.fixture(scope="session")
+def search_client(search_uri: str) -> Iterator[MongoClient[dict[str, Any]]]:
+    """A pymongo client on the ``--search`` dev server."""
+    yield from _session_client(search_uri)
+
+
 @pytest.fixture
 def db_name(client: MongoClient[dict[str, Any]]) -> Iterator[str]:
     """A database name unique to this test; the database is dropped after the test."""

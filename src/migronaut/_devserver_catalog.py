@@ -17,11 +17,15 @@ __all__ = [
     "STORED_BY_LAYER",
     "IndexExtras",
     "Refused",
+    "bson_type_name",
     "full_collation",
+    "missing_field",
     "mongod_collection",
     "mongod_index",
     "mongoeco_index_spec",
+    "unknown_field",
     "with_collection_collation",
+    "wrong_type",
 ]
 
 #: Index options mongoeco refuses or drops: the layer keeps them and lists them back.
@@ -60,6 +64,32 @@ class Refused(Exception):
     def __init__(self, code: int, code_name: str, message: str, **details: Any) -> None:
         super().__init__(message)
         self.code, self.code_name, self.message, self.details = code, code_name, message, details
+
+
+def bson_type_name(value: Any) -> str:
+    """The BSON type name mongod's messages give for ``value``."""
+    names = {bool: "bool", int: "int", float: "double", str: "string", list: "array"}
+    if value is None:
+        return "null"
+    return "object" if isinstance(value, Mapping) else names.get(type(value), "unknown")
+
+
+def wrong_type(field: str, value: Any, expected: str) -> Refused:
+    """mongod's command-parser error for a field of the wrong type (``field`` is dotted from the
+    command name, e.g. ``collMod.index``)."""
+    return Refused(14, "TypeMismatch", f"BSON field '{field}' is the wrong type "
+                   f"'{bson_type_name(value)}', expected type '{expected}'")
+
+
+def unknown_field(field: str) -> Refused:
+    """mongod's command-parser error for a field it does not know."""
+    return Refused(40415, "Location40415", f"BSON field '{field}' is an unknown field.")
+
+
+def missing_field(field: str) -> Refused:
+    """mongod's command-parser error for a required field left out."""
+    return Refused(40414, "Location40414",
+                   f"BSON field '{field}' is missing but a required field")
 
 
 class IndexExtras:

@@ -16,7 +16,14 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
-from migronaut._devserver_catalog import IndexExtras, Refused, mongod_collection, mongod_index
+from migronaut._devserver_catalog import (
+    IndexExtras,
+    Refused,
+    mongod_collection,
+    mongod_index,
+    unknown_field,
+    wrong_type,
+)
 
 __all__ = ["CollMod", "set_collection_options"]
 
@@ -34,14 +41,8 @@ _MAX_TTL: Final = 2**31 - 1
 _NOT_TO_RECREATE: Final = frozenset({"ns", "v"})
 
 
-def _type_name(value: Any) -> str:
-    names = {bool: "bool", int: "int", float: "double", str: "string", list: "array"}
-    return "object" if isinstance(value, Mapping) else names.get(type(value), "unknown")
-
-
 def _wrong_type(field: str, value: Any, expected: str) -> Refused:
-    return Refused(14, "TypeMismatch", f"BSON field 'collMod.{field}' is the wrong type "
-                   f"'{_type_name(value)}', expected type '{expected}'")
+    return wrong_type(f"collMod.{field}", value, expected)
 
 
 def _shown(key: Mapping[str, Any]) -> str:
@@ -60,8 +61,7 @@ class CollMod:
             raise _wrong_type("collMod", coll, "string")
         for field in command:
             if field not in _IGNORED and field not in _VALIDATION and field != "index":
-                raise Refused(40415, "Location40415",
-                              f"BSON field 'collMod.{field}' is an unknown field.")
+                raise unknown_field(f"collMod.{field}")
         self._check_validation(command)
         found = await self._run({"listCollections": 1, "filter": {"name": coll}})
         listed = found["cursor"]["firstBatch"]
@@ -116,8 +116,7 @@ class CollMod:
         unknown = [name for name in request
                    if name not in _INDEX_CHANGES and name not in ("name", "keyPattern")]
         if unknown:
-            raise Refused(40415, "Location40415",
-                          f"BSON field 'collMod.index.{unknown[0]}' is an unknown field.")
+            raise unknown_field(f"collMod.index.{unknown[0]}")
         if "name" in request and "keyPattern" in request:
             raise Refused(72, "InvalidOptions", "Cannot specify both key pattern and name.")
         if "name" not in request and "keyPattern" not in request:

@@ -17,6 +17,9 @@ migronaut, its tests and the official clients depend on it:
   (:mod:`migronaut._devserver_collmod`), ``listIndexes``/``listCollections`` replies are reshaped
   as ``mongod`` 7.0 lists them and ``createIndexes`` keeps the options mongoeco cannot store
   (:mod:`migronaut._devserver_catalog`);
+* **Atlas Search index commands** (``createSearchIndexes``, ``updateSearchIndex``,
+  ``dropSearchIndex``, ``$listSearchIndexes``): served like Atlas with ``search``
+  (:mod:`migronaut._devserver_search`), refused like a ``mongod`` without Search otherwise (31082);
 * ``standalone``: ``startTransaction`` is refused like a standalone ``mongod`` (error 20);
 * ``sharded``: ``hello`` answers like a ``mongos`` and a ``find``'s ``min``/``max`` index bounds
   are applied as a filter (mongoeco ignores them).
@@ -40,6 +43,7 @@ from migronaut._devserver_catalog import (
     with_collection_collation,
 )
 from migronaut._devserver_collmod import CollMod, set_collection_options
+from migronaut._devserver_search import SearchIndexes, is_search_request, not_enabled
 from migronaut._mongod_rules import Violation, check_batch_size, check_command, is_nested_spec
 from migronaut.errors import ConfigInvalidError
 
@@ -64,8 +68,10 @@ _NOT_ON_MONGOS: Final = (
 )
 
 
-def install(server: Any, *, strict: bool, standalone: bool, sharded: bool) -> None:
-    """Put the layer in front of ``server``'s command executor (before it starts)."""
+def install(server: Any, *, strict: bool, standalone: bool, sharded: bool,
+            search: SearchIndexes | None = None) -> None:
+    """Put the layer in front of ``server``'s command executor (before it starts); ``search``
+    serves the search-index commands (``None``: refused as by a ``mongod`` without Search)."""
     from bson.int64 import Int64
     from mongoeco.errors import OperationFailure
 
@@ -103,11 +109,14 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool) -> No
             if batch is not None:
                 raise _refusal(batch)
             name = next((key for key in body if key not in _INTERNAL_KEYS), None)
-            if name == "collMod":  # served here: a context mongoeco accepts, carrying the command
+            searching = is_search_request(name, body)
+            if searching and search is None:
+                raise _refused(not_enabled())
+            if name == "collMod" or searching:  # served here: a context mongoeco accepts
                 carrier = {key: body[key] for key in body if key in _INTERNAL_KEYS}
                 context = prepare({"ping": 1, **carrier}, **options)
                 command = {key: body[key] for key in body if key not in _INTERNAL_KEYS}
-                return dataclasses.replace(context, command_name="collMod",
+                return dataclasses.replace(context, command_name=name,
                                            command_document=command)
             aside = _split_index_specs(body) if name == "createIndexes" else None
             if isinstance(name, str) and surface is not None and \
@@ -136,6 +145,9 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool) -> No
                 raise _refusal(violation)
         _merge_nested_specs(command)
         try:
+            if search is not None and is_search_request(name, command):
+                return await search.serve(name, command, context.db_name,
+                                          inside(context, context.db_name))
             if name == "collMod":
                 run = inside(context, context.db_name)
                 return await CollMod(context.db_name, run, set_options, extras)(command)
@@ -143,12 +155,13 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool) -> No
                 return await _create_indexes(original, context, command, aside,
                                              inside(context, context.db_name), extras)
         except Refused as refusal:
-            raise OperationFailure(refusal.message, code=refusal.code, details={
-                "codeName": refusal.code_name, **refusal.details}) from None
+            raise _refused(refusal) from None
         if refused:
             reply = await _update_without(original, context, command, refused)
         else:
             reply = await original(context)
+        if search is not None and isinstance(reply, dict) and reply.get("ok"):
+            search.follow(name, command, context.db_name)
         if isinstance(reply, dict):
             cursor = reply.get("cursor")
             if isinstance(cursor, dict) and isinstance(cursor.get("id"), int):
@@ -174,8 +187,6 @@ Run = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 def _split_index_specs(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Take out of a ``createIndexes`` body what mongoeco cannot store (it would refuse the
     command); returns it by index name."""
-    from mongoeco.errors import OperationFailure
-
     aside: dict[str, dict[str, Any]] = {}
     specs = body.get("indexes")
     if not isinstance(specs, list):
@@ -185,8 +196,7 @@ def _split_index_specs(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
             try:
                 specs[position], aside[str(spec.get("name"))] = mongoeco_index_spec(spec)
             except Refused as refusal:
-                raise OperationFailure(refusal.message, code=refusal.code,
-                                       details={"codeName": refusal.code_name}) from None
+                raise _refused(refusal) from None
     return aside
 
 
@@ -240,6 +250,14 @@ async def _reshape_listing(
                                 for doc in batch]
         return
     cursor["firstBatch"] = [mongod_collection(doc) for doc in batch]
+
+
+def _refused(refusal: Refused) -> Exception:
+    """A refusal of the layer as the error mongoeco turns into mongod's reply."""
+    from mongoeco.errors import OperationFailure
+
+    return OperationFailure(refusal.message, code=refusal.code,
+                            details={"codeName": refusal.code_name, **refusal.details})
 
 
 def _refusal(violation: Violation) -> Exception:

@@ -16,7 +16,7 @@ Invariants:
 It is a development convenience, never a production store (see ``docs/`` for its known limits).
 
 Run it directly with ``python -m migronaut.devserver --port N [--path F] [--auth user:pass]
-[--standalone | --sharded] [--no-strict]``.
+[--standalone | --sharded] [--no-strict] [--search [--search-delay S]]``.
 """
 
 from __future__ import annotations
@@ -48,9 +48,11 @@ from migronaut.errors import (
 )
 
 __all__ = [
+    "DEFAULT_SEARCH_DELAY",
     "PYTHON_ENV_VAR",
     "DevServerProcess",
     "build_uri",
+    "check_search_delay",
     "default_python",
     "main",
     "parse_auth",
@@ -69,6 +71,8 @@ _INSTALL_HINT: Final = (
     "pip install 'migronaut[embedded]' on Python 3.13+"
 )
 _SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
+#: Seconds a search index build spends in each of PENDING and BUILDING (and a drop in DELETING).
+DEFAULT_SEARCH_DELAY: Final = 1.0
 
 
 def build_uri(host: str, port: int, auth: tuple[str, str] | None = None) -> str:
@@ -102,6 +106,8 @@ def serve(
     standalone: bool = False,
     sharded: bool = False,
     strict: bool = True,
+    search: bool = False,
+    search_delay: float = DEFAULT_SEARCH_DELAY,
     on_ready: Callable[[str], None],
 ) -> None:
     """Serve a MongoDB-compatible endpoint until SIGINT or SIGTERM, then close it and return.
@@ -111,7 +117,9 @@ def serve(
     refuses transactions exactly as a standalone ``mongod`` does (error 20); ``sharded`` answers
     ``hello`` like a ``mongos`` (a test aid: the shard metadata is whatever is put in the
     ``config`` database, the data lives on one node); ``strict`` (the default) refuses what
-    ``mongod`` refuses, with its codes (see :mod:`migronaut._devserver_wire`). ``on_ready`` is
+    ``mongod`` refuses, with its codes (see :mod:`migronaut._devserver_wire`); ``search`` answers
+    Atlas's search-index commands like Atlas, each build spending ``search_delay`` seconds in
+    ``PENDING`` and again in ``BUILDING`` (see :mod:`migronaut._devserver_search`). ``on_ready`` is
     called once with the connection URI (it carries the password: redact it before printing).
     Must run in the main thread, which receives the signals.
     """
@@ -129,6 +137,7 @@ def serve(
         from mongoeco.engines import SQLiteEngine
         from mongoeco.wire import AsyncMongoEcoProxyServer, WireAuthUser
 
+        from migronaut._devserver_search import SearchIndexes
         from migronaut._devserver_wire import install
     except ImportError as error:
         raise ConfigInvalidError(f"{_INSTALL_HINT} (mongoeco is not installed)") from error
@@ -136,6 +145,7 @@ def serve(
         raise ConfigInvalidError(
             f"--port must be between 0 and 65535 (got {port})", {"flag": "--port"}
         )
+    check_search_delay(search_delay)
     if auth is not None and not (auth[0] and auth[1]):
         raise ConfigInvalidError("dev server auth needs a non-empty user and password")
     if path is not None:
@@ -156,7 +166,8 @@ def serve(
             pymongo_profile="auto-installed",  # the strict profile refuses newer pymongo
             auth_users=users,
         )
-        install(server, strict=strict, standalone=standalone, sharded=sharded)
+        install(server, strict=strict, standalone=standalone, sharded=sharded,
+                search=SearchIndexes(search_delay) if search else None)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         installed = _install_signal_handlers(loop, stop)
@@ -182,6 +193,15 @@ def serve(
             _remove_signal_handlers(loop, installed)
 
     asyncio.run(run())
+
+
+def check_search_delay(seconds: float) -> None:
+    """Refuse a ``--search-delay`` that is negative, not finite or over an hour."""
+    if not 0 <= seconds <= 3600:  # also refuses NaN
+        raise ConfigInvalidError(
+            f"--search-delay must be between 0 and 3600 seconds (got {seconds})",
+            {"flag": "--search-delay"},
+        )
 
 
 def _install_signal_handlers(
@@ -291,6 +311,8 @@ def start_subprocess(
     standalone: bool = False,
     sharded: bool = False,
     strict: bool = True,
+    search: bool = False,
+    search_delay: float | None = None,
     timeout: float = 30.0,
 ) -> DevServerProcess:
     """Start ``python -m migronaut.devserver`` and wait (up to ``timeout`` s) for its URI line.
@@ -298,7 +320,8 @@ def start_subprocess(
     ``python`` defaults to :func:`default_python`. That interpreter must have
     ``migronaut[embedded]`` installed. Raises :class:`ConfigInvalidError` when the server refuses
     its options or its interpreter, :class:`ConnectionFailedError` when it fails otherwise or does
-    not print its URI in time.
+    not print its URI in time. ``search``/``search_delay``: Atlas Search index commands served
+    (see :func:`serve`).
     """
     interpreter = python or default_python()
     argv = [interpreter, "-m", "migronaut.devserver", "--port", str(port)]
@@ -310,6 +333,10 @@ def start_subprocess(
         argv.append("--sharded")
     if not strict:
         argv.append("--no-strict")
+    if search:
+        argv.append("--search")
+    if search_delay is not None:
+        argv += ["--search-delay", repr(float(search_delay))]
     shown = list(argv)  # for error messages: the password masked
     if auth is not None:
         argv += ["--auth", f"{auth[0]}:{auth[1]}"]
@@ -416,6 +443,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--no-strict", dest="strict", action="store_false",
         help="accept what mongod refuses, as mongoeco does (strict is the default)",
     )
+    parser.add_argument(
+        "--search", action="store_true",
+        help="answer Atlas Search index commands like Atlas (builds take --search-delay)",
+    )
+    parser.add_argument(
+        "--search-delay", type=float, default=DEFAULT_SEARCH_DELAY, metavar="SECONDS",
+        help=f"time a search index build spends PENDING, then BUILDING "
+        f"({DEFAULT_SEARCH_DELAY:g})",
+    )
     args = parser.parse_args(argv)
 
     def announce(uri: str) -> None:
@@ -431,6 +467,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             standalone=args.standalone,
             sharded=args.sharded,
             strict=args.strict,
+            search=args.search,
+            search_delay=args.search_delay,
             on_ready=announce,
         )
     except MigronautError as error:

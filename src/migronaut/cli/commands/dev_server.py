@@ -37,9 +37,14 @@ _CONFIG_FLAGS = (("uri", "--uri"), ("db", "--db"), ("dir", "--dir"), ("config", 
 @click.option("--strict/--no-strict", default=True, show_default=True,
               help="Refuse what mongod refuses, with its error codes; --no-strict accepts "
               "whatever mongoeco accepts.")
+@click.option("--search", is_flag=True,
+              help="Answer Atlas Search index commands like Atlas (for testing; builds move "
+              "PENDING → BUILDING → READY, --search-delay seconds each).")
+@click.option("--search-delay", metavar="SECONDS",
+              help="With --search: seconds a build spends PENDING, then BUILDING (default 1).")
 def dev_server(
     session: Session, port: str | None, data_path: str | None, auth: str | None,
-    standalone: bool, sharded: bool, strict: bool,
+    standalone: bool, sharded: bool, strict: bool, search: bool, search_delay: str | None,
 ) -> int:
     from migronaut import devserver
 
@@ -48,7 +53,7 @@ def dev_server(
     if given:
         raise ConfigInvalidError(
             f"{given[0]} does not apply to dev-server: it reads no configuration (its options "
-            "are --port, --path, --auth, --standalone, --sharded, --no-strict)",
+            "are --port, --path, --auth, --standalone, --sharded, --no-strict, --search)",
             {"option": given[0]},
         )
     number = parse_int(port, "--port")
@@ -56,6 +61,16 @@ def dev_server(
         raise ConfigInvalidError(
             f"--port must be between 0 and 65535 (got {port!r})", {"option": "--port"}
         )
+    delay = devserver.DEFAULT_SEARCH_DELAY
+    if search_delay is not None:
+        try:
+            delay = float(search_delay)
+        except ValueError:
+            raise ConfigInvalidError(
+                f"--search-delay must be a number of seconds (got {search_delay!r})",
+                {"option": "--search-delay"},
+            ) from None
+        devserver.check_search_delay(delay)
     credentials = devserver.parse_auth(auth) if auth is not None else None
     out = session.out
 
@@ -65,6 +80,8 @@ def dev_server(
         else:
             out.result_line(uri)
         where = f"data in {data_path}" if data_path else "in memory"
+        if search:
+            where += ", Atlas Search index commands served"
         out.note(f"Dev server ready ({where}) — press Ctrl-C to stop")
 
     try:
@@ -76,6 +93,8 @@ def dev_server(
             standalone=standalone,
             sharded=sharded,
             strict=strict,
+            search=search,
+            search_delay=delay,
             on_ready=ready,
         )
     except ConfigInvalidError as error:
