@@ -288,6 +288,12 @@ def _scenario_for(event: str, project: Any) -> tuple[dict[str, Any], Any]:
             return migrator.up("0001_a.py")
 
         return {}, skip
+    if event.startswith("converge:"):
+        def converge(migrator: Any) -> Any:
+            assert migrator.converge().changed == 2
+            return []
+
+        return {"collections": [{"name": "c", "indexes": [{"key": {"a": 1}}]}]}, converge
     if event == "migration:error":
         project.write_migration("0001_fail", "def up(ctx):\n    raise ValueError('boom')\n\n"
                                              "def down(ctx):\n    pass\n")

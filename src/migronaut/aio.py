@@ -175,6 +175,8 @@ class AsyncMigrator:
     up = _threaded(Migrator.up)
     down = _threaded(Migrator.down)
     redo = _threaded(Migrator.redo)
+    converge = _threaded(Migrator.converge)
+    converge_history = _threaded(Migrator.converge_history)
     status = _threaded(Migrator.status)
     pending = _threaded(Migrator.pending)
     dry_run = _threaded(Migrator.dry_run)

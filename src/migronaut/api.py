@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 from migronaut.commands import adopt, lock, logs, migrate, startup, status
+from migronaut.commands import converge as converge_command
 from migronaut.commands.background import BackgroundWiring
 from migronaut.core.connection import Connection
 from migronaut.core.project import Project
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from migronaut.core.config import Config
     from migronaut.core.hooks import Hooks
     from migronaut.core.run import Direction
+    from migronaut.declared.plan import ConvergeResult
     from migronaut.observability.events import Listener
     from migronaut.observability.history import RunLog, RunRecord
     from migronaut.observability.recorder import RunRecorder
@@ -273,6 +275,22 @@ class Migrator:
         """Revert then re-apply the newest applied migration (or ``file``) under one lock."""
         return migrate.redo(self._ws, file, no_lock=no_lock, requested_by=requested_by,
                             reason=reason)
+
+    def converge(self, *, dry_run: bool = False, prune: bool = False, no_lock: bool = False,
+                 ordered: bool = False, rebuild_unique: bool = False,
+                 wait_for_search_indexes: bool | None = None, requested_by: str | None = None,
+                 reason: str | None = None) -> ConvergeResult:
+        """Make the declared collections, validators and indexes exist as declared, under the
+        lock (``dry_run``: plan only — no lock, no writes, no events). Any conflict refuses the
+        whole run before the first write (``CONVERGE_FAILED``); see docs/collections.md."""
+        return converge_command.converge(self._ws, converge_command.ConvergeOptions(
+            dry_run=dry_run, prune=prune, no_lock=no_lock, ordered=ordered,
+            rebuild_unique=rebuild_unique, wait_for_search_indexes=wait_for_search_indexes,
+            requested_by=requested_by, reason=reason))
+
+    def converge_history(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The newest ``limit`` (1–1000) converge history entries, newest first."""
+        return converge_command.converge_history(self._ws, limit)
 
     def import_changelog(self, tool: str = "migrate-mongo", *, source: str | None = None,
                          target: str | None = None, dry_run: bool = False,

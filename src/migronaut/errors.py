@@ -28,6 +28,7 @@ original exception as ``__cause__``::
     ├── AuditFailedError               AUDIT_FAILED                22
     ├── OutOfOrderMigrationError       MIGRATION_OUT_OF_ORDER      23
     ├── MigrationBlockedError          MIGRATION_BLOCKED           24
+    ├── ConvergeFailedError            CONVERGE_FAILED             27
     ├── BackgroundPendingError         BACKGROUND_PENDING          31
     ├── BackgroundFailedError          BACKGROUND_FAILED           32
     ├── BackgroundConflictError        BACKGROUND_CONFLICT         33
@@ -39,8 +40,9 @@ understand (a changelog record with an unknown status, two records for one migra
 code of the original means "we cannot read what is stored", and none of them may stand for it:
 fail closed, never "pending".
 
-Exit code ``2`` (``PENDING_MIGRATIONS``) is a CLI condition of ``status --check``, not an error
-class; anything that is not a migronaut error exits ``1``; a second SIGINT/SIGTERM exits 130/143.
+Exit code ``2`` (``PENDING_MIGRATIONS``) is a CLI condition of ``status --check``, and ``28``
+(``COLLECTIONS_DRIFT``) one of ``converge --check``, not error classes; anything that is not a
+migronaut error exits ``1``; a second SIGINT/SIGTERM exits 130/143.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ __all__ = [
     "ConfigFileExistsError",
     "ConfigInvalidError",
     "ConnectionFailedError",
+    "ConvergeFailedError",
     "HookFailedError",
     "ImportTargetNotEmptyError",
     "IrreversibleMigrationError",
@@ -300,6 +303,14 @@ class MigrationBlockedError(MigronautError):
     """An ordered single-file run is out of sequence."""
 
     code = "MIGRATION_BLOCKED"
+
+
+class ConvergeFailedError(MigronautError):
+    """``converge`` refused its plan or failed on the way. ``context.phase`` is ``plan``
+    (conflicts, refused before the first write), ``replan`` (a collection changed mid-run),
+    ``apply`` (a step failed) or ``wait``; ``context.converge`` is the result so far."""
+
+    code = "CONVERGE_FAILED"
 
 
 class RevisionConflictError(MigronautError):

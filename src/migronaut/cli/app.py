@@ -41,6 +41,7 @@ COMMAND_MODULES = (
     "migronaut.cli.commands.init",
     "migronaut.cli.commands.create",
     "migronaut.cli.commands.migrate",
+    "migronaut.cli.commands.converge",
     "migronaut.cli.commands.inspect",
     "migronaut.cli.commands.lock",
     "migronaut.cli.commands.adopt",

@@ -26,6 +26,9 @@ EVENTS = (
     "lock:acquired",
     "lock:released",
     "lock:lost",
+    "converge:start",
+    "converge:action",
+    "converge:end",
 )
 
 _log = logging.getLogger("migronaut.events")

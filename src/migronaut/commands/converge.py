@@ -1,0 +1,418 @@
+"""``converge``: make the declared collections, validators and indexes exist as declared
+(collections.md §2.2, §2.3, §2.6, §2.8, §2.9).
+
+The dry run reads and plans (no lock, no events, no history). The real run is a locked run
+(:mod:`migronaut.core.locked_run`, ``command: 'converge'``) that reads everything, plans, refuses
+any conflict before the first write, then per collection re-reads and re-plans, applies the
+steps (:mod:`migronaut.commands.converge_apply`) and re-plans once more (the fixed-point check).
+
+Invariants: options are checked before anything is resolved or connected; a conflict anywhere
+refuses the whole run before any write; a re-plan that introduces a conflict or a destructive
+row stops before touching that collection; every row of a result is settled; a failure after
+``converge:start`` still produces ``converge:end``, a history entry and ``context.converge``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from migronaut.commands.converge_apply import StepFailed, apply_step
+from migronaut.commands.converge_read import ServerFacts, read_live, read_one, server_facts
+from migronaut.core.locked_run import check_between, locked_run
+from migronaut.declared.plan import CollectionPlan, ConvergeResult, PlanRow
+from migronaut.declared.planner import PlanOptions, plan_collection
+from migronaut.declared.search_plan import SearchAvailability
+from migronaut.declared.sources import load_definitions
+from migronaut.errors import (
+    ConfigInvalidError,
+    ConvergeFailedError,
+    MigrationBlockedError,
+    MigronautError,
+    describe_exception,
+)
+from migronaut.observability.converge_history import ConvergeHistory
+
+if TYPE_CHECKING:
+    from pymongo.database import Database
+
+    from migronaut.core.run import Run
+    from migronaut.core.workspace import Workspace
+    from migronaut.declared.definition import CollectionDefinition
+
+__all__ = ["ConvergeOptions", "converge", "converge_history", "validate_converge_options"]
+
+_LABELS = {"index": "index", "validator": "validator", "collection": "collection",
+           "searchIndex": "search index"}
+_DONE = {"create": "Created", "modify": "Modified", "recreate": "Rebuilt", "drop": "Dropped"}
+
+
+@dataclass(frozen=True)
+class ConvergeOptions:
+    """The call's options (§2.2); ``trigger`` is ``converge`` or ``up``."""
+
+    dry_run: bool = False
+    prune: bool = False
+    no_lock: bool = False
+    ordered: bool = False
+    rebuild_unique: bool = False
+    wait_for_search_indexes: bool | None = None
+    requested_by: str | None = None
+    reason: str | None = None
+    trigger: str = "converge"
+
+
+def validate_converge_options(options: ConvergeOptions) -> None:
+    """Every check that needs no config and no connection (``CONFIG_INVALID``)."""
+    for key in ("dry_run", "prune", "no_lock", "ordered", "rebuild_unique"):
+        if not isinstance(getattr(options, key), bool):
+            raise ConfigInvalidError(f"{key} must be a boolean", {"option": key})
+    wait = options.wait_for_search_indexes
+    if wait is not None and not isinstance(wait, bool):
+        raise ConfigInvalidError("wait_for_search_indexes must be a boolean",
+                                 {"option": "wait_for_search_indexes"})
+    if options.dry_run and wait:
+        raise ConfigInvalidError("wait_for_search_indexes cannot be combined with dry_run",
+                                 {"option": "wait_for_search_indexes"})
+    for key, limit in (("requested_by", 128), ("reason", 512)):
+        value = getattr(options, key)
+        if value is not None and (not isinstance(value, str) or len(value) > limit):
+            raise ConfigInvalidError(f"{key} must be a string of at most {limit} characters",
+                                     {"option": key})
+
+
+def converge_history(ws: Workspace, limit: int = 20) -> list[dict[str, Any]]:
+    """The newest ``limit`` history entries (§2.9), newest first."""
+    from migronaut.observability.converge_history import check_limit
+
+    check_limit(limit)
+    with ws.slot.busy():
+        ws.connection.connect()
+        return _history(ws).entries(limit)
+
+
+def _history(ws: Workspace) -> ConvergeHistory:
+    collection = ws.connection.db[ws.project.config.converge_log_collection]
+    return ConvergeHistory(collection, ws.project.logger)
+
+
+def converge(ws: Workspace, options: ConvergeOptions) -> ConvergeResult:
+    """Plan (``dry_run``) or converge every declared collection."""
+    validate_converge_options(options)
+    definitions = load_definitions(ws.project.config)
+    logger = ws.project.logger
+    if not definitions:
+        if not options.dry_run:
+            logger.info("No collections declared — set collections or collections_dir to "
+                        "declare some")
+        return ConvergeResult(dry_run=options.dry_run, changed=0, in_sync=True)
+    if options.dry_run:
+        with ws.slot.busy():
+            ws.connection.connect()
+            plans, _ = _plan_all(ws, definitions, options)
+        result = ConvergeResult.planned(plans)
+        changing = sum(1 for plan in plans if plan.changes)
+        level = 20 if result.changed else 10
+        logger.log(level, "Planned %d change(s) in %d of %d collection(s)", result.changed,
+                   changing, len(plans))
+        return result
+    box: list[ConvergeResult] = []
+    locked_run(ws, "converge", None,
+               lambda run: box.append(_Converge(ws, run, definitions, options).run()),
+               no_lock=options.no_lock, requested_by=options.requested_by,
+               reason=options.reason)
+    return box[0]
+
+
+def _plan_options(options: ConvergeOptions, facts: ServerFacts,
+                  search: SearchAvailability) -> PlanOptions:
+    return PlanOptions(prune=options.prune, rebuild_unique=options.rebuild_unique,
+                       capabilities=facts.capabilities, search=search)
+
+
+def _search_availability(ws: Workspace, definitions: Sequence[CollectionDefinition]
+                         ) -> tuple[SearchAvailability, bool]:
+    """``(availability, read search lists?)``: probed only when some definition declares
+    search indexes."""
+    from migronaut.commands.converge_read import primary, search_availability
+
+    on_unavailable = ws.project.config.on_search_unavailable
+    wanted = [d for d in definitions if d.search_indexes is not None]
+    if not wanted:
+        return SearchAvailability(True, on_unavailable), False
+    availability, _ = search_availability(primary(ws.connection.db), wanted[0].name,
+                                          on_unavailable)
+    return availability, availability.available
+
+
+def _plan_all(ws: Workspace, definitions: Sequence[CollectionDefinition],
+              options: ConvergeOptions
+              ) -> tuple[list[CollectionPlan], tuple[ServerFacts, SearchAvailability, bool]]:
+    db = ws.connection.db
+    facts = server_facts(db)
+    search, read_search = _search_availability(ws, definitions)
+    live = read_live(db, definitions, mongos=facts.mongos, search=read_search)
+    plan_options = _plan_options(options, facts, search)
+    plans = [plan_collection(d, live[d.name], plan_options) for d in definitions]
+    return plans, (facts, search, read_search)
+
+
+def _describe_conflict(collection: str, row: PlanRow) -> str:
+    if row.target == "collection":
+        return f"{collection} {row.reason}"
+    what = {"index": f'index "{row.name}"', "searchIndex": f'search index "{row.name}"',
+            "validator": "the validator"}[row.target]
+    return f"{collection} {what}: {row.reason}"
+
+
+def _counts(plans: Sequence[CollectionPlan]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for plan in plans:
+        for row in plan.actions:
+            counts[row.action] = counts.get(row.action, 0) + 1
+    return counts
+
+
+class _Converge:
+    """One real converge inside its locked run (§2.3 steps 3–10)."""
+
+    def __init__(self, ws: Workspace, run: Run, definitions: Sequence[CollectionDefinition],
+                 options: ConvergeOptions) -> None:
+        self.ws = ws
+        self.run_ = run
+        self.definitions = definitions
+        self.options = options
+        self.logger = ws.project.logger
+        self.emit: Callable[..., None] = ws.events.emit
+        self.plans: list[CollectionPlan] = []
+        self.unstable: list[dict[str, Any]] = []
+        self.started = time.monotonic()
+        self.started_at = time.time()
+
+    # ------------------------------------------------------------------------------- run
+
+    def run(self) -> ConvergeResult:
+        if self.options.ordered:
+            self._check_ordered()
+        self.plans, (facts, search, read_search) = _plan_all(
+            self.ws, self.definitions, self.options)
+        self.facts, self.search, self.read_search = facts, search, read_search
+        self.emit("converge:start", trigger=self.options.trigger,
+                  collections=len(self.definitions))
+        try:
+            self._guard()
+            for index, definition in enumerate(self.definitions):
+                self._collection(index, definition)
+        except BaseException as error:
+            self._settle_rest()
+            result = self._result()
+            self._finish(result, error)
+            if isinstance(error, MigronautError):
+                error.context = {**error.context, "converge": result.to_dict()}
+            raise
+        result = self._result()
+        self._finish(result, None)
+        return result
+
+    def _check_ordered(self) -> None:
+        changelog = self.ws.connection.changelog
+        applied = set(changelog.applied_names())
+        pending = [name for name in self.ws.project.files() if name not in applied]
+        if not pending:
+            return
+        failed = [r["name"] for r in changelog.records_named(pending)
+                  if r.get("status") == "failed"]
+        raise MigrationBlockedError(
+            f"converge is blocked: {len(pending)} migration(s) still pending: "
+            + ", ".join(pending),
+            {"command": "converge", "blockedBy": pending, "failed": failed})
+
+    def _guard(self) -> None:
+        """Any conflict refuses the whole run before the first write (phase ``plan``)."""
+        conflicts = [(plan.name, row) for plan in self.plans for row in plan.conflicts]
+        if not conflicts:
+            return
+        self.plans = [replace(plan, actions=tuple(
+            row.settled("failed" if row.action == "conflict" else "skipped")
+            for row in plan.actions)) for plan in self.plans]
+        message = (f"Converge refused: {len(conflicts)} conflict(s) — "
+                   + "; ".join(_describe_conflict(name, row) for name, row in conflicts))
+        raise ConvergeFailedError(message, {"phase": "plan", "conflicts": [
+            {"collection": name, "target": row.target, "name": row.name,
+             "reason": row.reason, **({"liveName": row.live_name} if row.live_name else {})}
+            for name, row in conflicts]})
+
+    @property
+    def db(self) -> Database[Any]:
+        return self.ws.connection.db
+
+    def _plan_one(self, definition: CollectionDefinition) -> CollectionPlan:
+        live = read_one(self.db, definition, mongos=self.facts.mongos,
+                        search=self.read_search)
+        return plan_collection(definition, live,
+                               _plan_options(self.options, self.facts, self.search))
+
+    def _replan(self, index: int, definition: CollectionDefinition) -> None:
+        """Re-read and re-plan a collection right before its turn (§2.3 step 8)."""
+        old = self.plans[index]
+        fresh = self._plan_one(definition)
+        known = {(row.target, row.name, row.action) for row in old.actions}
+        introduced = [row for row in fresh.actions
+                      if (row.action == "conflict" or row.is_destructive)
+                      and (row.target, row.name, row.action) not in known]
+        if introduced:
+            raise ConvergeFailedError(
+                f"{definition.name} changed while converging: the new plan has "
+                + ", ".join(f"{row.target} \"{row.name}\" {row.action}" for row in introduced)
+                + " — converge again to review the new plan",
+                {"phase": "replan", "collection": definition.name, "introduced": [
+                    {"target": row.target, "name": row.name, "action": row.action,
+                     **({"reason": row.reason} if row.reason else {})}
+                    for row in introduced]})
+        self.plans[index] = fresh
+
+    def _collection(self, index: int, definition: CollectionDefinition) -> None:
+        if index > 0:
+            self._replan(index, definition)
+        plan = self.plans[index]
+        for row in plan.actions:
+            if row.action == "unchanged" and row.reason and row.reason.startswith("exists as"):
+                self.logger.warning('⚠ %s index "%s" %s', plan.name, row.name, row.reason)
+        for step in plan.steps:
+            check_between(self.run_)
+            self._step(index, step)
+        self._settle(index, lambda row: row.status == "planned", "skipped")
+        if plan.steps:
+            self._verify(index, definition)
+
+    def _step(self, index: int, step: Any) -> None:
+        plan = self.plans[index]
+        rows = [plan.row(*row_id) for row_id in step.rows]
+        first = rows[0]
+        for row in rows:
+            self.emit("converge:action", collection=plan.name, target=row.target,
+                      name=row.name, action=row.action, status="started",
+                      **({"reason": row.reason} if row.reason else {}))
+        level = 20 if first.target == "index" and first.action in ("create", "recreate") \
+            else 10
+        self.logger.log(level, "… %s %s %s on %s", first.action, _LABELS[first.target],
+                        first.name, plan.name)
+        began = time.monotonic()
+        try:
+            outcome = apply_step(self.db, plan.name, step, first.action)
+        except StepFailed as failed:
+            ids = set(step.rows)
+            self._settle(index, lambda row: row.id in ids, "failed")
+            for row in rows:
+                self.emit("converge:action", collection=plan.name, target=row.target,
+                          name=row.name, action=row.action, status="failed",
+                          error=failed.context["cause"])
+            raise ConvergeFailedError(failed.message, failed.context) from failed.cause
+        duration = int((time.monotonic() - began) * 1000)
+        kept = set(outcome.kept)
+        for row in rows:
+            if row.id in kept:
+                self.logger.warning('⚠ %s index "%s" backs the shard key; kept', plan.name,
+                                    row.name)
+                self._replace(index, replace(row, action="keep", reason="backs the shard key",
+                                             status="skipped"))
+                continue
+            self._replace(index, replace(row, status="applied", duration_ms=duration))
+            self.emit("converge:action", collection=plan.name, target=row.target,
+                      name=row.name, action=row.action, status="applied", durationMs=duration)
+            self.logger.info("✔ %s %s %s on %s (%dms)", _DONE[row.action],
+                             _LABELS[row.target], row.name, plan.name, duration)
+
+    def _verify(self, index: int, definition: CollectionDefinition) -> None:
+        """The fixed-point check: a re-plan after the steps must show no change (§2.6.3)."""
+        plan = self.plans[index]
+        kept = {row.id for row in plan.actions if row.reason == "backs the shard key"}
+        again = self._plan_one(definition)
+        for row in again.actions:
+            if not row.is_change or row.id in kept:
+                continue
+            entry = {"collection": plan.name, "target": row.target, "name": row.name,
+                     "action": row.action, **({"reason": row.reason} if row.reason else {})}
+            self.unstable.append(entry)
+            self.logger.warning('⚠ %s %s "%s" still shows %s after converging — the server '
+                                "stores it differently from its declaration", plan.name,
+                                _LABELS[row.target], row.name, row.action)
+
+    # ------------------------------------------------------------------------- results
+
+    def _replace(self, index: int, new: PlanRow) -> None:
+        plan = self.plans[index]
+        self.plans[index] = replace(plan, actions=tuple(
+            new if row.id == new.id else row for row in plan.actions))
+
+    def _settle(self, index: int, which: Callable[[PlanRow], bool], status: str) -> None:
+        plan = self.plans[index]
+        self.plans[index] = replace(plan, actions=tuple(
+            row.settled(status) if which(row) else row for row in plan.actions))
+
+    def _settle_rest(self) -> None:
+        for index in range(len(self.plans)):
+            self._settle(index, lambda row: row.status == "planned", "skipped")
+
+    def _result(self) -> ConvergeResult:
+        rows = [row for plan in self.plans for row in plan.actions]
+        changes = [row for row in rows if row.is_change]
+        applied = sum(1 for row in changes if row.status == "applied")
+        conflicts = any(row.action == "conflict" for row in rows)
+        in_sync = (not conflicts and applied == len(changes) and not self.unstable)
+        return ConvergeResult(dry_run=False, changed=applied, in_sync=in_sync,
+                              collections=tuple(self.plans),
+                              unstable=tuple(self.unstable) if self.unstable else None)
+
+    def _finish(self, result: ConvergeResult, error: BaseException | None) -> None:
+        """Closing lines, history entry and ``converge:end`` (§2.3 step 10)."""
+        duration = int((time.monotonic() - self.started) * 1000)
+        described = describe_exception(error) if error is not None else None
+        if error is None:
+            touched = sum(1 for plan in self.plans if any(
+                row.status == "applied" for row in plan.actions))
+            if result.changed:
+                self.logger.info("✔ Converged %d change(s) in %d of %d collection(s) in %dms",
+                                 result.changed, touched, len(self.plans), duration)
+            else:
+                self.logger.info("✔ Collections already match their declarations")
+            kept = sum(1 for plan in self.plans for row in plan.actions
+                       if row.action == "keep" and row.reason == "not declared")
+            if kept:
+                self.logger.info("%d undeclared index(es) kept — converge with prune to drop "
+                                 "them", kept)
+        if result.changed > 0 or error is not None:
+            self._record(result, error, described, duration)
+        self.emit("converge:end", trigger=self.options.trigger, success=error is None,
+                  durationMs=duration, changed=result.changed, inSync=result.in_sync,
+                  counts=_counts(self.plans), result=result.to_dict(),
+                  **({"error": described} if described else {}))
+
+    def _record(self, result: ConvergeResult, error: BaseException | None,
+                described: str | None, duration: int) -> None:
+        from datetime import UTC, datetime
+
+        config = self.ws.project.config
+        actions = [{"collection": plan.name, **row.to_dict()} for plan in self.plans
+                   for row in plan.actions
+                   if row.status in ("applied", "failed") or row.action == "conflict"]
+        entry: dict[str, Any] = {
+            "runId": self.run_.id, "executedBy": self.run_.executed_by,
+            "environment": config.resolved_environment, "trigger": self.options.trigger,
+            "startedAt": datetime.fromtimestamp(self.started_at, UTC),
+            "finishedAt": datetime.now(UTC), "durationMs": duration,
+            "success": error is None, "changed": result.changed, "actions": actions,
+        }
+        for key, value in (("error", described), ("requestedBy", self.options.requested_by),
+                           ("reason", self.options.reason)):
+            if value is not None:
+                entry[key] = value
+        if result.unstable:
+            entry["unstable"] = [dict(item) for item in result.unstable]
+        _history(self.ws).record(entry)
+
+
+def result_json(result: ConvergeResult) -> Mapping[str, Any]:
+    return result.to_dict()

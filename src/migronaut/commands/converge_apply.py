@@ -1,0 +1,250 @@
+"""Carrying out one planned step against the server (collections.md §2.5).
+
+Invariants: a batched ``createIndexes`` is all-or-nothing for its rows; a rebuild drops first and,
+when a create fails, restores every dropped index it did not re-create — unless the connection
+was in trouble, when the server may still be building and nothing is touched (``uncertain``); a
+unique conversion that meets duplicates goes back to exactly the old index; "index not found"
+on a drop is success; a drop refused because the index backs a shard key turns the row into
+``keep``. Every failure leaves as :class:`StepFailed` carrying the context of
+``ConvergeFailedError`` (``phase: apply``), which the caller completes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pymongo.database import Database
+from pymongo.errors import (
+    AutoReconnect,
+    ConnectionFailure,
+    NetworkTimeout,
+    OperationFailure,
+    PyMongoError,
+    ServerSelectionTimeoutError,
+)
+
+from migronaut._redact import redact
+from migronaut.declared.plan import (
+    CollModIndex,
+    CollModValidator,
+    ConvertUnique,
+    CreateCollection,
+    CreateIndexes,
+    CreateSearchIndexes,
+    DropIndex,
+    DropSearchIndex,
+    Rebuild,
+    Step,
+    UpdateSearchIndex,
+)
+from migronaut.errors import describe_exception
+
+__all__ = ["CONNECTION_TROUBLE_CODES", "StepFailed", "StepOutcome", "apply_step", "describe"]
+
+#: Server codes that mean "the connection, not the command, failed" (nothing restored).
+CONNECTION_TROUBLE_CODES = frozenset({50, 89, 91, 189, 10107, 11600, 11602, 13435})
+_NAMESPACE_EXISTS = 48
+_INDEX_NOT_FOUND = 27
+_HINTS = {
+    11000: "existing documents have duplicate values for the unique index; deduplicate them "
+           "in a migration first",
+    13: "not authorized; collMod and creating a collection with a validator need dbAdmin",
+    85: "an equivalent index exists under another name; declare it under that name or "
+        "converge with prune",
+    86: "an index with this name exists with a different key or options",
+    359: "existing documents have duplicates for this key; the index was left unchanged",
+}
+_VERBS = {"create": "create", "modify": "modify", "recreate": "rebuild", "drop": "drop"}
+
+
+class StepFailed(Exception):
+    """A step failed; ``context`` is the ``ConvergeFailedError`` context (without the
+    collection-level keys the caller adds) and ``message`` the reference's wording."""
+
+    def __init__(self, message: str, context: dict[str, Any], cause: BaseException) -> None:
+        super().__init__(message)
+        self.message = message
+        self.context = context
+        self.cause = cause
+
+
+@dataclass
+class StepOutcome:
+    """What happened besides success: rows that became ``keep`` (shard-key drops)."""
+
+    kept: list[tuple[str, str]] = field(default_factory=list)
+
+
+def connection_trouble(error: BaseException) -> bool:
+    if isinstance(error, (ConnectionFailure, AutoReconnect, NetworkTimeout,
+                          ServerSelectionTimeoutError)):
+        return True
+    return isinstance(error, OperationFailure) and error.code in CONNECTION_TROUBLE_CODES
+
+
+def describe(step: Step) -> tuple[str, str]:
+    """``(target, label)`` for messages: ``index "x"``, ``indexes "a", "b"``, …"""
+    if isinstance(step, CreateCollection):
+        return "collection", "the collection"
+    if isinstance(step, CollModValidator):
+        return "validator", "the validator"
+    if isinstance(step, (CreateSearchIndexes, UpdateSearchIndex, DropSearchIndex)):
+        names = [name for _, name in step.rows]
+        return "searchIndex", ", ".join(f'search index "{name}"' for name in names)
+    names = [name for _, name in step.rows]
+    label = (f'index "{names[0]}"' if len(names) == 1
+             else "indexes " + ", ".join(f'"{name}"' for name in names))
+    return "index", label
+
+
+def _spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in spec.items()
+            if key not in ("v", "ns", "background", "clustered")}
+
+
+def _create_indexes(db: Database[Any], collection: str, specs: Any) -> None:
+    db.command({"createIndexes": collection, "indexes": [_spec(spec) for spec in specs]})
+
+
+def _drop_index(db: Database[Any], collection: str, name: str) -> None:
+    try:
+        db.command({"dropIndexes": collection, "index": name})
+    except OperationFailure as error:
+        if error.code != _INDEX_NOT_FOUND:
+            raise
+
+
+def _coll_mod_index(db: Database[Any], collection: str, name: str,
+                    changes: Mapping[str, Any]) -> None:
+    db.command({"collMod": collection, "index": {"name": name, **changes}})
+
+
+def _rebuild(db: Database[Any], collection: str, step: Rebuild) -> dict[str, Any] | None:
+    """Drops then creates; ``None`` on success, else the restore facts for the error."""
+    for spec in step.drops:
+        _drop_index(db, collection, str(spec["name"]))  # a failed drop: nothing to restore
+    created: list[str] = []
+    for spec in step.creates:
+        try:
+            _create_indexes(db, collection, [spec])
+        except PyMongoError as error:
+            dropped = list(step.dropped_names)
+            if connection_trouble(error):
+                raise _Restored(error, {"restored": False, "uncertain": True,
+                                        "dropped": dropped}) from error
+            problems = []
+            for old in step.drops:
+                if old["name"] in created:
+                    continue
+                try:
+                    _create_indexes(db, collection, [old])
+                except PyMongoError as again:
+                    problems.append(f"{old['name']}: {describe_exception(again)}")
+            facts: dict[str, Any] = {"restored": not problems, "dropped": dropped}
+            if problems:
+                facts["restoreError"] = "; ".join(problems)
+            raise _Restored(error, facts) from error
+        created.append(str(spec["name"]))
+    return None
+
+
+class _Restored(Exception):
+    def __init__(self, cause: PyMongoError, facts: dict[str, Any]) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.facts = facts
+
+
+def _convert_unique(db: Database[Any], collection: str, step: ConvertUnique) -> None:
+    _coll_mod_index(db, collection, step.name, {"prepareUnique": True})
+    try:
+        _coll_mod_index(db, collection, step.name, {"unique": True})
+    except PyMongoError:
+        try:
+            _coll_mod_index(db, collection, step.name, {"prepareUnique": False})
+        except PyMongoError:
+            pass  # best effort: the original error is what matters
+        raise
+    if step.changes:
+        _coll_mod_index(db, collection, step.name, step.changes)
+
+
+def _create_collection(db: Database[Any], collection: str, step: CreateCollection) -> None:
+    try:
+        db.command({"create": collection, **step.options})
+    except OperationFailure as error:
+        if error.code != _NAMESPACE_EXISTS:
+            raise
+        if step.options:  # created meanwhile: apply the validator in place
+            db.command({"collMod": collection, **step.options})
+
+
+def _run(db: Database[Any], collection: str, step: Step, outcome: StepOutcome) -> None:
+    if isinstance(step, CreateCollection):
+        _create_collection(db, collection, step)
+    elif isinstance(step, CollModValidator):
+        db.command({"collMod": collection, **step.fields})
+    elif isinstance(step, CreateIndexes):
+        _create_indexes(db, collection, step.specs)
+    elif isinstance(step, CollModIndex):
+        _coll_mod_index(db, collection, step.name, step.changes)
+    elif isinstance(step, ConvertUnique):
+        _convert_unique(db, collection, step)
+    elif isinstance(step, Rebuild):
+        _rebuild(db, collection, step)
+    elif isinstance(step, DropIndex):
+        try:
+            _drop_index(db, collection, step.name)
+        except OperationFailure as error:
+            if "shard key" not in str(error):
+                raise
+            outcome.kept.extend(step.rows)
+    elif isinstance(step, CreateSearchIndexes):
+        db.command({"createSearchIndexes": collection, "indexes": [
+            dict(index) for index in step.indexes]})
+    elif isinstance(step, UpdateSearchIndex):
+        db.command({"updateSearchIndex": collection, "name": step.name,
+                    "definition": dict(step.definition)})
+    elif isinstance(step, DropSearchIndex):
+        db.command({"dropSearchIndex": collection, "name": step.name})
+
+
+def apply_step(db: Database[Any], collection: str, step: Step, action: str) -> StepOutcome:
+    """Run ``step`` on ``collection``; ``action`` is its first row's (for the verb)."""
+    outcome = StepOutcome()
+    try:
+        _run(db, collection, step, outcome)
+    except (PyMongoError, _Restored) as caught:
+        facts: dict[str, Any] = {}
+        error: BaseException = caught
+        if isinstance(caught, _Restored):
+            facts, error = caught.facts, caught.cause
+        raise _failure(collection, step, action, error, facts) from error
+    return outcome
+
+
+def _failure(collection: str, step: Step, action: str, error: BaseException,
+             facts: dict[str, Any]) -> StepFailed:
+    target, label = describe(step)
+    cause = redact(describe_exception(error))
+    code = error.code if isinstance(error, OperationFailure) else None
+    hint = _HINTS.get(code) if code is not None and target != "searchIndex" else None
+    message = f"Could not {_VERBS.get(action, action)} {label} on {collection}: {cause}"
+    if hint:
+        message += f" — {hint}"
+    if facts.get("uncertain"):
+        message += " — the connection failed mid-build; nothing was restored (the server may " \
+                   "still be building): check the indexes before converging again"
+    elif "restored" in facts:
+        message += (" — the dropped index was restored" if facts["restored"]
+                    else f" — restoring the dropped index failed ({facts.get('restoreError')})")
+    context: dict[str, Any] = {"phase": "apply", "collection": collection, "target": target,
+                               "name": step.rows[0][1] if step.rows else collection,
+                               "action": action, "cause": cause, **facts}
+    if code is not None:
+        context["mongoCode"] = code
+    if hint:
+        context["hint"] = hint
+    return StepFailed(message, context, error)
