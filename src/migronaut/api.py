@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 from migronaut.commands import adopt, lock, logs, migrate, startup, status
-from migronaut.commands import converge as converge_command
 from migronaut.commands.background import BackgroundWiring
 from migronaut.core.connection import Connection
 from migronaut.core.project import Project
@@ -283,6 +282,8 @@ class Migrator:
         """Make the declared collections, validators and indexes exist as declared, under the
         lock (``dry_run``: plan only — no lock, no writes, no events). Any conflict refuses the
         whole run before the first write (``CONVERGE_FAILED``); see docs/collections.md."""
+        from migronaut.commands import converge as converge_command  # pymongo-heavy: lazily
+
         return converge_command.converge(self._ws, converge_command.ConvergeOptions(
             dry_run=dry_run, prune=prune, no_lock=no_lock, ordered=ordered,
             rebuild_unique=rebuild_unique, wait_for_search_indexes=wait_for_search_indexes,
@@ -290,6 +291,8 @@ class Migrator:
 
     def converge_history(self, limit: int = 20) -> list[dict[str, Any]]:
         """The newest ``limit`` (1–1000) converge history entries, newest first."""
+        from migronaut.commands import converge as converge_command
+
         return converge_command.converge_history(self._ws, limit)
 
     def import_changelog(self, tool: str = "migrate-mongo", *, source: str | None = None,
