@@ -16,7 +16,11 @@ from migronaut.versioning.fields import revision_of
 from migronaut.versioning.shapes import Shapes
 from migronaut.versioning.upcaster import Newer, Step, Upcaster
 
-__all__ = ["Contract", "merge_updates"]
+__all__ = ["REVISION", "VERSION", "Contract", "merge_updates"]
+
+#: The Python names of the two fields on a document class (the MongoDB names are the declared
+#: ``field`` and ``revision_field``).
+VERSION, REVISION = "shape_version", "revision"
 
 
 @dataclass(frozen=True)
@@ -42,18 +46,16 @@ class Contract:
         """The field names every guarded write of this collection uses."""
         return {"field": self.spec.field, "revision_field": self.spec.revision_field}
 
-    def expected(self, stored: Mapping[str, Any]) -> int:
+    def expected(self, document: Any) -> int:
         """The revision a loaded document was read at (0 for a legacy one without it)."""
-        assert self.spec.revision_field is not None
-        return revision_of(stored, self.spec.revision_field)
+        return revision_of({REVISION: getattr(document, REVISION)}, REVISION)
 
-    def stamp(self, values: dict[str, Any]) -> None:
-        """Sets version ``current`` and revision 0 on a new document's stored values where
-        absent."""
-        if values.get(self.spec.field) is None:
-            values[self.spec.field] = self.spec.current
-        if self.spec.revision_field is not None and values.get(self.spec.revision_field) is None:
-            values[self.spec.revision_field] = 0
+    def stamp(self, document: Any) -> None:
+        """Sets version ``current`` and revision 0 on a new document where they are unset."""
+        if getattr(document, VERSION) is None:
+            setattr(document, VERSION, self.spec.current)
+        if self.guarded and getattr(document, REVISION) is None:
+            setattr(document, REVISION, 0)
 
 
 def merge_updates(updates: list[Mapping[str, Any]]) -> dict[str, Any]:

@@ -19,18 +19,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Self
 
-from beanie import Document
+from beanie import Document, WriteRules
 from beanie.odm.actions import EventTypes, wrap_with_actions
 from beanie.odm.utils.dump import get_dict
 from beanie.odm.utils.encoder import Encoder
 from beanie.odm.utils.self_validation import validate_self_before
 from beanie.odm.utils.state import save_state_after
 from pydantic import Field, PrivateAttr, create_model, model_validator
+from pymongo.results import InsertManyResult
 
 from migronaut.integrations._common import Contract, merge_updates
 from migronaut.versioning.shapes import Shapes
-from migronaut.versioning.updates import refuse
 from migronaut.versioning.upcaster import Newer, Step
+from migronaut.versioning.updates import refuse
 from migronaut.versioning.writers import (
     afind_one_and_update_with_revision,
     areplace_with_revision,
@@ -41,94 +42,95 @@ __all__ = ["VersionedDocument", "versioned_document"]
 
 class VersionedDocument(Document):
     """The behaviour; :func:`versioned_document` adds the two fields under the declared names
-    (``shape_version`` and ``revision`` in Python, ``__v``/``__rev`` by default in MongoDB)."""
+    (``shape_version`` and ``revision`` in Python, ``__v``/``__rev`` by default in MongoDB).
+    Beanie's own ``ignore_revision`` concerns its ``revision_id`` only, never this guard."""
 
     _migronaut: ClassVar[Contract]
-    #: Whether this object is in the database: loaded from it, or inserted or saved by us.
+    #: Whether this object is in the database: loaded from it, or inserted by us.
     _stored: bool = PrivateAttr(default=False)
 
     @model_validator(mode="wrap")
     @classmethod
     def _upcast_on_load(cls, data: Any, handler: Any) -> Any:
-        contract = getattr(cls, "_migronaut", None)
+        contract: Contract | None = getattr(cls, "_migronaut", None)
         loaded = contract is not None and isinstance(data, Mapping) and "_id" in data
-        if loaded:
+        if contract is not None and loaded:
             data = contract.upcaster.upcast(data)
         document = handler(data)
         if loaded:
             document._stored = True
         return document
 
-    def _stamp(self) -> None:
-        values: dict[str, Any] = {self._migronaut.spec.field: self.shape_version}
-        if self._migronaut.guarded:
-            values[self._migronaut.spec.revision_field] = self.revision  # type: ignore[index]
-        self._migronaut.stamp(values)
-        self.shape_version = values[self._migronaut.spec.field]
-        if self._migronaut.guarded:
-            self.revision = values[self._migronaut.spec.revision_field]  # type: ignore[index]
-
-    def _expected(self) -> int:
-        return self._migronaut.expected({self._migronaut.spec.revision_field: self.revision})
+    def _guarding(self) -> bool:
+        return self._migronaut.guarded and self._stored
 
     async def insert(self, **options: Any) -> Self:
         """Inserts the document stamped with ``current`` and revision 0."""
-        self._stamp()
+        self._migronaut.stamp(self)
         await super().insert(**options)
         self._stored = True
         return self
 
     @classmethod
-    async def insert_many(cls, documents: Iterable[Any], **options: Any) -> Any:
+    async def insert_many(  # type: ignore[override]
+        cls, documents: Iterable[Any], session: Any = None, link_rule: WriteRules =
+        WriteRules.DO_NOTHING, **options: Any,
+    ) -> InsertManyResult:
         """``insert_many`` with every document stamped."""
         documents = list(documents)
         for document in documents:
-            document._stamp()
-        result = await super().insert_many(documents, **options)
+            cls._migronaut.stamp(document)
+        result = await super().insert_many(documents, session=session, link_rule=link_rule,
+                                           **options)
         for document in documents:
             document._stored = True
         return result
 
     @wrap_with_actions(EventTypes.SAVE)
-    async def save(self, session: Any = None, **options: Any) -> Self:
+    async def save(self, session: Any = None, link_rule: WriteRules = WriteRules.DO_NOTHING,
+                   ignore_revision: bool = False, **options: Any) -> Self:
         """Inserts a new document; replaces a loaded one at the revision it was loaded with."""
         if not self._stored:
-            return await self.insert(session=session)
-        return await self.replace(session=session, **options)
+            return await self.insert(session=session, link_rule=link_rule)
+        return await self.replace(ignore_revision, session=session, link_rule=link_rule)
 
     @validate_self_before
     @wrap_with_actions(EventTypes.REPLACE)
     @save_state_after
-    async def replace(self, session: Any = None, **options: Any) -> Self:
-        """The whole document written back, guarded by its revision (a new one is refused by
-        Beanie: it has no id)."""
-        if not (self._migronaut.guarded and self._stored):
-            self._stamp()
-            return await super().replace(session=session, **options)
-        replacement = get_dict(self, to_db=True,
-                               keep_nulls=self.get_settings().keep_nulls)
+    async def replace(self, ignore_revision: bool = False, session: Any = None,
+                      bulk_writer: Any = None, link_rule: WriteRules = WriteRules.DO_NOTHING,
+                      skip_actions: Any = None) -> Self:
+        """The whole document written back, guarded by the revision it was loaded with."""
+        if not self._guarding():
+            self._migronaut.stamp(self)
+            return await super().replace(ignore_revision, session, bulk_writer, link_rule,
+                                         skip_actions)
+        if bulk_writer is not None:
+            raise refuse("A guarded replace cannot join a bulk writer", "bulk_writer")
+        replacement = get_dict(self, to_db=True, keep_nulls=self.get_settings().keep_nulls)
         result = await areplace_with_revision(
-            self.get_pymongo_collection(), {"_id": self.id}, self._expected(), replacement,
-            session=session, **self._migronaut.writer_options())
+            self.get_pymongo_collection(), {"_id": self.id}, self._migronaut.expected(self),
+            replacement, session=session, **self._migronaut.writer_options())
         self.revision = result.revision
         return self
 
     @save_state_after
-    async def update(self, *args: Mapping[Any, Any], session: Any = None,
-                     **options: Any) -> Self:
+    async def update(self, *args: Mapping[Any, Any], ignore_revision: bool = False,
+                     session: Any = None, bulk_writer: Any = None, skip_actions: Any = None,
+                     skip_sync: bool | None = None, **options: Any) -> Self:
         """A partial update of a loaded document at the revision it was loaded with (also
         ``set``, ``inc``, …); the document is refreshed from the result."""
-        if not (self._migronaut.guarded and self._stored):
-            return await super().update(*args, session=session, **options)
-        for beanie_only in ("ignore_revision", "skip_sync", "skip_actions"):
-            options.pop(beanie_only, None)
-        if options.pop("bulk_writer", None) is not None:
+        if not self._guarding():
+            return await super().update(*args, ignore_revision=ignore_revision,
+                                        session=session, bulk_writer=bulk_writer,
+                                        skip_actions=skip_actions, **options)
+        if bulk_writer is not None:
             raise refuse("A guarded update cannot join a bulk writer", "bulk_writer")
         encoded = Encoder(custom_encoders=self.get_settings().bson_encoders).encode(
             merge_updates([dict(arg) for arg in args]))
         after = await afind_one_and_update_with_revision(
-            self.get_pymongo_collection(), {"_id": self.id}, self._expected(), encoded,
-            session=session, **options, **self._migronaut.writer_options())
+            self.get_pymongo_collection(), {"_id": self.id}, self._migronaut.expected(self),
+            encoded, session=session, **options, **self._migronaut.writer_options())
         fresh = type(self).model_validate(after)
         for name in type(self).model_fields:
             object.__setattr__(self, name, getattr(fresh, name))

@@ -21,7 +21,7 @@ from typing import Any
 from mongoengine import Document, IntField, QuerySet, signals
 from mongoengine.queryset import transform
 
-from migronaut.integrations._common import Contract
+from migronaut.integrations._common import REVISION, VERSION, Contract
 from migronaut.versioning.shapes import Shapes
 from migronaut.versioning.upcaster import Newer, Step
 from migronaut.versioning.writers import (
@@ -30,9 +30,6 @@ from migronaut.versioning.writers import (
 )
 
 __all__ = ["VersionedQuerySet", "versioned_document"]
-
-#: The Python names of the two fields (the MongoDB names are the declared ones).
-VERSION, REVISION = "shape_version", "revision"
 
 
 def _writes(update: Mapping[str, Any], name: str) -> bool:
@@ -76,27 +73,13 @@ class _Versioned:
             son = cls._migronaut.upcaster.upcast(son)
         return super()._from_son(son, *args, created=created, **kwargs)  # type: ignore[misc]
 
-    def _stored_values(self) -> dict[str, Any]:
-        spec = self._migronaut.spec
-        values = {spec.field: getattr(self, VERSION)}
-        if spec.revision_field is not None:
-            values[spec.revision_field] = getattr(self, REVISION)
-        return values
-
-    def _stamp(self) -> None:
-        values = self._stored_values()
-        self._migronaut.stamp(values)
-        setattr(self, VERSION, values[self._migronaut.spec.field])
-        if self._migronaut.guarded:
-            setattr(self, REVISION, values[self._migronaut.spec.revision_field])  # type: ignore[index]
-
     def _loaded(self) -> bool:
         return self._migronaut.guarded and not self._created and self.pk is not None  # type: ignore[attr-defined]
 
     def save(self, *args: Any, **options: Any) -> Any:
         """Inserts a new document; replaces a loaded one at the revision it was loaded with."""
         if not self._loaded():
-            self._stamp()
+            self._migronaut.stamp(self)
             return super().save(*args, force_insert=True, **options)  # type: ignore[misc]
         return self._guarded_save(**options)
 
@@ -115,7 +98,7 @@ class _Versioned:
             from pymongo import WriteConcern
 
             collection = collection.with_options(write_concern=WriteConcern(**write_concern))
-        expected = self._migronaut.expected(self._stored_values())
+        expected = self._migronaut.expected(self)
         result = replace_with_revision(collection, me._object_key_son(), expected,
                                        me.to_mongo().to_dict(), session=session,
                                        **self._migronaut.writer_options())
@@ -137,7 +120,7 @@ class _Versioned:
         me: Any = self
         session = update.pop("session", None)
         raw = transform.update(type(self), **update)
-        expected = self._migronaut.expected(self._stored_values())
+        expected = self._migronaut.expected(self)
         after = find_one_and_update_with_revision(
             type(self)._get_collection(), self._object_key_son(),  # type: ignore[attr-defined]
             expected, raw, session=session, **self._migronaut.writer_options())
