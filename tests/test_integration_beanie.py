@@ -31,6 +31,14 @@ class Plan(versioned_document(SHAPES, "plans", {1: add_tier})):  # type: ignore[
     tier: str = "pro"
 
 
+UNGUARDED = v.define_shapes({"notes": {"versioning": {"current": 1, "min": 1,
+                                                      "revision": False}}})
+
+
+class Note(versioned_document(UNGUARDED, "notes")):  # type: ignore[misc]
+    text: str
+
+
 Body = Callable[[Any], Awaitable[None]]
 
 
@@ -38,7 +46,7 @@ def run(mongo_uri: str, db_name: str, body: Body) -> None:
     async def main() -> None:
         client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(mongo_uri)
         try:
-            await init_beanie(database=client[db_name], document_models=[Plan])
+            await init_beanie(database=client[db_name], document_models=[Plan, Note])
             await body(client[db_name].plans)
         finally:
             await client.close()
@@ -135,5 +143,22 @@ def test_a_new_document_with_its_own_id_is_inserted_not_guarded(mongo_uri: str,
         await Plan(id=IDS[0], name="own").save()
         assert await raw.find_one({"_id": IDS[0]}) == {
             "_id": IDS[0], "name": "own", "tier": "pro", "__v": 2, "__rev": 0}
+
+    run(mongo_uri, db_name, body)
+
+
+def test_without_revisions_documents_are_stamped_and_saved_as_beanie_saves(
+    mongo_uri: str, db_name: str
+) -> None:
+    async def body(raw: Any) -> None:
+        note = await Note(text="a").insert()
+        assert "revision" not in Note.model_fields
+        loaded = await Note.get(note.id)
+        assert loaded is not None
+        loaded.text = "b"
+        await loaded.save()
+        await loaded.set({Note.text: "c"})
+        assert await raw.database.notes.find({}, {"_id": 0}).to_list() == [
+            {"text": "c", "__v": 1}]
 
     run(mongo_uri, db_name, body)

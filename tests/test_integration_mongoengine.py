@@ -157,3 +157,23 @@ def test_save_signals_still_fire_on_a_guarded_save(raw: Any) -> None:
         signals.post_save.disconnect(post, sender=Plan)
     assert seen == [("pre_save", None), ("post_save", True), ("pre_save", None),
                     ("post_save", False)]
+
+
+UNGUARDED = v.define_shapes({"notes": {"versioning": {"current": 1, "min": 1,
+                                                      "revision": False}}})
+
+
+class Note(versioned_document(UNGUARDED, "notes")):  # type: ignore[misc]
+    text = StringField()
+
+
+def test_without_revisions_documents_are_stamped_and_saved_as_mongoengine_saves(
+    raw: Any, db: Any
+) -> None:
+    note = Note(text="a").save()
+    assert not hasattr(note, "revision")
+    loaded = Note.objects.get(pk=note.pk)
+    loaded.text = "b"
+    loaded.save()
+    Note.objects(pk=note.pk).update(set__text="c")
+    assert list(db.notes.find({}, {"_id": 0})) == [{"text": "c", "__v": 1}]

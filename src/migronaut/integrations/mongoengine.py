@@ -73,15 +73,21 @@ class _Versioned:
             son = cls._migronaut.upcaster.upcast(son)
         return super()._from_son(son, *args, created=created, **kwargs)  # type: ignore[misc]
 
+    def _new(self) -> bool:
+        return bool(self._created) or self.pk is None  # type: ignore[attr-defined]
+
     def _loaded(self) -> bool:
-        return self._migronaut.guarded and not self._created and self.pk is not None  # type: ignore[attr-defined]
+        return self._migronaut.guarded and not self._new()
 
     def save(self, *args: Any, **options: Any) -> Any:
-        """Inserts a new document; replaces a loaded one at the revision it was loaded with."""
-        if not self._loaded():
+        """Inserts a new document; replaces a loaded one at the revision it was loaded with
+        (without revisions, MongoEngine's own save)."""
+        if self._new():
             self._migronaut.stamp(self)
-            return super().save(*args, force_insert=True, **options)  # type: ignore[misc]
-        return self._guarded_save(**options)
+            options["force_insert"] = True
+        elif self._loaded():
+            return self._guarded_save(**options)
+        return super().save(*args, **options)  # type: ignore[misc]
 
     def _guarded_save(self, *, validate: bool = True, clean: bool = True,
                       signal_kwargs: dict[str, Any] | None = None,
