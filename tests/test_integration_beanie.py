@@ -1,0 +1,164 @@
+"""``migronaut.integrations.beanie`` with the real Beanie against the dev server: insert stamps,
+a stale save/replace/update raises the conflict with its reason, two writers racing on one
+document (exactly one wins), an old document upcast on load, and a new document with its own id
+inserted rather than guarded (reference collections §3.5)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from beanie import PydanticObjectId, init_beanie
+from pymongo import AsyncMongoClient
+
+from migronaut import versioning as v
+from migronaut.errors import RevisionConflictError, ShapeVersionError
+from migronaut.integrations.beanie import versioned_document
+
+IDS = [PydanticObjectId() for _ in range(4)]
+SHAPES = v.define_shapes({"plans": {"versioning": {"current": 2, "min": 1}}})
+
+
+def add_tier(doc: dict[str, Any]) -> dict[str, Any]:
+    doc["tier"] = "free"
+    return doc
+
+
+class Plan(versioned_document(SHAPES, "plans", {1: add_tier})):  # type: ignore[misc]
+    name: str
+    tier: str = "pro"
+
+
+UNGUARDED = v.define_shapes({"notes": {"versioning": {"current": 1, "min": 1,
+                                                      "revision": False}}})
+
+
+class Note(versioned_document(UNGUARDED, "notes")):  # type: ignore[misc]
+    text: str
+
+
+Body = Callable[[Any], Awaitable[None]]
+
+
+def run(mongo_uri: str, db_name: str, body: Body) -> None:
+    async def main() -> None:
+        client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(mongo_uri)
+        try:
+            await init_beanie(database=client[db_name], document_models=[Plan, Note])
+            await body(client[db_name].plans)
+        finally:
+            await client.close()
+
+    asyncio.run(main())
+
+
+def test_insert_stamps_current_and_revision_zero(mongo_uri: str, db_name: str) -> None:
+    async def body(raw: Any) -> None:
+        plan = await Plan(name="a").insert()
+        assert (plan.shape_version, plan.revision) == (2, 0)
+        await Plan(name="b").save()
+        await Plan.insert_many([Plan(name="c"), Plan(name="d")])
+        stored = await raw.find({}, {"_id": 0}).sort("name", 1).to_list()
+        assert stored == [{"name": n, "tier": "pro", "__v": 2, "__rev": 0} for n in "abcd"]
+
+    run(mongo_uri, db_name, body)
+
+
+def test_a_loaded_document_is_saved_at_its_revision_and_a_stale_one_conflicts(
+    mongo_uri: str, db_name: str
+) -> None:
+    async def body(raw: Any) -> None:
+        plan = await Plan(name="a").insert()
+        mine = await Plan.get(plan.id)
+        theirs = await Plan.get(plan.id)
+        assert mine is not None and theirs is not None
+        mine.tier = "team"
+        await mine.save()
+        assert mine.revision == 1
+        assert await raw.find_one({}, {"_id": 0}) == {
+            "name": "a", "tier": "team", "__v": 2, "__rev": 1}
+        theirs.tier = "gold"
+        for write in (theirs.save, theirs.replace, lambda: theirs.set({Plan.tier: "x"})):
+            with pytest.raises(RevisionConflictError) as caught:
+                await write()
+            assert caught.value.context == {"reason": "conflict", "expected": 0, "actual": 1,
+                                            "collection": "plans"}
+        await mine.set({Plan.tier: "silver"})  # a guarded update refreshes the document
+        assert (mine.tier, mine.revision) == ("silver", 2)
+        assert (await raw.find_one({}))["__rev"] == 2
+        await raw.delete_many({})
+        with pytest.raises(RevisionConflictError) as gone:
+            await mine.save()
+        assert gone.value.context["reason"] == "not-found"
+
+    run(mongo_uri, db_name, body)
+
+
+def test_two_writers_race_and_exactly_one_wins(mongo_uri: str, db_name: str) -> None:
+    async def body(raw: Any) -> None:
+        plan = await Plan(name="a").insert()
+        copies = [await Plan.get(plan.id) for _ in range(6)]
+        for index, copy in enumerate(copies):
+            copy.tier = f"t{index}"  # type: ignore[union-attr]
+        results = await asyncio.gather(*(c.save() for c in copies),  # type: ignore[union-attr]
+                                       return_exceptions=True)
+        winners = [r for r in results if not isinstance(r, BaseException)]
+        losers = [r for r in results if isinstance(r, RevisionConflictError)]
+        assert (len(winners), len(losers)) == (1, 5)
+        assert {e.context["reason"] for e in losers} == {"conflict"}
+        stored = await raw.find_one({})
+        assert (stored["__rev"], stored["tier"]) == (1, winners[0].tier)
+
+    run(mongo_uri, db_name, body)
+
+
+def test_an_old_document_is_upcast_on_load_and_saved_whole(mongo_uri: str,
+                                                            db_name: str) -> None:
+    async def body(raw: Any) -> None:
+        await raw.insert_many([{"_id": IDS[1], "name": "legacy", "__v": 1},
+                               {"_id": IDS[2], "name": "future", "__v": 3},
+                               {"_id": IDS[3], "name": "ancient"}])
+        plan = await Plan.get(IDS[1])
+        assert plan is not None and (plan.tier, plan.shape_version, plan.revision) == (
+            "free", 2, None)
+        assert await raw.find_one({"_id": IDS[1]}) == {"_id": IDS[1], "name": "legacy", "__v": 1}
+        await plan.save()  # a legacy document without __rev is guarded as revision 0
+        assert await raw.find_one({"_id": IDS[1]}) == {
+            "_id": IDS[1], "name": "legacy", "tier": "free", "__v": 2, "__rev": 1}
+        with pytest.raises(ShapeVersionError) as newer:
+            await Plan.get(IDS[2])
+        assert newer.value.context["reason"] == "newer"
+        with pytest.raises(ShapeVersionError) as old:
+            await Plan.get(IDS[3])
+        assert old.value.context["reason"] == "below-min"
+
+    run(mongo_uri, db_name, body)
+
+
+def test_a_new_document_with_its_own_id_is_inserted_not_guarded(mongo_uri: str,
+                                                                db_name: str) -> None:
+    async def body(raw: Any) -> None:
+        await Plan(id=IDS[0], name="own").save()
+        assert await raw.find_one({"_id": IDS[0]}) == {
+            "_id": IDS[0], "name": "own", "tier": "pro", "__v": 2, "__rev": 0}
+
+    run(mongo_uri, db_name, body)
+
+
+def test_without_revisions_documents_are_stamped_and_saved_as_beanie_saves(
+    mongo_uri: str, db_name: str
+) -> None:
+    async def body(raw: Any) -> None:
+        note = await Note(text="a").insert()
+        assert "revision" not in Note.model_fields
+        loaded = await Note.get(note.id)
+        assert loaded is not None
+        loaded.text = "b"
+        await loaded.save()
+        await loaded.set({Note.text: "c"})
+        assert await raw.database.notes.find({}, {"_id": 0}).to_list() == [
+            {"text": "c", "__v": 1}]
+
+    run(mongo_uri, db_name, body)
