@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from migronaut.cli.app import command
-from migronaut.cli.commands.migrate import NO_LOCK_HELP, REASON_HELP
+from migronaut.cli.commands.migrate import NO_LOCK_HELP
 from migronaut.cli.session import Session, parse_int
 from migronaut.errors import EXIT_CODES, ConfigInvalidError
 
@@ -54,7 +54,9 @@ def _confirm_rows(result: ConvergeResult) -> list[dict[str, Any]]:
 @click.option("--ordered", is_flag=True, help="Refuse while a migration is pending (exit 24).")
 @click.option("--rebuild-unique", is_flag=True,
               help="Allow rebuilding a unique index (no uniqueness during the rebuild).")
-@click.option("--reason", metavar="TEXT", help=REASON_HELP)
+@click.option("--reason", metavar="TEXT",
+              help="Why this run happens; recorded on the run and its converge history entry "
+              "(≤ 512 characters).")
 @click.option("--history", is_flag=True, help="Show the converge history instead.")
 @click.option("--limit", metavar="N", help="With --history: entries to show (1–1000, default 20).")
 @click.option("-y", "--yes", is_flag=True, help="Apply without asking (required with --json "
