@@ -4,13 +4,27 @@ the lock; a failed converge leaves the migrations applied and recorded."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 import pytest
 
-from helpers.engine import Events, captured_logger, make_migrator, recording_body, write_simple
-from migronaut import ConfigInvalidError, ConvergeFailedError, run_migrations
+from helpers.engine import (
+    LOCKS,
+    Events,
+    captured_logger,
+    hold_lock,
+    make_migrator,
+    recording_body,
+    write_simple,
+)
+from migronaut import (
+    ConfigInvalidError,
+    ConvergeFailedError,
+    LockAlreadyHeldError,
+    run_migrations,
+)
 
 HISTORY = "_migronaut_converge"
 THINGS: dict[str, Any] = {"name": "things", "indexes": [{"key": {"m": 1}, "name": "by_m"}]}
@@ -143,3 +157,34 @@ def test_run_migrations_reports_the_converge(project: Any, db: Any) -> None:
     plain = run_migrations(uri=project.uri, db_name=project.db_name, env_file=False,
                            cwd=project.path)
     assert plain.converge is None and "converge" not in plain.to_dict()
+
+
+def test_definitions_survive_only_a_refusal_for_a_held_lock(project: Any, db: Any) -> None:
+    write_simple(project, "0001_a")
+    project.write("collections/things.json", '{"indexes": [{"key": {"m": 1}, "name": "by_m"}]}')
+    with make_migrator(project, collections_dir="collections") as migrator:
+        hold_lock(db)
+        with pytest.raises(LockAlreadyHeldError):
+            migrator.up(converge=True)
+        db[LOCKS].delete_many({})
+        # a lock-wait retry reuses what the refused attempt loaded: the broken file is not read
+        project.write("collections/things.json", "{broken")
+        assert [r.status for r in migrator.up(converge=True)] == ["applied"]
+        assert index_names(db, "things") == {"by_m"}
+        with pytest.raises(ConfigInvalidError):  # a run that got past the lock forgot them
+            migrator.up(converge=True)
+
+
+def test_the_async_migrator_converges_after_up(project: Any, db: Any) -> None:
+    from migronaut import AsyncMigrator
+
+    write_simple(project, "0001_a")
+
+    async def main() -> list[Any]:
+        async with AsyncMigrator(uri=project.uri, db_name=project.db_name, env_file=False,
+                                 cwd=project.path, collections=[THINGS]) as migrator:
+            assert migrator.converges_after_up() is False
+            return await migrator.up(converge=True)
+
+    assert [r.status for r in asyncio.run(main())] == ["applied"]
+    assert index_names(db, "things") == {"by_m"}
