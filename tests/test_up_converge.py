@@ -23,6 +23,7 @@ from migronaut import (
     ConfigInvalidError,
     ConvergeFailedError,
     LockAlreadyHeldError,
+    MigrationInvalidExportError,
     run_migrations,
 )
 
@@ -188,3 +189,42 @@ def test_the_async_migrator_converges_after_up(project: Any, db: Any) -> None:
 
     assert [r.status for r in asyncio.run(main())] == ["applied"]
     assert index_names(db, "things") == {"by_m"}
+
+
+BACKGROUND_ON_PLANS = '''
+def migrate(doc, ctx):
+    doc["tier"] = "free"
+    return doc
+
+
+background = {"collection": "plans", "from": 1, "to": %d, "migrate": migrate%s}
+'''
+
+
+def test_a_background_spec_takes_its_fields_from_the_declared_versioning(
+        project: Any, db: Any) -> None:
+    plans = {"name": "plans", "versioning": {"current": 2, "field": "shape",
+                                             "revision": False}}
+    project.write_migration("0001_plans_v2", BACKGROUND_ON_PLANS % (2, ""))
+    with make_migrator(project, collections=[plans]) as migrator, \
+            pytest.raises(MigrationInvalidExportError) as raised:
+        migrator.up()  # revision: False in the declaration needs occ "version-only"
+    assert "version-only" in raised.value.message
+    (project.migrations / "0001_plans_v2.py").unlink()
+    project.write_migration("0002_plans_v2", BACKGROUND_ON_PLANS % (2, ', "occ": "version-only"'))
+    with make_migrator(project, collections=[plans]) as migrator:
+        migrator.up()
+        state = migrator.background.state("0002_plans_v2.py")
+    assert state is not None
+    assert state["spec"]["field"] == "shape"
+    assert state["spec"].get("revisionField") is None
+
+
+def test_a_background_spec_may_not_pass_the_declared_current(project: Any, db: Any) -> None:
+    plans = {"name": "plans", "versioning": {"current": 2}}
+    project.write_migration("0001_plans_v3", BACKGROUND_ON_PLANS % (3, ""))
+    with make_migrator(project, collections=[plans]) as migrator, \
+            pytest.raises(MigrationInvalidExportError) as raised:
+        migrator.up()
+    assert "raise current first" in str(raised.value.context)
+    assert db["_migronaut_migrations"].count_documents({}) == 0
