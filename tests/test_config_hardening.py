@@ -14,8 +14,8 @@ import pytest
 from helpers.engine import ListHandler, make_migrator, write_simple
 
 #: Converge keys accepted (a config shared with the Node original loads) but not implemented yet:
-#: converge after up and Atlas Search indexes.
-NOT_YET_SUPPORTED = ("converge_after_up", "on_search_unavailable", "wait_for_search_indexes",
+#: Atlas Search indexes.
+NOT_YET_SUPPORTED = ("on_search_unavailable", "wait_for_search_indexes",
                      "search_index_wait_timeout_ms")
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -40,7 +40,7 @@ def test_a_key_that_does_nothing_yet_warns_once_on_stderr_and_is_not_an_error(
         (line,) = warnings_in(result.stderr)
         assert "collections_dir" not in line  # converge applies it now
         assert "wait_for_search_indexes (migronaut.toml)" in line
-        assert "converge_after_up (the MIGRONAUT_CONVERGE_AFTER_UP environment variable)" in line
+        assert "converge_after_up" not in line  # up converges afterwards now
         assert warnings_in(result.stdout) == []
     as_json = cli("status", "--json")
     assert isinstance(as_json.json, list)

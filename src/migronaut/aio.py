@@ -171,6 +171,10 @@ class AsyncMigrator:
         """Finish the migration in flight, skip the rest, release the lock: ``RUN_ABORTED``."""
         self.engine.stop(reason)
 
+    def converges_after_up(self) -> bool:
+        """Whether a bulk ``up`` converges afterwards (config only, no I/O)."""
+        return self.engine.converges_after_up()
+
     connect = _threaded(Migrator.connect)
     up = _threaded(Migrator.up)
     down = _threaded(Migrator.down)

@@ -251,16 +251,23 @@ class Migrator:
     def up(self, file: str | None = None, *, to: str | None = None, step: bool = False,
            force: bool = False, no_lock: bool = False, strict: bool | None = None,
            batch: int | None = None, requested_by: str | None = None, reason: str | None = None,
-           on_background_pending: Literal["error", "stop"] = "error") -> list[RunResult]:
+           on_background_pending: Literal["error", "stop"] = "error",
+           converge: bool | None = None) -> list[RunResult]:
         """Apply pending migrations (or one named file) in name order, under the lock.
 
         A migration whose ``requires`` are not done fails the run with ``BACKGROUND_PENDING``;
         with ``on_background_pending="stop"`` the run ends cleanly before it instead (event
         ``background:waiting``; :func:`run_migrations` reports it as ``waiting``).
+
+        A bulk ``up`` converges the declared collections after the migrations, in the same run,
+        when ``converge`` is true (unset: the ``converge_after_up`` config key) — even when
+        nothing was pending. It still returns the migration rows only; a failed converge raises
+        ``CONVERGE_FAILED`` with ``context.results`` (the rows, applied and recorded) and
+        ``context.converge``. ``converge=True`` with ``file`` or ``to`` is ``CONFIG_INVALID``.
         """
         return migrate.up(self._ws, file, to=to, step=step, force=force, no_lock=no_lock,
                           strict=strict, batch=batch, requested_by=requested_by, reason=reason,
-                          on_background_pending=on_background_pending)
+                          on_background_pending=on_background_pending, converge=converge)
 
     def down(self, file: str | None = None, *, steps: int | None = None,
              batch: int | None = None, to: str | None = None, no_lock: bool = False,
@@ -288,6 +295,13 @@ class Migrator:
             dry_run=dry_run, prune=prune, no_lock=no_lock, ordered=ordered,
             rebuild_unique=rebuild_unique, wait_for_search_indexes=wait_for_search_indexes,
             requested_by=requested_by, reason=reason))
+
+    def converges_after_up(self) -> bool:
+        """Whether a bulk ``up`` converges afterwards: ``converge_after_up`` is on and something
+        is declared. Reads the config only (no connection, no definition file)."""
+        from migronaut.commands.up_converge import converges_after_up
+
+        return converges_after_up(self._ws.project.config)
 
     def converge_history(self, limit: int = 20) -> list[dict[str, Any]]:
         """The newest ``limit`` (1–1000) converge history entries, newest first."""
@@ -336,6 +350,12 @@ class Migrator:
     def _waiting(self) -> list[dict[str, Any]]:
         """What the last ``up`` with ``on_background_pending="stop"`` stopped at."""
         return self._ws.waiting
+
+    @property
+    def _last_converge(self) -> ConvergeResult | None:
+        """The converge the last ``up`` ran after its migrations, if it converged."""
+        result: ConvergeResult | None = self._ws.last_converge
+        return result
 
 
 def run_migrations(

@@ -9,7 +9,7 @@ way back, withdraws it when nothing was rewritten yet, and refuses otherwise (re
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from migronaut.background.job import is_background_file
@@ -30,14 +30,23 @@ __all__ = ["Registrar"]
 
 
 class Registrar:
-    def __init__(self, engine: EngineCore, *, files: Sequence[str]) -> None:
+    def __init__(self, engine: EngineCore, *, files: Sequence[str],
+                 versioning_of: Callable[[str], Mapping[str, Any] | None] | None = None) -> None:
         self.engine = engine
         self.files = list(files)
+        #: the target collection's declared versioning (collections.md §3.7), if it has one
+        self.versioning_of = versioning_of
 
     def validate(self, migration: MigrationModule) -> tuple[dict[str, Any], tuple[str, ...]]:
         """The resolved spec and checked ``requires`` — raises before anything is written."""
+        declared = migration.background
+        collection = declared.get("collection") if isinstance(declared, Mapping) else None
+        versioning = (self.versioning_of(collection)
+                      if self.versioning_of is not None and isinstance(collection, str)
+                      else None)
         resolved = resolve_background(
-            migration.name, migration.background, reserved_collections=self.engine.reserved
+            migration.name, declared, reserved_collections=self.engine.reserved,
+            collection_versioning=versioning,
         )
         requires = validate_requires(
             migration.name,

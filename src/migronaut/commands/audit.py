@@ -1,7 +1,9 @@
 """``audit``: the read-only health checks (:mod:`migronaut.core.audit`) run for a migrator.
 
-The core checks know nothing of background migrations; this layer knows both and adds the
-``background`` check (:mod:`migronaut.background.audit`) after them, in the same place as ever.
+The core checks know nothing of background migrations or declared collections; this layer knows
+them and adds the ``collections`` drift check (a warning; planned like ``converge --dry-run``)
+and the ``background`` check (:mod:`migronaut.background.audit`) after them, in the same place as
+ever.
 
 Invariant: the migrator is left as it was found — a connection the audit opened is closed again,
 and nothing is locked, written, emitted or indexed.
@@ -31,7 +33,45 @@ class BackgroundAuditable(Auditable, Protocol):
 def audit(ws: Workspace, target: BackgroundAuditable) -> AuditReport:
     """Read-only health checks of ``target`` (the migrator), leaving the connection as found."""
     with ws.slot.busy(), ws.transient():
-        return run_audit(target, added=[_background_check(target)])
+        return run_audit(target, added=[_collections_check(ws), _background_check(target)])
+
+
+def _collections_check(ws: Workspace) -> AddedCheck:
+    """The ``collections`` check (only when something is declared): declared collections,
+    validators and indexes against the live state, as ``converge --dry-run`` plans them —
+    drift is a warning (collections.md §4.2), fixed by ``migronaut converge``."""
+
+    def run(facts: AuditFacts) -> AuditCheck | None:
+        from migronaut.commands.converge import plan_declared
+        from migronaut.core.results import AuditCheck
+        from migronaut.declared.sources import load_definitions
+        from migronaut.errors import ConfigInvalidError
+
+        config = facts.config
+        if not config.collections and not config.collections_dir:
+            return None
+        try:
+            definitions = load_definitions(config)
+        except ConfigInvalidError as error:
+            return AuditCheck("collections", "warn",
+                              f"Definitions do not load: {error.message}")
+        if not definitions:
+            return None
+        result = plan_declared(ws, definitions)
+        total = len(result.collections)
+        if result.in_sync:
+            return AuditCheck("collections", "pass",
+                              f"{total} collection(s) match their declarations")
+        drifted = [plan.name for plan in result.collections if plan.changes or plan.conflicts]
+        conflicts = sum(len(plan.conflicts) for plan in result.collections)
+        detail = (f"{result.changed} change(s) pending in {len(drifted)} of {total} "
+                  f"collection(s): {', '.join(drifted)}")
+        if conflicts:
+            detail += f" · {conflicts} conflict(s)"
+        return AuditCheck("collections", "warn",
+                          detail + " (migronaut converge --dry-run shows the plan)")
+
+    return AddedCheck("collections", run)
 
 
 def _background_check(target: BackgroundAuditable) -> AddedCheck:

@@ -13,7 +13,7 @@ refuses before the first migration of the run.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from migronaut.core.project import executed_by
 from migronaut.core.step import WaitingForBackground
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from migronaut.core.files import MigrationModule
     from migronaut.core.run import Direction, Run
     from migronaut.core.workspace import Workspace
+    from migronaut.declared.definition import CollectionDefinition
 
 __all__ = ["BackgroundWiring"]
 
@@ -70,7 +71,8 @@ class BackgroundWiring:
     def _registrar(self) -> Registrar:
         from migronaut.background.registration import Registrar
 
-        return Registrar(self.engine, files=self._ws.project.files())
+        return Registrar(self.engine, files=self._ws.project.files(),
+                         versioning_of=_declared_versioning(self._ws))
 
     def validate(self, migrations: Sequence[MigrationModule]) -> None:
         registrar = self._registrar()
@@ -127,3 +129,27 @@ class BackgroundWiring:
         spec = state.get("spec") or {}
         engine.drive(name, concurrency=int(spec.get("maxParallel", 1)),
                      cancellation=run.cancellation, driver="inline", inline=True)
+
+
+def _declared_versioning(ws: Workspace) -> Callable[[str], dict[str, Any] | None]:
+    """A background spec's target collection → its declared ``versioning`` (collections.md
+    §3.7: field names default from it, ``to`` may not pass ``current``). The definitions are
+    loaded lazily, once per registrar, and only when something is declared (§1.1)."""
+    loaded: list[tuple[CollectionDefinition, ...]] = []
+
+    def versioning_of(collection: str) -> dict[str, Any] | None:
+        config = ws.project.config
+        if not config.collections and not config.collections_dir:
+            return None
+        if not loaded:
+            from migronaut.declared.sources import load_definitions
+
+            loaded.append(load_definitions(config))
+        for definition in loaded[0]:
+            spec = definition.versioning
+            if definition.name == collection and spec is not None:
+                return {"field": spec.field, "current": spec.current,
+                        "revision": spec.revision, "revision_field": spec.revision_field}
+        return None
+
+    return versioning_of

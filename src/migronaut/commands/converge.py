@@ -42,7 +42,8 @@ if TYPE_CHECKING:
     from migronaut.core.workspace import Workspace
     from migronaut.declared.definition import CollectionDefinition
 
-__all__ = ["ConvergeOptions", "converge", "converge_history", "validate_converge_options"]
+__all__ = ["ConvergeOptions", "converge", "converge_history", "converge_in_run", "plan_declared",
+           "validate_converge_options"]
 
 _LABELS = {"index": "index", "validator": "validator", "collection": "collection",
            "searchIndex": "search index"}
@@ -111,19 +112,32 @@ def converge(ws: Workspace, options: ConvergeOptions) -> ConvergeResult:
     if options.dry_run:
         with ws.slot.busy():
             ws.connection.connect()
-            plans, _ = _plan_all(ws, definitions, options)
-        result = ConvergeResult.planned(plans)
-        changing = sum(1 for plan in plans if plan.changes)
+            result = plan_declared(ws, definitions, options)
+        changing = sum(1 for plan in result.collections if plan.changes)
         level = 20 if result.changed else 10
         logger.log(level, "Planned %d change(s) in %d of %d collection(s)", result.changed,
-                   changing, len(plans))
+                   changing, len(result.collections))
         return result
     box: list[ConvergeResult] = []
     locked_run(ws, "converge", None,
-               lambda run: box.append(_Converge(ws, run, definitions, options).run()),
+               lambda run: box.append(converge_in_run(ws, run, definitions, options)),
                no_lock=options.no_lock, requested_by=options.requested_by,
                reason=options.reason)
     return box[0]
+
+
+def plan_declared(ws: Workspace, definitions: Sequence[CollectionDefinition],
+                  options: ConvergeOptions | None = None) -> ConvergeResult:
+    """The dry-run result over a connected workspace: reads and plans only (no lock, no
+    events, no log line) — shared by ``converge --dry-run`` and the audit's drift check."""
+    plans, _ = _plan_all(ws, definitions, options or ConvergeOptions(dry_run=True))
+    return ConvergeResult.planned(plans)
+
+
+def converge_in_run(ws: Workspace, run: Run, definitions: Sequence[CollectionDefinition],
+                    options: ConvergeOptions) -> ConvergeResult:
+    """A real converge inside a locked run someone else holds (its own, or ``up``'s — §2.11)."""
+    return _Converge(ws, run, definitions, options).run()
 
 
 def _plan_options(options: ConvergeOptions, facts: ServerFacts,

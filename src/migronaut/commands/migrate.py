@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from migronaut.commands.up_converge import after_up, forget_definitions, note_preview
 from migronaut.core.locked_run import locked_run
 from migronaut.core.plan import (
     build_status_rows,
@@ -27,7 +28,7 @@ from migronaut.core.plan import (
 )
 from migronaut.core.results import RunResult
 from migronaut.core.run_loop import run_targets
-from migronaut.errors import ChecksumMismatchError, ConfigInvalidError
+from migronaut.errors import ChecksumMismatchError, ConfigInvalidError, LockAlreadyHeldError
 
 if TYPE_CHECKING:
     from migronaut.core.results import StatusRow
@@ -58,12 +59,19 @@ def up(
     requested_by: str | None,
     reason: str | None,
     on_background_pending: Literal["error", "stop"],
+    converge: bool | None = None,
 ) -> list[RunResult]:
-    """Apply pending migrations (or one named file) in name order, under the lock."""
+    """Apply pending migrations (or one named file) in name order, under the lock; a bulk
+    ``up`` converges the declared collections afterwards in the same run when ``converge`` (or,
+    unset, ``converge_after_up``) says so (:mod:`migronaut.commands.up_converge`)."""
     validate_up_options(file, to=to, step=step, batch=batch, force=force,
-                        requested_by=requested_by, reason=reason)
+                        requested_by=requested_by, reason=reason, converge=converge)
     check_on_background_pending(on_background_pending)
     ws.waiting = []
+    ws.last_converge = None
+    # resolved before the lock: a broken definition file fails `up` before any migration runs
+    after = after_up(ws, file=file, to=to, converge=converge, requested_by=requested_by,
+                     reason=reason)
 
     def work(run: Run) -> None:
         run.stop_when_waiting = on_background_pending == "stop"
@@ -72,9 +80,19 @@ def up(
                 strict=ws.project.config.strict if strict is None else strict)
         finally:
             ws.waiting = list(run.waiting)
+        if after is not None:
+            after.run(run)
 
-    return locked_run(ws, "up", "up", work, no_lock=no_lock,
-                      requested_by=requested_by, reason=reason)
+    try:
+        results = locked_run(ws, "up", "up", work, no_lock=no_lock,
+                             requested_by=requested_by, reason=reason)
+    except LockAlreadyHeldError:
+        raise  # refused before anything ran: a lock-wait retry reuses the definitions
+    except BaseException:
+        forget_definitions(ws)
+        raise
+    forget_definitions(ws)
+    return results
 
 
 def _up(
@@ -205,6 +223,7 @@ def dry_run(
                 changelog.records_named(targets), targets, checksum=None)}
             preview = [replace(rows[name], checksum=project.checksum(name)) for name in targets]
             project.logger.info("◎ Dry-run  Would apply: %d", len(preview))
+            note_preview(ws, file=file, to=to)
             return preview
         records = plan_down(changelog, file=file, steps=steps, batch=batch, to=to)
         check_forward_only(records)

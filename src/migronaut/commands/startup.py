@@ -51,6 +51,9 @@ class Startable(Protocol):
     @property
     def _waiting(self) -> list[dict[str, Any]]: ...
 
+    @property
+    def _last_converge(self) -> Any: ...
+
     def connect(self) -> None: ...
 
     def up(self, *, no_lock: bool,
@@ -128,6 +131,7 @@ def run_at_startup(
             waited_ms=int((time.monotonic() - wait.started) * 1000) if wait.waited else 0,
             attempts=attempts,
             waiting=waiting if on_background_pending == "stop" else None,
+            converge=migrator._last_converge,
         )
     finally:
         finished.set()

@@ -35,9 +35,9 @@ __all__ = [
 ]
 
 CONFIG_FILE_NAMES = ("migronaut.toml", "migronaut_config.py", "pyproject.toml")
-#: Keys of converge features not implemented yet (reference collections.md §2.11, §7): converge
-#: after ``up`` and Atlas Search indexes. Setting one of these keys is a warning.
-NOT_YET_SUPPORTED = ("converge_after_up", "on_search_unavailable", "wait_for_search_indexes",
+#: Keys of converge features not implemented yet (reference collections.md §7): Atlas Search
+#: indexes. Setting one of these keys is a warning.
+NOT_YET_SUPPORTED = ("on_search_unavailable", "wait_for_search_indexes",
                      "search_index_wait_timeout_ms")
 #: The command-line flag of each config key the global flags set (for :meth:`Config.origin`).
 FLAG_NAMES = {"uri": "--uri", "db_name": "--db", "migrations_dir": "--dir",
@@ -186,8 +186,8 @@ class Config:
                  if key in self.origins]
         if not named:
             return None
-        return ("⚠ Not supported yet, ignored: " + ", ".join(named) + " — converge after up and "
-                "Atlas Search indexes are not implemented in this version of migronaut")
+        return ("⚠ Not supported yet, ignored: " + ", ".join(named) + " — Atlas Search indexes "
+                "are not implemented in this version of migronaut")
 
     def origin(self, key: str) -> str:
         """Where ``key``'s value came from, for an error that must say what to fix: ``the --uri

@@ -90,12 +90,19 @@ def validate_actor(requested_by: Any, reason: Any) -> None:
 
 def validate_up_options(
     file: Any, *, to: Any = None, step: bool = False, batch: Any = None, force: bool = False,
-    requested_by: Any = None, reason: Any = None,
+    requested_by: Any = None, reason: Any = None, converge: Any = None,
 ) -> None:
     """Pure checks that run before any config load or connection."""
     _bare(file, "file")
     _bare(to, "--to")
     _positive_int(batch, "batch")
+    if converge is not None:
+        if not isinstance(converge, bool):
+            raise ConfigInvalidError("converge must be a boolean", {"option": "converge"})
+        if converge and (file is not None or to is not None):
+            raise ConfigInvalidError(
+                "converge applies to a bulk up only: not with a migration file or --to",
+                {"option": "converge"})
     if file is not None and to is not None:
         raise ConfigInvalidError("--to cannot be combined with a migration file", {"option": "to"})
     if force and file is None:

@@ -228,6 +228,9 @@ class MigrationSummary:
     #: ``on_background_pending="stop"`` only (``None`` otherwise): the migration the run stopped
     #: before, and what it waits for — ``[{migration, waitsFor: [{migration, status}]}]``
     waiting: list[dict[str, Any]] | None = None
+    #: with ``converge_after_up`` (and something declared): the converge's result, a
+    #: ``ConvergeResult`` (collections.md §2.11); ``None`` otherwise
+    converge: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         return _render(self, ())

@@ -75,6 +75,12 @@ class Workspace:
         self.progress = progress
         #: what the last ``up`` with ``on_background_pending="stop"`` stopped at
         self.waiting: list[dict[str, Any]] = []
+        #: the converge result of the last ``up`` that converged after its migrations (a
+        #: ``ConvergeResult``, :mod:`migronaut.commands.up_converge`), else ``None``
+        self.last_converge: Any = None
+        #: definitions resolved for an after-up converge, kept while the run is refused for a
+        #: held lock (``CollectionDefinition``\ s)
+        self.converge_definitions: tuple[Any, ...] | None = None
         self.background = background(self)
 
     def close(self) -> None:

@@ -36,6 +36,9 @@ _REQUESTED_BY_HELP = (
 @click.option("--no-lock", is_flag=True, help=NO_LOCK_HELP)
 @click.option("--reason", metavar="TEXT", help=REASON_HELP)
 @click.option("--requested-by", metavar="WHO", help=_REQUESTED_BY_HELP)
+@click.option("--converge/--no-converge", default=None,
+              help="Converge the declared collections after the migrations, in the same run "
+              "(default: the converge_after_up setting). Bulk up only.")
 def up(
     session: Session,
     file: str | None,
@@ -47,11 +50,12 @@ def up(
     no_lock: bool,
     reason: str | None,
     requested_by: str | None,
+    converge: bool | None,
 ) -> int:
     from migronaut.core.plan import validate_up_options
 
     validate_up_options(file, to=to, step=step, force=force, reason=reason,
-                        requested_by=requested_by)
+                        requested_by=requested_by, converge=converge)
     if force and not yes and not session.confirm(
         f'are you sure you want to re-run "{file}"? [y/N] ', action="up --force"
     ):
@@ -60,6 +64,7 @@ def up(
         lambda migrator: migrator.up(
             file, to=to, step=step, force=force, no_lock=no_lock,
             strict=True if strict else None, reason=reason, requested_by=requested_by,
+            converge=converge,
         ),
         to_json=run_results_json,
         mutating=True,
