@@ -145,6 +145,20 @@ def test_version_is_fast_and_does_not_import_pymongo() -> None:
     assert done.stderr == "[]"
 
 
+def test_importing_the_api_does_not_import_pymongo_or_converge() -> None:
+    """``from migronaut import Migrator`` stays light: the driver and converge's machinery
+    load when a command needs them (converge pulled pymongo in at import: 70 → 220 ms)."""
+    code = (
+        "import sys; from migronaut import Migrator, AsyncMigrator; "
+        "import migronaut.api, migronaut.aio; "
+        "bad = [m for m in ('pymongo', 'migronaut.commands.converge', 'migronaut.declared.planner')"
+        " if m in sys.modules]; sys.stderr.write(repr(bad))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stderr == "[]"
+
+
 # ---------------------------------------------------------------------------- parse errors
 
 

@@ -14,12 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from migronaut.commands.converge import ConvergeOptions, converge_in_run
-from migronaut.declared.sources import load_definitions
-
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from migronaut.commands.converge import ConvergeOptions
     from migronaut.core.config import Config
     from migronaut.core.run import Run
     from migronaut.core.workspace import Workspace
@@ -51,12 +49,17 @@ class AfterUp:
             self.ws.project.logger.info(
                 "Converge after up skipped: the run stopped before a pending migration")
             return
+        from migronaut.commands.converge import converge_in_run  # pymongo-heavy: lazily
+
         self.ws.last_converge = converge_in_run(self.ws, run, self.definitions, self.options)
 
 
 def after_up(ws: Workspace, *, file: str | None, to: str | None, converge: bool | None,
              requested_by: str | None, reason: str | None) -> AfterUp | None:
     """The converge this ``up`` ends with, its definitions already loaded — or ``None``."""
+    from migronaut.commands.converge import ConvergeOptions
+    from migronaut.declared.sources import load_definitions
+
     config = ws.project.config
     wanted = config.converge_after_up if converge is None else converge
     if not wanted or file is not None:
