@@ -37,6 +37,10 @@ class SearchAvailability:
 
     available: bool = True
     on_unavailable: str = "fail"
+    #: How the probe decided: ``version``, ``error``, ``listed``, ``parameter`` or ``assumed``.
+    evidence: str | None = None
+    #: The server's refusal when ``evidence`` is ``error``.
+    reason: str | None = None
 
 
 @dataclass(frozen=True)
