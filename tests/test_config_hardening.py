@@ -14,9 +14,8 @@ import pytest
 from helpers.engine import ListHandler, make_migrator, write_simple
 
 #: Converge keys accepted (a config shared with the Node original loads) but not implemented yet:
-#: converge after up and Atlas Search indexes.
-NOT_YET_SUPPORTED = ("converge_after_up", "on_search_unavailable", "wait_for_search_indexes",
-                     "search_index_wait_timeout_ms")
+#: converge after up.
+NOT_YET_SUPPORTED = ("converge_after_up",)
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -39,7 +38,7 @@ def test_a_key_that_does_nothing_yet_warns_once_on_stderr_and_is_not_an_error(
         assert result.exit_code == 0, (args, result.stderr)
         (line,) = warnings_in(result.stderr)
         assert "collections_dir" not in line  # converge applies it now
-        assert "wait_for_search_indexes (migronaut.toml)" in line
+        assert "wait_for_search_indexes" not in line  # and waits for search index builds
         assert "converge_after_up (the MIGRONAUT_CONVERGE_AFTER_UP environment variable)" in line
         assert warnings_in(result.stdout) == []
     as_json = cli("status", "--json")
@@ -60,14 +59,15 @@ def test_the_api_warns_once_per_migrator_through_its_logger(project: Any) -> Non
     logger.propagate = False
     write_simple(project, "0001_a")
     with make_migrator(project, logger=logger, collections=[{"name": "users", "indexes": []}],
-                       on_search_unavailable="skip") as migrator:
+                       on_search_unavailable="skip", converge_after_up=False) as migrator:
         migrator.status()
         migrator.up()
         migrator.status()
     warned = [r.getMessage() for r in handler.records if "Not supported yet" in r.getMessage()]
     assert len(warned) == 1
     assert "collections (the collections argument)" not in warned[0]
-    assert "on_search_unavailable (the on_search_unavailable argument)" in warned[0]
+    assert "on_search_unavailable" not in warned[0]  # converge applies it now
+    assert "converge_after_up (the converge_after_up argument)" in warned[0]
 
 
 def test_the_keys_are_the_ones_the_config_warns_about() -> None:

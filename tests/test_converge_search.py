@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from conftest import project_on
 from helpers.engine import make_migrator
 from migronaut import ConvergeFailedError
-from conftest import project_on
 
 MOVIES: dict[str, Any] = {"name": "movies", "search_indexes": [
     {"definition": {"mappings": {"fields": {"title": {"type": "string"}}}}},

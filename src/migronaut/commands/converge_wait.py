@@ -191,7 +191,8 @@ def wait_after_converge(ws: Workspace, run: Run, plans: Sequence[CollectionPlan]
                        "converge", target.collection, target.name)
     wait = {"outcome": end.outcome, "waitedMs": end.waited_ms}
     if end.outcome == "ready":
-        logger.info("✔ %d search index(es) ready in %dms", len(targets), end.waited_ms)
+        logger.info("✔ %d search index(es) ready in %dms", len(targets) - len(end.preexisting),
+                    end.waited_ms)
         return wait, end.builds, None
     if end.outcome == "aborted":
         return wait, end.builds, run.cancellation.reason or RunAbortedError(

@@ -35,10 +35,9 @@ __all__ = [
 ]
 
 CONFIG_FILE_NAMES = ("migronaut.toml", "migronaut_config.py", "pyproject.toml")
-#: Keys of converge features not implemented yet (reference collections.md §2.11, §7): converge
-#: after ``up`` and Atlas Search indexes. Setting one of these keys is a warning.
-NOT_YET_SUPPORTED = ("converge_after_up", "on_search_unavailable", "wait_for_search_indexes",
-                     "search_index_wait_timeout_ms")
+#: Keys of converge features not implemented yet (reference collections.md §2.11): converge
+#: after ``up``. Setting one of these keys is a warning.
+NOT_YET_SUPPORTED = ("converge_after_up",)
 #: The command-line flag of each config key the global flags set (for :meth:`Config.origin`).
 FLAG_NAMES = {"uri": "--uri", "db_name": "--db", "migrations_dir": "--dir",
               "log_format": "--log-format", "env_file": "--env-file"}
