@@ -26,7 +26,8 @@ BROKEN: dict[str, Any] = {"name": "movies", "search_indexes": [
 @pytest.fixture
 def sproject(tmp_path: Path, search_uri: str, db_name: str,
              monkeypatch: pytest.MonkeyPatch) -> Any:
-    return project_on(tmp_path, search_uri, db_name, monkeypatch)
+    (tmp_path / "search").mkdir()
+    return project_on(tmp_path / "search", search_uri, db_name, monkeypatch)
 
 
 def converge(project: Any, collections: list[dict[str, Any]], config: dict[str, Any] | None = None,
@@ -143,3 +144,27 @@ def test_search_unavailable_skip_converges_the_rest(project: Any, db: Any) -> No
     assert rows(result) == {"default": ("skip", "skipped"), "vec": ("skip", "skipped")}
     assert result.in_sync and result.search["available"] is False
     assert "year_1" in {index["name"] for index in db.movies.list_indexes()}
+
+
+def search_check(project: Any, collections: list[dict[str, Any]],
+                 config: dict[str, Any] | None = None) -> Any:
+    with make_migrator(project, collections=collections, **(config or {})) as migrator:
+        report = migrator.audit()
+    return {check.name: check for check in report.checks}.get("search")
+
+
+def test_audit_search_check(sproject: Any, project: Any) -> None:
+    assert search_check(sproject, [{"name": "plain", "indexes": []}]) is None
+    converge(sproject, [MOVIES], wait_for_search_indexes=True)
+    available = search_check(sproject, [MOVIES])
+    assert (available.status, available.detail) == (
+        "pass", "Atlas Search available; 2 declared search index(es)")
+    broken = {"name": "shows", "search_indexes": BROKEN["search_indexes"]}
+    with pytest.raises(ConvergeFailedError):
+        converge(sproject, [broken], wait_for_search_indexes=True)
+    failed = search_check(sproject, [broken])
+    assert failed.status == "warn" and 'shows "default" FAILED' in failed.detail
+    unavailable = search_check(project, [MOVIES])
+    assert unavailable.status == "fail" and "mongodb-atlas-local" in unavailable.detail
+    skipped = search_check(project, [MOVIES], {"on_search_unavailable": "skip"})
+    assert skipped.status == "warn" and "2 declared search index(es) skipped" in skipped.detail

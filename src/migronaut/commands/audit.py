@@ -1,7 +1,8 @@
 """``audit``: the read-only health checks (:mod:`migronaut.core.audit`) run for a migrator.
 
-The core checks know nothing of background migrations; this layer knows both and adds the
-``background`` check (:mod:`migronaut.background.audit`) after them, in the same place as ever.
+The core checks know nothing of declared collections or background migrations; this layer adds
+the ``search`` check (:mod:`migronaut.commands.search_audit`) and the ``background`` check
+(:mod:`migronaut.background.audit`) after them, in that order.
 
 Invariant: the migrator is left as it was found — a connection the audit opened is closed again,
 and nothing is locked, written, emitted or indexed.
@@ -31,7 +32,18 @@ class BackgroundAuditable(Auditable, Protocol):
 def audit(ws: Workspace, target: BackgroundAuditable) -> AuditReport:
     """Read-only health checks of ``target`` (the migrator), leaving the connection as found."""
     with ws.slot.busy(), ws.transient():
-        return run_audit(target, added=[_background_check(target)])
+        return run_audit(target, added=[_search_check(target), _background_check(target)])
+
+
+def _search_check(target: Auditable) -> AddedCheck:
+    """The ``search`` check: only when some definition declares search indexes."""
+
+    def run(facts: AuditFacts) -> AuditCheck | None:
+        from migronaut.commands.search_audit import audit_search
+
+        return audit_search(facts.config, target.db)
+
+    return AddedCheck("search", run)
 
 
 def _background_check(target: BackgroundAuditable) -> AddedCheck:
