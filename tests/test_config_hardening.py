@@ -1,11 +1,11 @@
-"""Config keys that do nothing yet warn instead of pretending to work, and a ``telemetry`` value
-of the wrong type is refused by every command that loads the configuration — not only by ``up``.
+"""Every declared-collection and converge key is applied now: none warns "Not supported yet"
+(they did while converge was missing). A ``telemetry`` value of the wrong type is refused by
+every command that loads the configuration — not only by ``up``.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from pathlib import Path
 from typing import Any
 
@@ -13,76 +13,50 @@ import pytest
 
 from helpers.engine import ListHandler, make_migrator, write_simple
 
-#: Converge keys accepted (a config shared with the Node original loads) but not implemented yet:
-#: Atlas Search indexes.
-NOT_YET_SUPPORTED = ("on_search_unavailable", "wait_for_search_indexes",
-                     "search_index_wait_timeout_ms")
+#: The keys that once warned "Not supported yet" (converge and Atlas Search).
+CONVERGE_KEYS = ("collections", "collections_dir", "converge_after_up", "on_search_unavailable",
+                 "wait_for_search_indexes", "search_index_wait_timeout_ms")
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
-# ------------------------------------------------------------------ not supported yet: warned
+# ---------------------------------------------------------- converge keys: applied, not warned
 
 
-def warnings_in(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if "Not supported yet" in line]
-
-
-def test_a_key_that_does_nothing_yet_warns_once_on_stderr_and_is_not_an_error(
-    cli: Any, project: Any
-) -> None:
+def test_converge_keys_set_everywhere_warn_nothing(cli: Any, project: Any) -> None:
     write_simple(project, "0001_a")
     project.write("migronaut.toml", 'collections_dir = "collections"\n'
-                                    "wait_for_search_indexes = true\n")
+                                    "wait_for_search_indexes = true\n"
+                                    'on_search_unavailable = "skip"\n'
+                                    "search_index_wait_timeout_ms = 1000\n")
+    (project.path / "collections").mkdir()
     for args in (("status",), ("up",), ("status", "--json"), ("create", "next one")):
         result = cli(*args, env={"MIGRONAUT_CONVERGE_AFTER_UP": "false"})
         assert result.exit_code == 0, (args, result.stderr)
-        (line,) = warnings_in(result.stderr)
-        assert "collections_dir" not in line  # converge applies it now
-        assert "wait_for_search_indexes (migronaut.toml)" in line
-        assert "converge_after_up" not in line  # up converges afterwards now
-        assert warnings_in(result.stdout) == []
-    as_json = cli("status", "--json")
-    assert isinstance(as_json.json, list)
+        assert "Not supported yet" not in result.stderr + result.stdout, args
 
 
-def test_no_warning_when_none_is_set(cli: Any, project: Any) -> None:
-    write_simple(project, "0001_a")
-    result = cli("status")
-    assert result.exit_code == 0 and warnings_in(result.stderr) == []
-
-
-def test_the_api_warns_once_per_migrator_through_its_logger(project: Any) -> None:
+def test_the_api_warns_nothing_for_them(project: Any) -> None:
     handler = ListHandler()
-    logger = logging.getLogger("test.unsupported")
+    logger = logging.getLogger("test.converge-keys")
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)
     logger.propagate = False
     write_simple(project, "0001_a")
     with make_migrator(project, logger=logger, collections=[{"name": "users", "indexes": []}],
-                       on_search_unavailable="skip") as migrator:
+                       on_search_unavailable="skip", converge_after_up=False) as migrator:
         migrator.status()
         migrator.up()
-        migrator.status()
-    warned = [r.getMessage() for r in handler.records if "Not supported yet" in r.getMessage()]
-    assert len(warned) == 1
-    assert "collections (the collections argument)" not in warned[0]
-    assert "on_search_unavailable (the on_search_unavailable argument)" in warned[0]
+    assert not [r for r in handler.records if "Not supported" in r.getMessage()]
 
 
-def test_the_keys_are_the_ones_the_config_warns_about() -> None:
-    from migronaut.core import config
-
-    assert config.NOT_YET_SUPPORTED == NOT_YET_SUPPORTED
-
-
-def test_the_docs_do_not_present_them_as_working() -> None:
+def test_the_docs_list_them_as_working_keys() -> None:
     text = (DOCS / "configuration.md").read_text(encoding="utf-8")
+    assert "## Not supported yet" not in text
     keys_table = text.split("## Keys", 1)[1].split("\n## ", 1)[0]
-    for key in NOT_YET_SUPPORTED:
+    for key in CONVERGE_KEYS:
         rows = [line for line in keys_table.splitlines() if line.startswith(f"| `{key}` |")]
-        assert rows == [], f"{key} is documented in the keys table as if it worked"
-        assert re.search(rf"`{key}`", text.split("## Not supported yet", 1)[1]), key
+        assert len(rows) == 1, f"{key} is not in the keys table"
 
 
 # ---------------------------------------------------------- telemetry of the wrong type

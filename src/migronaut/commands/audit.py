@@ -1,9 +1,10 @@
 """``audit``: the read-only health checks (:mod:`migronaut.core.audit`) run for a migrator.
 
-The core checks know nothing of background migrations or declared collections; this layer knows
-them and adds the ``collections`` drift check (a warning; planned like ``converge --dry-run``)
-and the ``background`` check (:mod:`migronaut.background.audit`) after them, in the same place as
-ever.
+The core checks know nothing of declared collections or background migrations; this layer
+knows them and adds, after the core checks and in this order, the ``collections`` drift check (a
+warning; planned like ``converge --dry-run``), the ``search`` check
+(:mod:`migronaut.commands.search_audit`) and the ``background`` check
+(:mod:`migronaut.background.audit`).
 
 Invariant: the migrator is left as it was found — a connection the audit opened is closed again,
 and nothing is locked, written, emitted or indexed.
@@ -33,7 +34,8 @@ class BackgroundAuditable(Auditable, Protocol):
 def audit(ws: Workspace, target: BackgroundAuditable) -> AuditReport:
     """Read-only health checks of ``target`` (the migrator), leaving the connection as found."""
     with ws.slot.busy(), ws.transient():
-        return run_audit(target, added=[_collections_check(ws), _background_check(target)])
+        return run_audit(target, added=[_collections_check(ws), _search_check(target),
+                                     _background_check(target)])
 
 
 def _collections_check(ws: Workspace) -> AddedCheck:
@@ -72,6 +74,17 @@ def _collections_check(ws: Workspace) -> AddedCheck:
                           detail + " (migronaut converge --dry-run shows the plan)")
 
     return AddedCheck("collections", run)
+
+
+def _search_check(target: Auditable) -> AddedCheck:
+    """The ``search`` check: only when some definition declares search indexes."""
+
+    def run(facts: AuditFacts) -> AuditCheck | None:
+        from migronaut.commands.search_audit import audit_search
+
+        return audit_search(facts.config, target.db)
+
+    return AddedCheck("search", run)
 
 
 def _background_check(target: BackgroundAuditable) -> AddedCheck:

@@ -20,11 +20,22 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from migronaut.commands.converge_apply import StepFailed, apply_step
-from migronaut.commands.converge_read import ServerFacts, read_live, read_one, server_facts
+from migronaut.commands.converge_read import (
+    ServerFacts,
+    primary,
+    read_live,
+    read_one,
+    server_facts,
+)
 from migronaut.core.locked_run import check_between, locked_run
-from migronaut.declared.plan import CollectionPlan, ConvergeResult, PlanRow
+from migronaut.declared.plan import (
+    CollectionPlan,
+    ConvergeResult,
+    PlanRow,
+)
 from migronaut.declared.planner import PlanOptions, plan_collection
-from migronaut.declared.search_plan import SearchAvailability
+from migronaut.declared.search_build import search_summary
+from migronaut.declared.search_plan import UNAVAILABLE, SearchAvailability
 from migronaut.declared.sources import load_definitions
 from migronaut.errors import (
     ConfigInvalidError,
@@ -112,7 +123,7 @@ def converge(ws: Workspace, options: ConvergeOptions) -> ConvergeResult:
     if options.dry_run:
         with ws.slot.busy():
             ws.connection.connect()
-            result = plan_declared(ws, definitions, options)
+            result = plan_declared(ws, definitions, options, warn=True)
         changing = sum(1 for plan in result.collections if plan.changes)
         level = 20 if result.changed else 10
         logger.log(level, "Planned %d change(s) in %d of %d collection(s)", result.changed,
@@ -127,11 +138,15 @@ def converge(ws: Workspace, options: ConvergeOptions) -> ConvergeResult:
 
 
 def plan_declared(ws: Workspace, definitions: Sequence[CollectionDefinition],
-                  options: ConvergeOptions | None = None) -> ConvergeResult:
+                  options: ConvergeOptions | None = None, *, warn: bool = False
+                  ) -> ConvergeResult:
     """The dry-run result over a connected workspace: reads and plans only (no lock, no
-    events, no log line) — shared by ``converge --dry-run`` and the audit's drift check."""
-    plans, _ = _plan_all(ws, definitions, options or ConvergeOptions(dry_run=True))
-    return ConvergeResult.planned(plans)
+    events) — shared by ``converge --dry-run`` and the audit's drift check; ``warn`` logs the
+    run's search warnings (skipped indexes, ignored server options)."""
+    plans, (_, search, _) = _plan_all(ws, definitions, options or ConvergeOptions(dry_run=True))
+    if warn:
+        _warn_search(ws, plans, search)
+    return ConvergeResult.planned(plans, _summary(definitions, plans, search))
 
 
 def converge_in_run(ws: Workspace, run: Run, definitions: Sequence[CollectionDefinition],
@@ -146,19 +161,18 @@ def _plan_options(options: ConvergeOptions, facts: ServerFacts,
                        capabilities=facts.capabilities, search=search)
 
 
-def _search_availability(ws: Workspace, definitions: Sequence[CollectionDefinition]
-                         ) -> tuple[SearchAvailability, bool]:
-    """``(availability, read search lists?)``: probed only when some definition declares
-    search indexes."""
-    from migronaut.commands.converge_read import primary, search_availability
+def _search_availability(ws: Workspace, definitions: Sequence[CollectionDefinition],
+                         facts: ServerFacts) -> tuple[SearchAvailability, bool]:
+    """``(availability, read search lists?)``: probed once per run, only when some definition
+    declares search indexes (§7.4)."""
+    from migronaut.commands.converge_search import probe_search
 
     on_unavailable = ws.project.config.on_search_unavailable
-    wanted = [d for d in definitions if d.search_indexes is not None]
-    if not wanted:
+    probed = probe_search(primary(ws.connection.db), definitions, facts.capabilities.version,
+                          on_unavailable)
+    if probed is None:
         return SearchAvailability(True, on_unavailable), False
-    availability, _ = search_availability(primary(ws.connection.db), wanted[0].name,
-                                          on_unavailable)
-    return availability, availability.available
+    return probed, probed.available
 
 
 def _plan_all(ws: Workspace, definitions: Sequence[CollectionDefinition],
@@ -166,11 +180,39 @@ def _plan_all(ws: Workspace, definitions: Sequence[CollectionDefinition],
               ) -> tuple[list[CollectionPlan], tuple[ServerFacts, SearchAvailability, bool]]:
     db = ws.connection.db
     facts = server_facts(db)
-    search, read_search = _search_availability(ws, definitions)
+    search, read_search = _search_availability(ws, definitions, facts)
     live = read_live(db, definitions, mongos=facts.mongos, search=read_search)
     plan_options = _plan_options(options, facts, search)
     plans = [plan_collection(d, live[d.name], plan_options) for d in definitions]
     return plans, (facts, search, read_search)
+
+
+def _warn_search(ws: Workspace, plans: Sequence[CollectionPlan],
+                 search: SearchAvailability) -> None:
+    """Once per run: the skipped search indexes (Search unavailable, ``skip``) and the
+    server-only options the comparison ignored (§7.3 step 3, §7.4)."""
+    logger = ws.project.logger
+    rows = [(plan.name, row) for plan in plans for row in plan.actions
+            if row.target == "searchIndex"]
+    skipped = sum(1 for _, row in rows if row.action == "skip" and row.reason == UNAVAILABLE)
+    if skipped:
+        logger.warning("⚠ %s: %d declared search index(es) skipped (on_search_unavailable = "
+                       "skip)", UNAVAILABLE, skipped)
+    ignored = sorted({f'{name} search index "{row.name}": {path}' for name, row in rows
+                      for path in row.ignored or ()})
+    if ignored:
+        logger.warning("⚠ Ignoring option(s) only the server sets (not declared): %s",
+                       "; ".join(ignored))
+
+
+def _summary(definitions: Sequence[CollectionDefinition], plans: Sequence[CollectionPlan],
+             search: SearchAvailability, wait: Mapping[str, Any] | None = None
+             ) -> dict[str, Any] | None:
+    """``result.search`` — present whenever a definition declares search indexes (§7.7)."""
+    if all(d.search_indexes is None for d in definitions):
+        return None
+    return search_summary(plans, available=search.available, evidence=search.evidence,
+                          wait=wait)
 
 
 def _describe_conflict(collection: str, row: PlanRow) -> str:
@@ -202,6 +244,7 @@ class _Converge:
         self.emit: Callable[..., None] = ws.events.emit
         self.plans: list[CollectionPlan] = []
         self.unstable: list[dict[str, Any]] = []
+        self.search_wait: dict[str, Any] | None = None
         self.started = time.monotonic()
         self.started_at = time.time()
 
@@ -212,6 +255,7 @@ class _Converge:
             self._check_ordered()
         self.plans, (facts, search, read_search) = _plan_all(
             self.ws, self.definitions, self.options)
+        _warn_search(self.ws, self.plans, search)
         self.facts, self.search, self.read_search = facts, search, read_search
         self.emit("converge:start", trigger=self.options.trigger,
                   collections=len(self.definitions))
@@ -219,6 +263,7 @@ class _Converge:
             self._guard()
             for index, definition in enumerate(self.definitions):
                 self._collection(index, definition)
+            self._wait_searches()
         except BaseException as error:
             self._settle_rest()
             result = self._result()
@@ -253,7 +298,13 @@ class _Converge:
             for row in plan.actions)) for plan in self.plans]
         message = (f"Converge refused: {len(conflicts)} conflict(s) — "
                    + "; ".join(_describe_conflict(name, row) for name, row in conflicts))
-        raise ConvergeFailedError(message, {"phase": "plan", "conflicts": [
+        hint: dict[str, Any] = {}
+        if any(row.target == "searchIndex" and row.reason == UNAVAILABLE
+               for _, row in conflicts):
+            from migronaut.commands.converge_search import UNAVAILABLE_HINT
+
+            hint = {"hint": UNAVAILABLE_HINT}
+        raise ConvergeFailedError(message, {"phase": "plan", **hint, "conflicts": [
             {"collection": name, "target": row.target, "name": row.name,
              "reason": row.reason, **({"liveName": row.live_name} if row.live_name else {})}
             for name, row in conflicts]})
@@ -262,16 +313,16 @@ class _Converge:
     def db(self) -> Database[Any]:
         return self.ws.connection.db
 
-    def _plan_one(self, definition: CollectionDefinition) -> CollectionPlan:
+    def _plan_one(self, definition: CollectionDefinition, phase: str) -> CollectionPlan:
         live = read_one(self.db, definition, mongos=self.facts.mongos,
-                        search=self.read_search)
+                        search=self.read_search, phase=phase)
         return plan_collection(definition, live,
                                _plan_options(self.options, self.facts, self.search))
 
     def _replan(self, index: int, definition: CollectionDefinition) -> None:
         """Re-read and re-plan a collection right before its turn (§2.3 step 8)."""
         old = self.plans[index]
-        fresh = self._plan_one(definition)
+        fresh = self._plan_one(definition, "replan")
         known = {(row.target, row.name, row.action) for row in old.actions}
         introduced = [row for row in fresh.actions
                       if (row.action == "conflict" or row.is_destructive)
@@ -343,7 +394,12 @@ class _Converge:
         """The fixed-point check: a re-plan after the steps must show no change (§2.6.3)."""
         plan = self.plans[index]
         kept = {row.id for row in plan.actions if row.reason == "backs the shard key"}
-        again = self._plan_one(definition)
+        again = self._plan_one(definition, "apply")
+        builds = {row.name: row.build for row in again.actions
+                  if row.target == "searchIndex" and row.build is not None}
+        for row in plan.actions:
+            if row.target == "searchIndex" and row.name in builds:
+                self._replace(index, replace(row, build=builds[row.name]))
         for row in again.actions:
             if not row.is_change or row.id in kept:
                 continue
@@ -353,6 +409,24 @@ class _Converge:
             self.logger.warning('⚠ %s %s "%s" still shows %s after converging — the server '
                                 "stores it differently from its declaration", plan.name,
                                 _LABELS[row.target], row.name, row.action)
+
+    def _wait_searches(self) -> None:
+        """``wait_for_search_indexes`` (§7.8): after everything was applied, lock released."""
+        from migronaut.commands.converge_wait import wait_after_converge, wait_targets
+
+        wanted = self.options.wait_for_search_indexes
+        if wanted is None:
+            wanted = self.ws.project.config.wait_for_search_indexes
+        if not (wanted and self.read_search and wait_targets(self.plans)):
+            return
+        self.search_wait, builds, error = wait_after_converge(self.ws, self.run_, self.plans)
+        for index, plan in enumerate(self.plans):
+            for row in plan.actions:
+                found = builds.get((plan.name, row.name))
+                if row.target == "searchIndex" and found is not None:
+                    self._replace(index, replace(row, build=found[0]))
+        if error is not None:
+            raise error
 
     # ------------------------------------------------------------------------- results
 
@@ -378,7 +452,9 @@ class _Converge:
         in_sync = (not conflicts and applied == len(changes) and not self.unstable)
         return ConvergeResult(dry_run=False, changed=applied, in_sync=in_sync,
                               collections=tuple(self.plans),
-                              unstable=tuple(self.unstable) if self.unstable else None)
+                              unstable=tuple(self.unstable) if self.unstable else None,
+                              search=_summary(self.definitions, self.plans, self.search,
+                                              self.search_wait))
 
     def _finish(self, result: ConvergeResult, error: BaseException | None) -> None:
         """Closing lines, history entry and ``converge:end`` (§2.3 step 10)."""
@@ -397,6 +473,7 @@ class _Converge:
             if kept:
                 self.logger.info("%d undeclared index(es) kept — converge with prune to drop "
                                  "them", kept)
+            _report_builds(self.logger, result)
         if result.changed > 0 or error is not None:
             self._record(result, error, described, duration)
         self.emit("converge:end", trigger=self.options.trigger, success=error is None,
@@ -426,6 +503,23 @@ class _Converge:
         if result.unstable:
             entry["unstable"] = [dict(item) for item in result.unstable]
         _history(self.ws).record(entry)
+
+
+def _report_builds(logger: Any, result: ConvergeResult) -> None:
+    """Closing lines for builds (§7.7): a note for those still building, a warning per STALE
+    and per FAILED index."""
+    entries = list((result.search or {}).get("notReady") or ())
+    building = [e for e in entries if e["status"] not in ("FAILED", "STALE")]
+    if building:
+        logger.info("%d search index(es) still building: %s — set wait_for_search_indexes "
+                    "(--wait-search) to wait for them", len(building),
+                    ", ".join(f'{e["collection"]} "{e["name"]}"' for e in building))
+    for entry in entries:
+        if entry["status"] in ("FAILED", "STALE"):
+            what = "FAILED to build" if entry["status"] == "FAILED" else \
+                "is STALE (queryable, but no longer replicating)"
+            logger.warning('⚠ %s search index "%s" %s%s', entry["collection"], entry["name"],
+                           what, f': {entry["message"]}' if entry.get("message") else "")
 
 
 def result_json(result: ConvergeResult) -> Mapping[str, Any]:

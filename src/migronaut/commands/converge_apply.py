@@ -11,6 +11,7 @@ on a drop is success; a drop refused because the index backs a shard key turns t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -181,6 +182,36 @@ def _create_collection(db: Database[Any], collection: str, step: CreateCollectio
             db.command({"collMod": collection, **step.options})
 
 
+def _update_search_index(db: Database[Any], collection: str, step: UpdateSearchIndex) -> None:
+    """Sent without ``type``; a self-managed mongot that wants ``mappings`` for a vector index
+    gets one retry with ``type`` — whose "unknown field" (40415) means the first error stands."""
+    command = {"updateSearchIndex": collection, "name": step.name,
+               "definition": dict(step.definition)}
+    try:
+        db.command(command)
+    except OperationFailure as error:
+        if step.type != "vectorSearch" or not re.search(r"mappings.*required", str(error),
+                                                        re.IGNORECASE):
+            raise
+        try:
+            db.command({**command, "type": step.type})
+        except OperationFailure as retry:
+            if retry.code == 40415:
+                raise error from None
+            raise
+
+
+def _drop_search_index(db: Database[Any], collection: str, name: str) -> None:
+    """Already gone (namespace or index not found) is success."""
+    try:
+        db.command({"dropSearchIndex": collection, "name": name})
+    except OperationFailure as error:
+        if error.code in (26, 27) or re.search(r"not found|does not exist", str(error),
+                                               re.IGNORECASE):
+            return
+        raise
+
+
 def _run(db: Database[Any], collection: str, step: Step, outcome: StepOutcome) -> None:
     if isinstance(step, CreateCollection):
         _create_collection(db, collection, step)
@@ -205,10 +236,9 @@ def _run(db: Database[Any], collection: str, step: Step, outcome: StepOutcome) -
         db.command({"createSearchIndexes": collection, "indexes": [
             dict(index) for index in step.indexes]})
     elif isinstance(step, UpdateSearchIndex):
-        db.command({"updateSearchIndex": collection, "name": step.name,
-                    "definition": dict(step.definition)})
+        _update_search_index(db, collection, step)
     elif isinstance(step, DropSearchIndex):
-        db.command({"dropSearchIndex": collection, "name": step.name})
+        _drop_search_index(db, collection, step.name)
 
 
 def apply_step(db: Database[Any], collection: str, step: Step, action: str) -> StepOutcome:
@@ -230,7 +260,12 @@ def _failure(collection: str, step: Step, action: str, error: BaseException,
     target, label = describe(step)
     cause = redact(describe_exception(error))
     code = error.code if isinstance(error, OperationFailure) else None
-    hint = _HINTS.get(code) if code is not None and target != "searchIndex" else None
+    if target == "searchIndex":
+        from migronaut.commands.converge_search import search_hint
+
+        hint = search_hint(error)
+    else:
+        hint = _HINTS.get(code) if code is not None else None
     message = f"Could not {_VERBS.get(action, action)} {label} on {collection}: {cause}"
     if hint:
         message += f" — {hint}"

@@ -21,6 +21,7 @@ from pymongo import ReadPreference
 from pymongo.database import Database
 from pymongo.errors import OperationFailure, PyMongoError
 
+from migronaut.commands.converge_search import list_search_indexes
 from migronaut.declared.definition import CollectionDefinition
 from migronaut.declared.live import (
     LiveCollection,
@@ -29,7 +30,6 @@ from migronaut.declared.live import (
     live_collection,
 )
 from migronaut.declared.planner import floor_to_probe
-from migronaut.declared.search_plan import SearchAvailability
 
 __all__ = ["MAX_IN_FLIGHT", "ServerFacts", "primary", "read_live", "read_one", "server_facts"]
 
@@ -93,16 +93,6 @@ def _list_indexes(db: Database[Any], name: str) -> list[Mapping[str, Any]] | Non
         raise
 
 
-def search_availability(db: Database[Any], name: str, on_unavailable: str
-                        ) -> tuple[SearchAvailability, list[Mapping[str, Any]] | None]:
-    """Probe Search with one ``$listSearchIndexes`` (§7.4): its list, or unavailable."""
-    try:
-        listed = list(db[name].aggregate([{"$listSearchIndexes": {}}]))
-    except OperationFailure:
-        return SearchAvailability(False, on_unavailable), None
-    return SearchAvailability(True, on_unavailable), listed
-
-
 def _version_floor(db: Database[Any], definition: CollectionDefinition, live: LiveCollection
                    ) -> VersionFloor | None:
     """Are documents below the new ``min`` left (§3.3.4)? Missing or lower versions count."""
@@ -120,7 +110,7 @@ def _version_floor(db: Database[Any], definition: CollectionDefinition, live: Li
 
 
 def read_live(db: Database[Any], definitions: Sequence[CollectionDefinition], *,
-              mongos: bool = False, search: bool = False
+              mongos: bool = False, search: bool = False, phase: str = "plan"
               ) -> dict[str, LiveCollection]:
     """Every declared collection's live state, by name (§2.3 step 4)."""
     db = primary(db)
@@ -139,25 +129,26 @@ def read_live(db: Database[Any], definitions: Sequence[CollectionDefinition], *,
         if name in listed and indexes is None:
             info = None  # dropped between the two reads: missing
         found[name] = _complete(db, definition, live_collection(name, info, indexes or ()),
-                                mongos=mongos, search=search)
+                                mongos=mongos, search=search, phase=phase)
     return found
 
 
 def read_one(db: Database[Any], definition: CollectionDefinition, *, mongos: bool = False,
-             search: bool = False) -> LiveCollection:
-    """One collection re-read (re-plan and fixed-point check)."""
-    return read_live(db, [definition], mongos=mongos, search=search)[definition.name]
+             search: bool = False, phase: str = "replan") -> LiveCollection:
+    """One collection re-read (re-plan, and the fixed-point check in phase ``apply``)."""
+    return read_live(db, [definition], mongos=mongos, search=search,
+                     phase=phase)[definition.name]
 
 
 def _complete(db: Database[Any], definition: CollectionDefinition, live: LiveCollection, *,
-              mongos: bool, search: bool) -> LiveCollection:
+              mongos: bool, search: bool, phase: str) -> LiveCollection:
     """Add the shard key, the search list and the version floor where they matter."""
     if not live.exists or live.type != "collection":
         return live
     shard_key = _shard_key(db, live.name) if mongos else None
     listed = None
     if search and definition.search_indexes is not None:
-        listed = search_availability(db, live.name, "fail")[1]
+        listed = list_search_indexes(db, live.name, phase=phase)
     live = replace(live, shard_key=shard_key,
                    search_indexes=None if listed is None else tuple(listed))
     return replace(live, version_floor=_version_floor(db, definition, live))

@@ -26,7 +26,6 @@ from migronaut.errors import ConfigInvalidError, MigronautError
 __all__ = [
     "CONFIG_FILE_NAMES",
     "KEYS",
-    "NOT_YET_SUPPORTED",
     "Config",
     "Issue",
     "KeySpec",
@@ -35,10 +34,6 @@ __all__ = [
 ]
 
 CONFIG_FILE_NAMES = ("migronaut.toml", "migronaut_config.py", "pyproject.toml")
-#: Keys of converge features not implemented yet (reference collections.md §7): Atlas Search
-#: indexes. Setting one of these keys is a warning.
-NOT_YET_SUPPORTED = ("on_search_unavailable", "wait_for_search_indexes",
-                     "search_index_wait_timeout_ms")
 #: The command-line flag of each config key the global flags set (for :meth:`Config.origin`).
 FLAG_NAMES = {"uri": "--uri", "db_name": "--db", "migrations_dir": "--dir",
               "log_format": "--log-format", "env_file": "--env-file"}
@@ -179,15 +174,6 @@ class Config:
     @property
     def resolved_environment(self) -> str:
         return self.environment or "production"
-
-    def unsupported_warning(self) -> str | None:
-        """The warning for the :data:`NOT_YET_SUPPORTED` keys this config sets, if any."""
-        named = [f"{key} ({self.origin(key)})" for key in NOT_YET_SUPPORTED
-                 if key in self.origins]
-        if not named:
-            return None
-        return ("⚠ Not supported yet, ignored: " + ", ".join(named) + " — Atlas Search indexes "
-                "are not implemented in this version of migronaut")
 
     def origin(self, key: str) -> str:
         """Where ``key``'s value came from, for an error that must say what to fix: ``the --uri

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from migronaut.core.run import Direction
     from migronaut.core.workspace import Workspace
 
-__all__ = ["abort_if_lock_lost", "check_between", "locked_run"]
+__all__ = ["abort_if_lock_lost", "check_between", "locked_run", "release_early"]
 
 
 def locked_run(
@@ -150,7 +150,9 @@ def _finish_run(
     emit = ws.events.emit
     release_error: MigronautError | None = None
     lost: LockLostError | None = None
-    if run.lock is not None:
+    if run.released_early:
+        pass  # released (and ``lock:released`` emitted) by :func:`release_early`
+    elif run.lock is not None:
         try:
             warning = run.lock.release(run_failed=error is not None)
             if warning:
@@ -189,6 +191,18 @@ def _finish_run(
         raise lost
     if release_error is not None and error is None:
         raise release_error
+
+
+def release_early(ws: Workspace, run: Run) -> bool:
+    """Release the lock before the run's work ends — converge waiting for search index builds
+    (collections §7.8) holds nobody up. ``lock:released`` carries ``early: true``; the run's
+    end then releases nothing. False when there was no lock to release."""
+    if run.lock is None or run.released_early:
+        return False
+    run.lock.release()
+    run.released_early = True
+    ws.events.emit("lock:released", owner=run.id, early=True)
+    return True
 
 
 def _on_lock_lost(ws: Workspace, run: Run, reason: str) -> None:

@@ -82,7 +82,6 @@ class Project:
         self._flags: dict[str, Any] = {}
         self._flags_origin = flags_origin
         self._config: Config | None = None
-        self._config_warned = False
         if isinstance(config, Config):
             self._config = config
         elif config is not None:
@@ -101,7 +100,6 @@ class Project:
         if self._config is None:
             self._config = load_config(self._flags, config_path=self._config_path, cwd=self._cwd,
                                        flags_origin=self._flags_origin)
-        self._warn_unsupported(self._config)
         return self._config
 
     def lenient_config(self) -> Config:
@@ -112,17 +110,7 @@ class Project:
             self._flags, config_path=self._config_path, cwd=self._cwd, require_db=False,
             lenient=True, warnings=self.warnings, flags_origin=self._flags_origin,
         )
-        self._warn_unsupported(config)
         return config
-
-    def _warn_unsupported(self, config: Config) -> None:
-        """Config keys that do nothing yet: one warning per migrator, whichever command runs."""
-        if self._config_warned:
-            return
-        self._config_warned = True
-        warning = config.unsupported_warning()
-        if warning is not None:
-            logger_of(config).warning(warning, extra={"event": "config:unsupported"})
 
     @property
     def logger(self) -> logging.Logger:

@@ -39,6 +39,8 @@ class Run:
     command: str
     cancellation: Cancellation
     lock: MigrationLock | None = None
+    #: The lock was released before the run's end (converge's search wait, collections §7.8).
+    released_early: bool = False
     results: list[RunResult] = field(default_factory=list)
     requested_by: str | None = None
     reason: str | None = None

@@ -4,10 +4,8 @@ Invariant: a search index is never dropped and re-created (a type change is a co
 the new-name recipe), an undeclared one is dropped only with prune, and when Search is
 unavailable no search row changes anything (``conflict`` or ``skip``).
 
-Seam: :func:`compare_search` compares the type and the canonical definition as written. The
-defaults Atlas fills in (§7.3 step 2) and the tolerance of server-only options (step 3, the
-``ignored`` paths) are not applied yet, so a definition relying on a default reads as a
-``modify`` until the effective-form comparison lands here.
+The comparison itself (Atlas's defaults, server-only options, immutable autoEmbed changes) is
+:mod:`migronaut.declared.search_compare`.
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from migronaut.declared.canonical import canonical
 from migronaut.declared.plan import (
     CreateSearchIndexes,
     DropSearchIndex,
@@ -24,6 +21,7 @@ from migronaut.declared.plan import (
     UpdateSearchIndex,
 )
 from migronaut.declared.search import DeclaredSearchIndex
+from migronaut.declared.search_compare import SearchDiff, compare_definitions
 
 __all__ = ["SearchAvailability", "SearchPlan", "compare_search", "live_search_index",
            "plan_search_indexes"]
@@ -39,6 +37,10 @@ class SearchAvailability:
 
     available: bool = True
     on_unavailable: str = "fail"
+    #: How the probe decided: ``version``, ``error``, ``listed``, ``parameter`` or ``assumed``.
+    evidence: str | None = None
+    #: The server's refusal when ``evidence`` is ``error``.
+    reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -86,14 +88,13 @@ def live_search_index(document: Mapping[str, Any]) -> _Live:
                  status=status, build=build, version=version if isinstance(version, int) else None)
 
 
-def compare_search(declared: DeclaredSearchIndex, live: _Live) -> tuple[str, ...]:
-    """The differing top-level parts: ``type`` (a conflict), or the definition's top-level
-    keys whose canonical values differ (see the module's seam note)."""
-    if declared.type != live.type:
-        return ("type",)
-    keys = sorted(set(declared.definition) | set(live.definition))
-    return tuple(key for key in keys
-                 if canonical(declared.definition.get(key)) != canonical(live.definition.get(key)))
+def compare_search(declared: DeclaredSearchIndex, live: _Live) -> SearchDiff:
+    """How ``declared`` differs from ``live`` (§7.3)."""
+    return compare_definitions(declared.type, declared.definition, live.type, live.definition)
+
+
+_RECIPE = ("declare it under a new name, converge, remove the old declaration, then converge "
+           "with prune")
 
 
 def _value(index: DeclaredSearchIndex) -> dict[str, Any]:
@@ -125,20 +126,25 @@ def plan_search_indexes(
             rows.append(row(index.name, "conflict", from_=have.value(), to=_value(index),
                             build=have.build, reason=f"is being deleted on the server "
                             f"({have.status}); converge again when it is gone"))
-        elif not (diffs := compare_search(index, have)):
-            rows.append(row(index.name, "unchanged", build=have.build))
-        elif diffs == ("type",):
-            rows.append(row(index.name, "conflict", from_=have.value(), to=_value(index),
-                            build=have.build, reason="its type cannot change in place: declare "
-                            "it under a new name, converge, remove the old declaration, then "
-                            "converge with prune"))
         else:
-            new = row(index.name, "modify", reason=", ".join(diffs), from_=have.value(),
-                      to=_value(index), build=have.build)
-            rows.append(new)
-            updates.append(UpdateSearchIndex(rows=(new.id,), name=index.name, type=index.type,
-                                             definition=dict(index.definition),
-                                             since_version=have.version))
+            diff = compare_search(index, have)
+            ignored = diff.ignored or None
+            if not diff.diffs:
+                rows.append(row(index.name, "unchanged", build=have.build, ignored=ignored))
+            elif diff.diffs == ("type",) or diff.immutable:
+                what = "its type" if diff.diffs == ("type",) else \
+                    "its autoEmbed fields (" + ", ".join(diff.immutable) + ")"
+                rows.append(row(index.name, "conflict", from_=have.value(), to=_value(index),
+                                build=have.build, ignored=ignored,
+                                reason=f"{what} cannot change in place: {_RECIPE}"))
+            else:
+                reason = ", ".join(diff.paths) + (f" (+{diff.more} more)" if diff.more else "")
+                new = row(index.name, "modify", reason=reason, from_=have.value(),
+                          to=_value(index), build=have.build, ignored=ignored)
+                rows.append(new)
+                updates.append(UpdateSearchIndex(
+                    rows=(new.id,), name=index.name, type=index.type,
+                    definition=dict(index.definition), since_version=have.version))
     names = {index.name for index in declared}
     drops: list[DropSearchIndex] = []
     for have in live.values():

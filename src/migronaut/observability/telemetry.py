@@ -64,6 +64,7 @@ HISTOGRAMS: Mapping[str, str] = {
     "migronaut.migration.duration": "Duration of one migration: hooks, body and changelog write",
     "migronaut.lock.acquire.duration": "Time to acquire the migration lock",
     "migronaut.lock.wait.duration": "Time run_migrations waited for a lock held elsewhere",
+    "migronaut.converge.search.wait.duration": "Time converge waited for search index builds",
     "migronaut.background.slice.duration": "Duration of one background slice (one held lease)",
     "migronaut.background.batch.duration": "Work latency of one background batch "
                                            "(read, transforms, writes)",
@@ -434,6 +435,13 @@ class Telemetry:
         if self.meter is not None:
             self.record("migronaut.lock.wait.duration", seconds,
                         {"migronaut.lock.wait.outcome": outcome})
+
+    def search_wait(self, seconds: float, outcome: str) -> None:
+        """``converge`` waited for search index builds: ``ready``, ``failed``, ``timeout``,
+        ``unreadable`` or ``aborted``."""
+        if self.meter is not None:
+            self.record("migronaut.converge.search.wait.duration", seconds,
+                        {"migronaut.converge.search.wait.outcome": outcome})
 
     # -- background ----------------------------------------------------------------------------
     def background_slice(

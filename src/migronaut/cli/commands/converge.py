@@ -61,11 +61,14 @@ def _confirm_rows(result: ConvergeResult) -> list[dict[str, Any]]:
 @click.option("--limit", metavar="N", help="With --history: entries to show (1–1000, default 20).")
 @click.option("-y", "--yes", is_flag=True, help="Apply without asking (required with --json "
               "for a plan that needs confirmation).")
+@click.option("--wait-search/--no-wait-search", "wait_search", default=None,
+              help="Wait (or not) for the declared search indexes to be built, with the lock "
+              "released (default: wait_for_search_indexes).")
 @click.option("--no-lock", is_flag=True, help=NO_LOCK_HELP)
 def converge(
     session: Session, dry_run: bool, check: bool, prune: bool, ordered: bool,
     rebuild_unique: bool, reason: str | None, history: bool, limit: str | None, yes: bool,
-    no_lock: bool,
+    wait_search: bool | None, no_lock: bool,
 ) -> int:
     from migronaut.cli.render_converge import render_history, render_plan
     from migronaut.commands.converge import ConvergeOptions, validate_converge_options
@@ -78,11 +81,15 @@ def converge(
         return session.run(lambda migrator: migrator.converge_history(count),
                            render=render_history, to_json=list)
     validate_converge_options(ConvergeOptions(prune=prune, ordered=ordered, reason=reason,
-                                              rebuild_unique=rebuild_unique, no_lock=no_lock))
+                                              rebuild_unique=rebuild_unique, no_lock=no_lock,
+                                              dry_run=dry_run or check,
+                                              wait_for_search_indexes=wait_search or None))
     verbose = session.options.verbose
     if dry_run or check:
         def exit_code(result: ConvergeResult, out: Output) -> int:
-            return DRIFT if check and not result.in_sync else 0
+            failed = any(entry.get("status") == "FAILED"
+                         for entry in (result.search or {}).get("notReady") or ())
+            return DRIFT if check and (failed or not result.in_sync) else 0
 
         return session.run(
             lambda migrator: migrator.converge(dry_run=True, prune=prune,
@@ -109,7 +116,8 @@ def converge(
             session.out.warn("⚠ --rebuild-unique: unique indexes being rebuilt enforce nothing "
                              "until the new index is built")
         return migrator.converge(prune=prune, ordered=ordered, rebuild_unique=rebuild_unique,
-                                 reason=reason, no_lock=no_lock)
+                                 reason=reason, no_lock=no_lock,
+                                 wait_for_search_indexes=wait_search)
 
     def finish(result: ConvergeResult | None, out: Output) -> int:
         return session.aborted() if result is None else 0
