@@ -80,12 +80,14 @@ def beanie_models(n: int) -> list[Any]:
 
     models = []
     for i, name in enumerate(names(n)):
-        settings = type("Settings", (), {
-            "name": name,
+        model = f"Bench{i:03d}"
+        settings = type("Settings", (), {  # nested, as pydantic recognizes it by __qualname__
+            "__qualname__": f"{model}.Settings", "name": name,
             "indexes": [IndexModel(list(keys), unique=unique) for keys, unique in INDEXES]})
-        models.append(type(f"Bench{i:03d}", (Document,), {
+        models.append(type(model, (Document,), {
+            "__qualname__": model,
             "__annotations__": {"a": int, "b": int, "c": int, "d": int},
-            "a": 0, "b": 0, "c": 0, "d": 0, "Settings": settings}))
+            "__module__": __name__, "a": 0, "b": 0, "c": 0, "d": 0, "Settings": settings}))
     return models
 
 
