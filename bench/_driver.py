@@ -3,7 +3,8 @@
     python bench/_driver.py SPEC.json RESULT.json
 
 ``SPEC`` names a scenario (``migronaut-up``, ``migronaut-status``, ``mongomig-up``,
-``mongomig-status``, ``mongodb-migrations-up``, ``pymongo-up``, ``background``), the server URI,
+``mongomig-status``, ``mongodb-migrations-up``, ``pymongo-up``, ``background``,
+``converge``), the server URI,
 a fresh database name, the number of migrations and a scratch directory. The driver writes the
 migration files in that tool's own format, does the unmeasured set-up, then times only the tool's
 own entry point while a pymongo listener counts every command sent (by name and collection),
@@ -912,6 +913,13 @@ def background_run(spec: dict[str, Any]) -> dict[str, Any]:
             "profile": profile}
 
 
+def converge_run(spec: dict[str, Any]) -> dict[str, Any]:
+    """``converge``: one tool's index passes over ``n`` collections (``_converge_scenarios``)."""
+    import _converge_scenarios
+
+    return _converge_scenarios.run(spec, Counter, measured)
+
+
 SCENARIOS = {
     "migronaut-up": migronaut_up,
     "migronaut-status": migronaut_status,
@@ -922,6 +930,7 @@ SCENARIOS = {
     "pymongo-up-record": pymongo_up_record,
     "migronaut-scale": migronaut_scale,
     "background": background_run,
+    "converge": converge_run,
 }
 
 

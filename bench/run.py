@@ -3,6 +3,8 @@
     .venv-3.13/bin/python bench/run.py [--quick] [--markdown] [--peers-venv DIR] [--no-peers]
         [--background-only] [--background-batch B] [--background-sizes N ...] [--rounds R]
         [--profile]
+    .venv-3.13/bin/python bench/run.py --scale [--scale-sizes N,N,...]
+    .venv-3.13/bin/python bench/run.py --converge [--converge-collections N] [--markdown]
 
 Run it with the interpreter of an environment where migronaut is installed (``.venv-3.13``, the
 one ``bash scripts/test.sh`` creates, also has the dev server's ``mongoeco``). It
@@ -26,6 +28,9 @@ one ``bash scripts/test.sh`` creates, also has the dev server's ``mongoeco``). I
 documents, fewer repeats): a smoke run, not the figures the targets are judged on.
 ``--background-only`` runs step 4 alone; ``--background-batch B`` changes its batch size and
 ``--background-sizes N ...`` its document counts;
+``--converge`` runs only the converge section (issue 12): migronaut's ``converge`` beside Beanie's
+``init_beanie`` and MongoEngine's ``ensure_indexes`` over 50 collections (``_converge_report.py``,
+``_converge_scenarios.py``).
 ``--profile`` adds one cProfile pass (CPU clock) per background variant, written to
 ``bench/results/profile-*.txt``.
 """
@@ -46,6 +51,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -610,15 +616,20 @@ def scale_table(figures: dict[str, Any], repeats: int) -> tuple[str, str, list[s
                          f"{result.get('changelog_records')} records")
         if result.get("shown"):
             notes.append(f"{count:,} files: `{shlex.join(result['shown'])}` (and `--json`)")
-    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(SCALE_HEADERS)]
-    plain = "\n".join(["  ".join(h.ljust(w) for h, w in zip(SCALE_HEADERS, widths, strict=True)),
+    plain, markdown = grid(SCALE_HEADERS, lines)
+    return plain, markdown, notes
+
+
+def grid(headers: tuple[str, ...], lines: list[list[str]]) -> tuple[str, str]:
+    """A table as aligned plain text and as Markdown."""
+    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(headers)]
+    plain = "\n".join(["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)),
                        "  ".join("-" * w for w in widths)]
                       + ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
                          for line in lines])
-    markdown = "\n".join(["| " + " | ".join(SCALE_HEADERS) + " |",
-                          "|" + "---|" * len(SCALE_HEADERS)]
+    markdown = "\n".join(["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
                          + ["| " + " | ".join(line) + " |" for line in lines])
-    return plain, markdown, notes
+    return plain, markdown
 
 
 # ------------------------------------------------------------------------------ background
@@ -954,6 +965,12 @@ def main(argv: list[str] | None = None) -> int:
                              "through the CLI at each --scale-sizes N, with peak memory")
     parser.add_argument("--scale-sizes", default="100,1000,10000", metavar="N,N,...",
                         help="file counts of the scaling section (default: 100,1000,10000)")
+    parser.add_argument("--converge", action="store_true",
+                        help="run only the converge section: migronaut's `converge` (first run, "
+                             "in-sync run, in-sync --check) beside Beanie's `init_beanie` and "
+                             "MongoEngine's `ensure_indexes` over --converge-collections")
+    parser.add_argument("--converge-collections", type=int, default=50, metavar="N",
+                        help="collections of the converge section (default: 50)")
     args = parser.parse_args(argv)
     missing = [name for name in ("migronaut", "pymongo") if importlib.util.find_spec(name) is None]
     if missing:
@@ -980,6 +997,10 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:
             parser.error("--scale-sizes must be comma-separated integers")
         return run_scale(command, scale_sizes, 1 if args.quick else 3, args.markdown)
+    if args.converge:
+        if args.converge_collections < 1:
+            parser.error("--converge-collections must be at least 1")
+        return run_converge(command, args.converge_collections, args.markdown)
 
     peers_python: Path | None = None
     peers_problem = "skipped (--no-peers)"
@@ -1078,16 +1099,41 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_scale(command: str, sizes: tuple[int, ...], repeats: int, markdown: bool) -> int:
     """``--scale``: the scaling table alone (printed, and written to ``results/``)."""
+
+    def measure(server: Server) -> tuple[str, str, list[str], dict[str, Any]]:
+        figures = measure_scale(Path(sys.executable), server, sizes, repeats)
+        return (*scale_table(figures, repeats),
+                {"sizes": list(sizes), "repeats": repeats, "figures": figures})
+
+    return run_section("scale", command, markdown, measure)
+
+
+def run_converge(command: str, n: int, markdown: bool) -> int:
+    """``--converge``: migronaut's ``converge`` beside Beanie and MongoEngine (issue 12)."""
+    import _converge_report as report
+
+    def measure(server: Server) -> tuple[str, str, list[str], dict[str, Any]]:
+        figures = report.measure_converge(run_driver, Path(sys.executable), server.uri, n)
+        lines, notes = report.converge_table(figures, n)
+        return (*grid(report.HEADERS, lines), notes, {"collections": n, "figures": figures})
+
+    return run_section("converge", command, markdown, measure)
+
+
+def run_section(name: str, command: str, markdown: bool,
+                measure: Callable[[Server], tuple[str, str, list[str], dict[str, Any]]]) -> int:
+    """One section alone against its own server: ``measure`` gives the table as plain text
+    and Markdown, its notes and the raw figures; printed, and written to
+    ``results/latest-NAME.json`` and ``.md``."""
     load_before = load_average()
     server = start_server()
     try:
         facts = machine_facts(None, server)
-        figures = measure_scale(Path(sys.executable), server, sizes, repeats)
+        plain, table_md, notes, raw = measure(server)
     finally:
         server.close()
     facts.append(f"load average (1/5/15 min) before: {load_before}, after: {load_average()} "
                  f"on {os.cpu_count()} CPUs (other work on the machine skews wall times)")
-    plain, table_md, notes = scale_table(figures, repeats)
     print(f"command: {command}")
     for fact in facts:
         print(fact)
@@ -1098,10 +1144,10 @@ def run_scale(command: str, sizes: tuple[int, ...], repeats: int, markdown: bool
     for note in notes:
         print(f"- {note}")
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "latest-scale.json").write_text(json.dumps(
-        {"command": command, "facts": facts, "sizes": list(sizes), "repeats": repeats,
-         "figures": figures, "notes": notes}, indent=2, default=str), encoding="utf-8")
-    (RESULTS / "latest-scale.md").write_text(
+    (RESULTS / f"latest-{name}.json").write_text(json.dumps(
+        {"command": command, "facts": facts, **raw, "notes": notes}, indent=2, default=str),
+        encoding="utf-8")
+    (RESULTS / f"latest-{name}.md").write_text(
         f"`{command}`\n\n" + "\n".join(f"- {f}" for f in facts) + "\n\n" + table_md
         + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n", encoding="utf-8")
     return 0
