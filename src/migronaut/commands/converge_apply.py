@@ -280,6 +280,20 @@ def _failure(collection: str, step: Step, action: str, error: BaseException,
                                "action": action, "cause": cause, **facts}
     if code is not None:
         context["mongoCode"] = code
+    violations = _violations(error)
+    if violations:
+        context["violations"] = violations
     if hint:
         context["hint"] = hint
     return StepFailed(message, context, error)
+
+
+def _violations(error: BaseException) -> list[dict[str, Any]] | None:
+    """The duplicate groups a unique conversion met (359's ``violations``: ``[{ids}]``), so the
+    error names the documents to deduplicate."""
+    details = error.details if isinstance(error, OperationFailure) else None
+    found = (details or {}).get("violations")
+    if not isinstance(found, list):
+        return None
+    return [{"ids": list(group["ids"])} for group in found
+            if isinstance(group, Mapping) and isinstance(group.get("ids"), list)]

@@ -1,0 +1,256 @@
+"""Converge's failure paths against the dev server, with the server's own errors (collections.md
+§2.3, §2.5, §2.6.3, §2.7): a failed rebuild restoring what it dropped, a collection changed
+between plan and apply (``replan``), a stop between steps (exit 11), a unique conversion in place
+meeting duplicates, an ``unstable`` fixed point, the lock held by another run.
+
+Another client changes the database from a ``converge:action`` listener — the listener runs in
+the converge's thread, so the change lands at a known point between two steps (no sleeps). Each
+test checks the error (message, code, exit code) and that nothing was half-written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from helpers.engine import LOCKS, hold_lock, make_migrator
+from migronaut import (
+    ConvergeFailedError,
+    LockAlreadyHeldError,
+    MigronautError,
+    RunAbortedError,
+)
+
+HISTORY = "_migronaut_converge"
+
+
+def indexes(db: Any, name: str) -> dict[str, dict[str, Any]]:
+    """The live indexes by name, without ``v`` (what a restore may legitimately renumber)."""
+    return {index["name"]: {k: v for k, v in index.items() if k != "v"}
+            for index in db[name].list_indexes()}
+
+
+def converge_with(project: Any, collections: list[dict[str, Any]],
+                  listener: Callable[[dict[str, Any]], None] | None = None,
+                  **options: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """Converge with ``listener`` on every event; returns ``(result or error, events)``."""
+    events: list[dict[str, Any]] = []
+
+    def record(event: dict[str, Any]) -> None:
+        events.append(event)
+        if listener is not None:
+            listener(event)
+
+    with make_migrator(project, collections=collections) as migrator:
+        migrator.on("*", record)
+        try:
+            return migrator.converge(**options), events
+        except MigronautError as error:
+            return error, events
+
+
+def ended(events: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(event for event in events if event["event"] == "converge:end")
+
+
+def test_failed_rebuild_restores_every_index_it_dropped(project: Any, db: Any) -> None:
+    """A rebuild dropping two indexes (same name, and — with prune — the same key under another
+    name) whose create fails over duplicates puts both back exactly; exit 27, phase ``apply``,
+    the 11000 hint."""
+    db.r.create_index([("x", 1)], name="a")
+    db.r.create_index([("y", 1)], name="b", sparse=True)
+    db.r.insert_many([{"x": 1, "y": 1}, {"x": 2, "y": 1}])
+    before = indexes(db, "r")
+    declared = [{"name": "r", "indexes": [{"key": {"y": 1}, "name": "a", "unique": True}]}]
+    error, events = converge_with(project, declared, prune=True)
+
+    assert isinstance(error, ConvergeFailedError), error
+    assert error.code == "CONVERGE_FAILED" and error.exit_code == 27
+    context = error.context
+    assert context["phase"] == "apply" and context["collection"] == "r"
+    assert context["target"] == "index" and context["name"] == "a"
+    assert context["action"] == "recreate" and context["mongoCode"] == 11000
+    assert context["restored"] is True and sorted(context["dropped"]) == ["a", "b"]
+    assert "uncertain" not in context and "restoreError" not in context
+    assert "duplicate" in context["hint"]
+    assert error.message.startswith('Could not rebuild index "a" on r: ')
+    assert error.message.endswith(f" — {context['hint']} — the dropped index was restored")
+    assert indexes(db, "r") == before  # both dropped indexes are back, exactly
+    assert context["converge"]["inSync"] is False and context["converge"]["changed"] == 0
+
+    end = ended(events)
+    assert end["success"] is False and end["error"].startswith("Could not rebuild")
+    failed = [e for e in events if e["event"] == "converge:action" and e["status"] == "failed"]
+    assert [e["name"] for e in failed] == ["a"]
+    entry = db[HISTORY].find_one()
+    assert entry is not None and entry["success"] is False and entry["changed"] == 0
+    assert [(a["name"], a["status"]) for a in entry["actions"]] == [("a", "failed")]
+
+
+def test_a_collection_changed_after_the_plan_stops_the_run_at_replan(
+    project: Any, db: Any,
+) -> None:
+    """While the first collection converges, another client creates an index on the second
+    that blocks the declared one: the re-plan introduces a conflict — phase ``replan``, the
+    second collection untouched, the first one's work kept."""
+    declared = [{"name": "first", "indexes": [{"key": {"a": 1}}]},
+                {"name": "second", "indexes": [{"key": {"shop": 1}}]}]
+
+    def meddle(event: dict[str, Any]) -> None:
+        if (event["event"] == "converge:action" and event["collection"] == "first"
+                and event["status"] == "applied" and event["target"] == "index"):
+            db.second.create_index([("shop", 1)], name="by_shop", sparse=True)
+
+    error, events = converge_with(project, declared, meddle)
+
+    assert isinstance(error, ConvergeFailedError), error
+    assert error.exit_code == 27
+    assert error.context["phase"] == "replan" and error.context["collection"] == "second"
+    assert error.context["introduced"] == [
+        {"target": "index", "name": "shop_1", "action": "conflict",
+         "reason": error.context["introduced"][0]["reason"]}]
+    assert error.message == ('second changed while converging: the new plan has index "shop_1" '
+                             "conflict — converge again to review the new plan")
+    assert set(indexes(db, "second")) == {"_id_", "by_shop"}  # nothing written on second
+    assert "a_1" in indexes(db, "first")  # what was done stays done
+
+    result = error.context["converge"]
+    statuses = {(c["name"], row["name"]): row["status"] for c in result["collections"]
+                for row in c["actions"]}
+    assert statuses[("first", "a_1")] == "applied"
+    assert statuses[("second", "shop_1")] == "skipped"
+    assert result["changed"] == 2 and result["inSync"] is False
+    assert not any(e["event"] == "converge:action" and e["collection"] == "second"
+                   for e in events)
+    assert ended(events)["success"] is False
+    entry = db[HISTORY].find_one()
+    assert entry is not None and entry["success"] is False and entry["changed"] == 2
+    assert "changed while converging" in entry["error"]
+
+
+def test_a_destructive_change_after_the_plan_stops_the_run_at_replan(
+    project: Any, db: Any,
+) -> None:
+    """The second collection's index gets a different key meanwhile: its re-plan needs a
+    rebuild the reviewed plan did not have — refused before touching it."""
+    db.second.create_index([("shop", 1)], name="shop_1")
+    declared = [{"name": "first", "indexes": [{"key": {"a": 1}}]},
+                {"name": "second", "indexes": [{"key": {"shop": 1}}]}]
+
+    def meddle(event: dict[str, Any]) -> None:
+        if event["event"] == "converge:action" and event["status"] == "applied" \
+                and event["collection"] == "first" and event["target"] == "index":
+            db.second.drop_index("shop_1")
+            db.second.create_index([("shop", -1)], name="shop_1")
+
+    error, _ = converge_with(project, declared, meddle)
+
+    assert isinstance(error, ConvergeFailedError), error
+    assert error.context["phase"] == "replan"
+    assert [(i["name"], i["action"]) for i in error.context["introduced"]] == [
+        ("shop_1", "recreate")]
+    assert dict(indexes(db, "second")["shop_1"]["key"]) == {"shop": -1}  # left as found
+
+
+def test_a_stop_between_steps_aborts_with_what_was_done_kept(project: Any, db: Any) -> None:
+    """``Migrator.stop()`` while the collection is being created: the next step never starts;
+    RUN_ABORTED (exit 11) with ``context.converge``, ``converge:end`` and a history entry."""
+    declared = [{"name": "orders", "indexes": [{"key": {"shop": 1}}]},
+                {"name": "later", "indexes": [{"key": {"b": 1}}]}]
+    with make_migrator(project, collections=declared) as migrator:
+        events: list[dict[str, Any]] = []
+
+        def stop_after_the_collection(event: dict[str, Any]) -> None:
+            events.append(event)
+            if event["event"] == "converge:action" and event["target"] == "collection" \
+                    and event["status"] == "applied":
+                migrator.stop("deploy cancelled")
+
+        migrator.on("*", stop_after_the_collection)
+        with pytest.raises(RunAbortedError) as caught:
+            migrator.converge()
+    error = caught.value
+    assert error.code == "RUN_ABORTED" and error.exit_code == 11
+    assert error.message == "deploy cancelled"
+    assert "orders" in db.list_collection_names()  # done before the stop: kept
+    assert set(indexes(db, "orders")) == {"_id_"}  # the next step never ran
+    assert "later" not in db.list_collection_names()
+    rows = {(c["name"], row["target"], row["name"]): row["status"]
+            for c in error.context["converge"]["collections"] for row in c["actions"]}
+    assert rows[("orders", "collection", "orders")] == "applied"
+    assert rows[("orders", "index", "shop_1")] == "skipped"
+    assert rows[("later", "collection", "later")] == "skipped"
+    end = ended(events)
+    assert end["success"] is False and end["changed"] == 1 and end["error"] == "deploy cancelled"
+    assert [e["event"] for e in events][-1] == "run:end"
+    entry = db[HISTORY].find_one()
+    assert entry is not None and entry["success"] is False and entry["changed"] == 1
+    assert db[LOCKS].count_documents({}) == 0  # released
+
+
+def test_unique_conversion_in_place_over_duplicates_rolls_back(project: Any, db: Any) -> None:
+    """7.0: prepareUnique then unique; the duplicates refuse the second (359), prepareUnique
+    goes back to false, exit 27 with the hint and the offending documents named."""
+    ids = db.u.insert_many([{"n": 1}, {"n": 1}, {"n": 2}]).inserted_ids
+    db.u.create_index([("n", 1)], name="n_1")
+    before = indexes(db, "u")
+    declared = [{"name": "u", "indexes": [{"key": {"n": 1}, "unique": True}]}]
+    planned, _ = converge_with(project, declared, dry_run=True)
+    assert [row.action for row in planned.collections[0].actions] == ["modify"]
+
+    error, events = converge_with(project, declared)
+
+    assert isinstance(error, ConvergeFailedError), error
+    context = error.context
+    assert error.exit_code == 27 and context["phase"] == "apply"
+    assert context["action"] == "modify" and context["name"] == "n_1"
+    assert context["mongoCode"] == 359
+    assert context["hint"] == ("existing documents have duplicates for this key; the index was "
+                               "left unchanged")
+    assert error.message.startswith('Could not modify index "n_1" on u: ')
+    assert [sorted(v["ids"]) for v in context["violations"]] == [sorted(ids[:2])]
+    assert indexes(db, "u") == before  # neither unique nor prepareUnique left behind
+    assert ended(events)["success"] is False
+    entry = db[HISTORY].find_one()
+    assert entry is not None and entry["actions"][0]["status"] == "failed"
+
+
+def test_an_index_changed_right_after_its_step_is_reported_unstable(
+    project: Any, db: Any,
+) -> None:
+    """The fixed-point check re-reads after the steps: another client hiding the index just
+    built makes the re-plan show a change — reported in ``unstable``, warned, never looped."""
+    declared = [{"name": "orders", "indexes": [{"key": {"shop": 1}}]}]
+
+    def hide(event: dict[str, Any]) -> None:
+        if event["event"] == "converge:action" and event["target"] == "index" \
+                and event["status"] == "applied":
+            db.command({"collMod": "orders", "index": {"name": "shop_1", "hidden": True}})
+
+    result, events = converge_with(project, declared, hide)
+
+    assert not isinstance(result, Exception), result
+    assert result.changed == 2 and result.in_sync is False
+    assert [{k: v for k, v in entry.items() if k != "reason"} for entry in result.unstable] \
+        == [{"collection": "orders", "target": "index", "name": "shop_1", "action": "modify"}]
+    end = ended(events)
+    assert end["success"] is True and end["inSync"] is False
+    entry = db[HISTORY].find_one()
+    assert entry is not None and entry["unstable"][0]["name"] == "shop_1"
+    again, _ = converge_with(project, declared, dry_run=True)
+    assert again.changed == 1  # the next converge would unhide it: stable, not looping
+
+
+def test_the_lock_held_by_another_run_refuses_and_writes_nothing(
+    project: Any, db: Any,
+) -> None:
+    hold_lock(db)
+    error, events = converge_with(project, [{"name": "orders", "indexes": [{"key": {"s": 1}}]}])
+    assert isinstance(error, LockAlreadyHeldError), error
+    assert error.code == "LOCK_ALREADY_HELD" and error.exit_code == 3
+    assert "orders" not in db.list_collection_names()
+    assert HISTORY not in db.list_collection_names()
+    assert not [e for e in events if e["event"].startswith("converge:")]
+    assert db[LOCKS].find_one()["owner"] == "someone-else"  # theirs, untouched
