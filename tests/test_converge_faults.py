@@ -254,3 +254,32 @@ def test_the_lock_held_by_another_run_refuses_and_writes_nothing(
     assert HISTORY not in db.list_collection_names()
     assert not [e for e in events if e["event"].startswith("converge:")]
     assert db[LOCKS].find_one()["owner"] == "someone-else"  # theirs, untouched
+
+
+def test_the_async_migrator_stops_between_steps_too(project: Any, db: Any) -> None:
+    """``AsyncMigrator.stop()`` from a listener (the engine's worker thread): RUN_ABORTED, the
+    collection created before the stop kept, its index never built, the lock released."""
+    import asyncio
+
+    from migronaut import AsyncMigrator
+
+    async def main() -> RunAbortedError:
+        async with AsyncMigrator(uri=project.uri, db_name=project.db_name, env_file=False,
+                                 cwd=project.path,
+                                 collections=[{"name": "orders",
+                                               "indexes": [{"key": {"shop": 1}}]}]) as migrator:
+            def stop(event: dict[str, Any]) -> None:
+                if event["target"] == "collection" and event["status"] == "applied":
+                    migrator.stop()
+
+            migrator.on("converge:action", stop)
+            with pytest.raises(RunAbortedError) as caught:
+                await migrator.converge()
+            return caught.value
+
+    error = asyncio.run(main())
+    assert error.exit_code == 11 and error.message == "Run stopped by request"
+    assert error.context["converge"]["changed"] == 1
+    assert set(indexes(db, "orders")) == {"_id_"}
+    assert db[HISTORY].count_documents({"success": False}) == 1
+    assert db[LOCKS].count_documents({}) == 0
