@@ -1,10 +1,13 @@
 """``migronaut converge --json`` on its failure paths: the error envelope of exit 27 (apply and
-plan phases), the result document of ``--check``'s exit 28, and the lock refusal (exit 3) —
-each with nothing half-written (collections.md §2.7, §2.10)."""
+plan phases), the result document of ``--check``'s exit 28, the lock refusal (exit 3) and a
+SIGTERM between steps (exit 11) — each with nothing half-written (collections.md §2.7, §2.10)."""
 
 from __future__ import annotations
 
 import json
+import logging
+import signal
+import threading
 from typing import Any
 
 from helpers.engine import hold_lock
@@ -98,3 +101,50 @@ def test_exit_3_when_the_lock_is_held_and_nothing_written(cli: Any, project: Any
     assert held.json["error"]["code"] == "LOCK_ALREADY_HELD"
     assert "✖ LOCK_ALREADY_HELD" in held.stderr
     assert set(db.list_collection_names()) == {"_migronaut_locks"}
+
+
+def test_sigterm_between_steps_exits_11_with_the_done_work_kept(
+    cli: Any, project: Any, db: Any, monkeypatch: Any,
+) -> None:
+    """SIGTERM right after the collection was created (raised from a log handler in the CLI's
+    own thread, the stop handed over before the handler returns): the index step never runs,
+    exit 11 with ``context.converge``, a failed history entry, the lock released."""
+    from migronaut.cli.signals import GracefulStop
+
+    handed_over = threading.Event()
+    request = GracefulStop._request
+
+    def requested(self: GracefulStop, name: str) -> None:
+        request(self, name)
+        handed_over.set()
+
+    monkeypatch.setattr(GracefulStop, "_request", requested)
+
+    class TermAfterTheCollection(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if not record.getMessage().startswith("✔ Created collection orders"):
+                return
+            handler = signal.getsignal(signal.SIGTERM)
+            if isinstance(getattr(handler, "__self__", None), GracefulStop):  # else: no guard
+                signal.raise_signal(signal.SIGTERM)
+                handed_over.wait(10)
+
+    declare(project, [{"name": "orders", "indexes": [{"key": {"shop": 1}}]}])
+    handler = TermAfterTheCollection(logging.INFO)
+    logger = logging.getLogger("migronaut")
+    logger.addHandler(handler)
+    try:
+        stopped = cli("converge", "-y", "--json")
+    finally:
+        logger.removeHandler(handler)
+
+    assert handed_over.is_set()
+    assert stopped.exit_code == 11, stopped.stderr
+    error = stopped.json["error"]
+    assert error["code"] == "RUN_ABORTED" and error["message"] == "Received SIGTERM"
+    assert error["context"]["converge"]["changed"] == 1
+    assert "SIGTERM received — finishing the current step, then stopping" in stopped.stderr
+    assert set(index["name"] for index in db.orders.list_indexes()) == {"_id_"}
+    entry = db["_migronaut_converge"].find_one()
+    assert entry is not None and entry["success"] is False and entry["error"] == "Received SIGTERM"
+    assert db["_migronaut_locks"].count_documents({}) == 0
