@@ -283,3 +283,56 @@ def test_the_async_migrator_stops_between_steps_too(project: Any, db: Any) -> No
     assert set(indexes(db, "orders")) == {"_id_"}
     assert db[HISTORY].count_documents({"success": False}) == 1
     assert db[LOCKS].count_documents({}) == 0
+
+
+def test_a_rebuild_whose_create_meets_an_equivalent_index_restores_the_old_one(
+    project: Any, db: Any,
+) -> None:
+    """Another client builds the new key under another name while the rebuild is announced: the
+    create fails with 85 (IndexOptionsConflict), the dropped index comes back, the 85 hint."""
+    db.r.create_index([("x", 1)], name="a")
+    declared = [{"name": "r", "indexes": [{"key": {"y": 1}, "name": "a"}]}]
+
+    def race(event: dict[str, Any]) -> None:
+        if event["event"] == "converge:action" and event["status"] == "started" \
+                and event["name"] == "a":
+            db.r.create_index([("y", 1)], name="theirs")
+
+    error, _ = converge_with(project, declared, race)
+
+    assert isinstance(error, ConvergeFailedError), error
+    context = error.context
+    assert error.exit_code == 27 and context["phase"] == "apply"
+    assert context["action"] == "recreate" and context["mongoCode"] == 85
+    assert context["restored"] is True and context["dropped"] == ["a"]
+    assert context["hint"].startswith("an equivalent index exists under another name")
+    assert error.message.startswith('Could not rebuild index "a" on r: ')
+    listed = indexes(db, "r")
+    assert set(listed) == {"_id_", "a", "theirs"}
+    assert dict(listed["a"]["key"]) == {"x": 1}  # the old index, restored
+
+
+def test_a_stop_during_a_rebuild_lets_it_finish_then_stops(project: Any, db: Any) -> None:
+    """A stop while a rebuild is in flight never interrupts it (drop and create both happen);
+    the prune drop after it never runs."""
+    db.r.create_index([("x", 1)], name="a")
+    db.r.create_index([("z", 1)], name="z_1")
+    declared = [{"name": "r", "indexes": [{"key": {"y": 1}, "name": "a"}]}]
+    with make_migrator(project, collections=declared) as migrator:
+        def stop_mid_rebuild(event: dict[str, Any]) -> None:
+            if event["status"] == "started" and event["action"] == "recreate":
+                migrator.stop()
+
+        migrator.on("converge:action", stop_mid_rebuild)
+        planned = migrator.converge(dry_run=True, prune=True)
+        steps = [row.action for row in planned.collections[0].actions]
+        assert steps == ["recreate", "drop"]
+        with pytest.raises(RunAbortedError) as caught:
+            migrator.converge(prune=True)
+    listed = indexes(db, "r")
+    assert dict(listed["a"]["key"]) == {"y": 1}  # rebuilt completely
+    assert "z_1" in listed  # the drop after the stop never ran
+    rows = {row["name"]: row["status"]
+            for row in caught.value.context["converge"]["collections"][0]["actions"]}
+    assert rows == {"a": "applied", "z_1": "skipped"}
+    assert caught.value.context["converge"]["changed"] == 1

@@ -213,6 +213,21 @@ def test_unknown_text_language_is_refused(db: Db) -> None:
     assert "unsupported language" in message
 
 
+def test_an_equivalent_index_under_another_name_is_index_options_conflict(db: Db) -> None:
+    """mongod's 85: the same key (and collation, partial filter) under another name — "already
+    exists with a different name" with the same options, "equivalent … different name and
+    options" otherwise; the same name stays 86. Converge's rebuild hint depends on it."""
+    db.c.create_index("x", name="a")
+    code, message, _ = refused(lambda: db.c.create_index("x", name="b"))
+    assert (code, message) == (85, "Index already exists with a different name: a")
+    code, message, _ = refused(lambda: db.c.create_index("x", name="b", unique=True))
+    assert code == 85
+    assert message.startswith("An equivalent index already exists with a different name and "
+                              "options.")
+    assert refused(lambda: db.c.create_index("y", name="a"))[0] == 86
+    assert [i["name"] for i in db.c.list_indexes()] == ["_id_", "a"]
+
+
 def test_index_inherits_the_collection_collation(db: Db) -> None:
     db.create_collection("c", collation={"locale": "fr"})
     db.c.create_index("a")

@@ -37,6 +37,7 @@ from typing import Any, Final
 from migronaut._devserver_catalog import (
     IndexExtras,
     Refused,
+    equivalent_index_refusal,
     mongod_collection,
     mongod_index,
     mongoeco_index_spec,
@@ -213,13 +214,18 @@ async def _create_indexes(
     listed = await run({"listCollections": 1, "filter": {"name": coll}})
     batch = listed["cursor"]["firstBatch"]
     default_collation = (batch[0].get("options") or {}).get("collation") if batch else None
-    existing: set[str] = set()
+    listed_indexes: list[Mapping[str, Any]] = []
     if batch:
         indexes = await run({"listIndexes": coll})
-        existing = {index.get("name") for index in indexes["cursor"]["firstBatch"]}
+        listed_indexes = indexes["cursor"]["firstBatch"]
+    existing = {index.get("name") for index in listed_indexes}
     for spec in specs:
         if isinstance(spec, dict):
             with_collection_collation(spec, default_collation)
+            requested = {**spec, **aside.get(str(spec.get("name")), {})}
+            refusal = equivalent_index_refusal(requested, listed_indexes)
+            if refusal is not None:
+                raise refusal
     reply = await original(context)
     if isinstance(reply, dict) and reply.get("ok"):
         for spec in specs:
