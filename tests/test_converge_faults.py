@@ -51,6 +51,11 @@ def converge_with(project: Any, collections: list[dict[str, Any]],
             return error, events
 
 
+def stop_when(migrator: Any, when: Callable[[dict[str, Any]], bool], *reason: str) -> None:
+    """Call ``migrator.stop(*reason)`` from the ``converge:action`` event ``when`` matches."""
+    migrator.on("converge:action", lambda event: migrator.stop(*reason) if when(event) else None)
+
+
 def ended(events: list[dict[str, Any]]) -> dict[str, Any]:
     return next(event for event in events if event["event"] == "converge:end")
 
@@ -159,16 +164,11 @@ def test_a_stop_between_steps_aborts_with_what_was_done_kept(project: Any, db: A
     RUN_ABORTED (exit 11) with ``context.converge``, ``converge:end`` and a history entry."""
     declared = [{"name": "orders", "indexes": [{"key": {"shop": 1}}]},
                 {"name": "later", "indexes": [{"key": {"b": 1}}]}]
+    events: list[dict[str, Any]] = []
     with make_migrator(project, collections=declared) as migrator:
-        events: list[dict[str, Any]] = []
-
-        def stop_after_the_collection(event: dict[str, Any]) -> None:
-            events.append(event)
-            if event["event"] == "converge:action" and event["target"] == "collection" \
-                    and event["status"] == "applied":
-                migrator.stop("deploy cancelled")
-
-        migrator.on("*", stop_after_the_collection)
+        migrator.on("*", events.append)
+        stop_when(migrator, lambda event: event["target"] == "collection"
+                  and event["status"] == "applied", "deploy cancelled")
         with pytest.raises(RunAbortedError) as caught:
             migrator.converge()
     error = caught.value
@@ -268,11 +268,8 @@ def test_the_async_migrator_stops_between_steps_too(project: Any, db: Any) -> No
                                  cwd=project.path,
                                  collections=[{"name": "orders",
                                                "indexes": [{"key": {"shop": 1}}]}]) as migrator:
-            def stop(event: dict[str, Any]) -> None:
-                if event["target"] == "collection" and event["status"] == "applied":
-                    migrator.stop()
-
-            migrator.on("converge:action", stop)
+            stop_when(migrator, lambda event: event["target"] == "collection"
+                      and event["status"] == "applied")
             with pytest.raises(RunAbortedError) as caught:
                 await migrator.converge()
             return caught.value
@@ -319,11 +316,8 @@ def test_a_stop_during_a_rebuild_lets_it_finish_then_stops(project: Any, db: Any
     db.r.create_index([("z", 1)], name="z_1")
     declared = [{"name": "r", "indexes": [{"key": {"y": 1}, "name": "a"}]}]
     with make_migrator(project, collections=declared) as migrator:
-        def stop_mid_rebuild(event: dict[str, Any]) -> None:
-            if event["status"] == "started" and event["action"] == "recreate":
-                migrator.stop()
-
-        migrator.on("converge:action", stop_mid_rebuild)
+        stop_when(migrator, lambda event: event["status"] == "started"
+                  and event["action"] == "recreate")
         planned = migrator.converge(dry_run=True, prune=True)
         steps = [row.action for row in planned.collections[0].actions]
         assert steps == ["recreate", "drop"]
