@@ -330,3 +330,29 @@ def test_a_stop_during_a_rebuild_lets_it_finish_then_stops(project: Any, db: Any
             for row in caught.value.context["converge"]["collections"][0]["actions"]}
     assert rows == {"a": "applied", "z_1": "skipped"}
     assert caught.value.context["converge"]["changed"] == 1
+
+
+def test_races_the_server_settles_are_not_failures(project: Any, db: Any) -> None:
+    """A collection created by someone else between plan and apply (48) gets the validator by
+    ``collMod``; an index someone else dropped first (27) counts as dropped."""
+    validator = {"$jsonSchema": {"required": ["sku"]}}
+    db.old.create_index([("gone", 1)], name="gone_1")
+    declared = [{"name": "items", "validator": validator, "indexes": [{"key": {"sku": 1}}]},
+                {"name": "old", "prune": True, "indexes": []}]
+
+    def race(event: dict[str, Any]) -> None:
+        if event["event"] == "converge:start":
+            db.create_collection("items")
+        if event["event"] == "converge:action" and event["status"] == "started" \
+                and event["action"] == "drop":
+            db.old.drop_index("gone_1")
+
+    result, events = converge_with(project, declared, race)
+
+    assert not isinstance(result, Exception), result
+    assert result.in_sync and result.changed == 4 and result.unstable is None
+    listed = db.command("listCollections", filter={"name": "items"})["cursor"]["firstBatch"]
+    assert listed[0]["options"]["validator"] == validator
+    assert set(indexes(db, "items")) == {"_id_", "sku_1"}
+    assert set(indexes(db, "old")) == {"_id_"}
+    assert not [e for e in events if e["event"] == "converge:action" and e["status"] == "failed"]

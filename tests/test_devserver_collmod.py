@@ -228,6 +228,14 @@ def test_an_equivalent_index_under_another_name_is_index_options_conflict(db: Db
     assert [i["name"] for i in db.c.list_indexes()] == ["_id_", "a"]
 
 
+def test_creating_an_existing_collection_is_namespace_exists(db: Db) -> None:
+    """mongod's 48, which converge's createCollection step recognises (created meanwhile)."""
+    db.create_collection("c")
+    code, message, details = refused(lambda: db.command({"create": "c", "validator": {}}))
+    assert (code, details["codeName"]) == (48, "NamespaceExists")
+    assert message == f"Collection {db.name}.c already exists."
+
+
 def test_index_inherits_the_collection_collation(db: Db) -> None:
     db.create_collection("c", collation={"locale": "fr"})
     db.c.create_index("a")

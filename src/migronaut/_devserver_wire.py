@@ -155,6 +155,8 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool,
             if name == "createIndexes":
                 return await _create_indexes(original, context, command, aside,
                                              inside(context, context.db_name), extras)
+            if name == "create":
+                await _refuse_existing(command, context.db_name, inside(context, context.db_name))
         except Refused as refusal:
             raise _refused(refusal) from None
         if refused:
@@ -233,6 +235,17 @@ async def _create_indexes(
             if index not in existing:
                 extras.put(db, coll, index, aside.get(index, {}))
     return reply
+
+
+async def _refuse_existing(command: Mapping[str, Any], db: str, run: Run) -> None:
+    """``create`` of a name already taken is mongod's NamespaceExists (48), which callers such
+    as converge recognise; mongoeco refuses it without a code."""
+    coll = command.get("create")
+    if not isinstance(coll, str):
+        return
+    listed = await run({"listCollections": 1, "filter": {"name": coll}, "nameOnly": True})
+    if listed["cursor"]["firstBatch"]:
+        raise Refused(48, "NamespaceExists", f"Collection {db}.{coll} already exists.")
 
 
 async def _reshape_listing(
