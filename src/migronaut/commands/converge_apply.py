@@ -3,10 +3,11 @@
 Invariants: a batched ``createIndexes`` is all-or-nothing for its rows; a rebuild drops first and,
 when a create fails, restores every dropped index it did not re-create — unless the connection
 was in trouble, when the server may still be building and nothing is touched (``uncertain``); a
-unique conversion that meets duplicates goes back to exactly the old index; "index not found"
-on a drop is success; a drop refused because the index backs a shard key turns the row into
-``keep``. Every failure leaves as :class:`StepFailed` carrying the context of
-``ConvergeFailedError`` (``phase: apply``), which the caller completes.
+unique conversion that meets duplicates goes back to exactly the old index and names the
+duplicate groups the server reported (``violations``); "index not found" on a drop is success;
+a drop refused because the index backs a shard key turns the row into ``keep``. Every failure
+leaves as :class:`StepFailed` carrying the context of ``ConvergeFailedError`` (``phase: apply``),
+which the caller completes.
 """
 
 from __future__ import annotations
