@@ -209,7 +209,10 @@ def test_unique_conversion_in_place_over_duplicates_rolls_back(project: Any, db:
     assert context["mongoCode"] == 359
     assert context["hint"] == ("existing documents have duplicates for this key; the index was "
                                "left unchanged")
-    assert error.message.startswith('Could not modify index "n_1" on u: ')
+    assert error.message == ('Could not modify index "n_1" on u: OperationFailure: Cannot '
+                             "convert the index to unique. Please resolve conflicting documents "
+                             f"before running collMod again. — {context['hint']}")
+    assert context["cause"] == error.message.split(": ", 1)[1].split(" — ")[0]
     assert [sorted(v["ids"]) for v in context["violations"]] == [sorted(ids[:2])]
     assert indexes(db, "u") == before  # neither unique nor prepareUnique left behind
     assert ended(events)["success"] is False

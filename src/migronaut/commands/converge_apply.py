@@ -41,7 +41,7 @@ from migronaut.declared.plan import (
     Step,
     UpdateSearchIndex,
 )
-from migronaut.errors import describe_exception
+from migronaut.errors import describe_exception, server_message
 
 __all__ = ["CONNECTION_TROUBLE_CODES", "StepFailed", "StepOutcome", "apply_step", "describe"]
 
@@ -143,7 +143,7 @@ def _rebuild(db: Database[Any], collection: str, step: Rebuild) -> dict[str, Any
                 try:
                     _create_indexes(db, collection, [old])
                 except PyMongoError as again:
-                    problems.append(f"{old['name']}: {describe_exception(again)}")
+                    problems.append(f"{old['name']}: {_cause(again)}")
             facts: dict[str, Any] = {"restored": not problems, "dropped": dropped}
             if problems:
                 facts["restoreError"] = "; ".join(problems)
@@ -259,7 +259,7 @@ def apply_step(db: Database[Any], collection: str, step: Step, action: str) -> S
 def _failure(collection: str, step: Step, action: str, error: BaseException,
              facts: dict[str, Any]) -> StepFailed:
     target, label = describe(step)
-    cause = redact(describe_exception(error))
+    cause = _cause(error)
     code = error.code if isinstance(error, OperationFailure) else None
     if target == "searchIndex":
         from migronaut.commands.converge_search import search_hint
@@ -287,6 +287,14 @@ def _failure(collection: str, step: Step, action: str, error: BaseException,
     if hint:
         context["hint"] = hint
     return StepFailed(message, context, error)
+
+
+def _cause(error: BaseException) -> str:
+    """``context.cause``: a server error by its own message (pymongo's ``full error`` suffix
+    would repeat the reply — every duplicate id of a 359 — inside the error's message)."""
+    if isinstance(error, OperationFailure):
+        return redact(f"{type(error).__name__}: {server_message(error)}")
+    return redact(describe_exception(error))
 
 
 def _violations(error: BaseException) -> list[dict[str, Any]] | None:
