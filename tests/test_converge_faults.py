@@ -359,3 +359,27 @@ def test_races_the_server_settles_are_not_failures(project: Any, db: Any) -> Non
     assert set(indexes(db, "items")) == {"_id_", "sku_1"}
     assert set(indexes(db, "old")) == {"_id_"}
     assert not [e for e in events if e["event"] == "converge:action" and e["status"] == "failed"]
+
+
+def test_a_validator_the_server_refuses_fails_its_step_and_writes_nothing(
+    project: Any, db: Any,
+) -> None:
+    """The server parses the validator (BadValue, 2): on a new collection the create step fails
+    and nothing exists; on an existing one the collMod fails and the old validator stays."""
+    bad = {"$jsonSchema": {"required": "email"}}
+    error, _ = converge_with(project, [{"name": "fresh", "validator": bad}])
+    assert isinstance(error, ConvergeFailedError), error
+    assert (error.context["phase"], error.context["target"], error.context["mongoCode"]) == (
+        "apply", "collection", 2)
+    assert error.message.startswith("Could not create the collection on fresh: OperationFailure: ")
+    assert "fresh" not in db.list_collection_names()
+
+    kept = {"$jsonSchema": {"required": ["email"]}}
+    db.create_collection("old", validator=kept)
+    error, _ = converge_with(project, [{"name": "old", "validator": bad}])
+    assert isinstance(error, ConvergeFailedError), error
+    assert (error.context["target"], error.context["action"], error.context["mongoCode"]) == (
+        "validator", "modify", 2)
+    assert error.message.startswith("Could not modify the validator on old: ")
+    listed = db.command("listCollections", filter={"name": "old"})["cursor"]["firstBatch"]
+    assert listed[0]["options"]["validator"] == kept

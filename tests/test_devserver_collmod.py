@@ -228,12 +228,17 @@ def test_an_equivalent_index_under_another_name_is_index_options_conflict(db: Db
     assert [i["name"] for i in db.c.list_indexes()] == ["_id_", "a"]
 
 
-def test_creating_an_existing_collection_is_namespace_exists(db: Db) -> None:
-    """mongod's 48, which converge's createCollection step recognises (created meanwhile)."""
+def test_create_refusals_carry_mongods_codes(db: Db) -> None:
+    """An existing name is 48, which converge's createCollection step recognises (created
+    meanwhile); a validator that does not parse is 2, as in collMod."""
     db.create_collection("c")
     code, message, details = refused(lambda: db.command({"create": "c", "validator": {}}))
     assert (code, details["codeName"]) == (48, "NamespaceExists")
     assert message == f"Collection {db.name}.c already exists."
+    code, message, _ = refused(lambda: db.command(
+        {"create": "d", "validator": {"$jsonSchema": {"required": "email"}}}))
+    assert code == 2 and "required" in message
+    assert "d" not in db.list_collection_names()
 
 
 def test_index_inherits_the_collection_collation(db: Db) -> None:

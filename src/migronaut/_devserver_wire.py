@@ -43,7 +43,7 @@ from migronaut._devserver_catalog import (
     mongoeco_index_spec,
     with_collection_collation,
 )
-from migronaut._devserver_collmod import CollMod, set_collection_options
+from migronaut._devserver_collmod import CollMod, check_validator, set_collection_options
 from migronaut._devserver_search import SearchIndexes, is_search_request, not_enabled
 from migronaut._mongod_rules import Violation, check_batch_size, check_command, is_nested_spec
 from migronaut.errors import ConfigInvalidError
@@ -156,7 +156,7 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool,
                 return await _create_indexes(original, context, command, aside,
                                              inside(context, context.db_name), extras)
             if name == "create":
-                await _refuse_existing(command, context.db_name, inside(context, context.db_name))
+                await _check_create(command, context.db_name, inside(context, context.db_name))
         except Refused as refusal:
             raise _refused(refusal) from None
         if refused:
@@ -237,15 +237,18 @@ async def _create_indexes(
     return reply
 
 
-async def _refuse_existing(command: Mapping[str, Any], db: str, run: Run) -> None:
-    """``create`` of a name already taken is mongod's NamespaceExists (48), which callers such
-    as converge recognise; mongoeco refuses it without a code."""
+async def _check_create(command: Mapping[str, Any], db: str, run: Run) -> None:
+    """``create`` refused with mongod's codes, which callers such as converge recognise
+    (mongoeco refuses both without one): a name already taken is NamespaceExists (48), a
+    validator that does not parse BadValue (2) as in ``collMod``."""
     coll = command.get("create")
     if not isinstance(coll, str):
         return
     listed = await run({"listCollections": 1, "filter": {"name": coll}, "nameOnly": True})
     if listed["cursor"]["firstBatch"]:
         raise Refused(48, "NamespaceExists", f"Collection {db}.{coll} already exists.")
+    if isinstance(command.get("validator"), Mapping):
+        await check_validator(run, coll, command["validator"])
 
 
 async def _reshape_listing(
