@@ -213,6 +213,34 @@ def test_unknown_text_language_is_refused(db: Db) -> None:
     assert "unsupported language" in message
 
 
+def test_an_equivalent_index_under_another_name_is_index_options_conflict(db: Db) -> None:
+    """mongod's 85: the same key (and collation, partial filter) under another name — "already
+    exists with a different name" with the same options, "equivalent … different name and
+    options" otherwise; the same name stays 86. Converge's rebuild hint depends on it."""
+    db.c.create_index("x", name="a")
+    code, message, _ = refused(lambda: db.c.create_index("x", name="b"))
+    assert (code, message) == (85, "Index already exists with a different name: a")
+    code, message, _ = refused(lambda: db.c.create_index("x", name="b", unique=True))
+    assert code == 85
+    assert message.startswith("An equivalent index already exists with a different name and "
+                              "options.")
+    assert refused(lambda: db.c.create_index("y", name="a"))[0] == 86
+    assert [i["name"] for i in db.c.list_indexes()] == ["_id_", "a"]
+
+
+def test_create_refusals_carry_mongods_codes(db: Db) -> None:
+    """An existing name is 48, which converge's createCollection step recognises (created
+    meanwhile); a validator that does not parse is 2, as in collMod."""
+    db.create_collection("c")
+    code, message, details = refused(lambda: db.command({"create": "c", "validator": {}}))
+    assert (code, details["codeName"]) == (48, "NamespaceExists")
+    assert message == f"Collection {db.name}.c already exists."
+    code, message, _ = refused(lambda: db.command(
+        {"create": "d", "validator": {"$jsonSchema": {"required": "email"}}}))
+    assert code == 2 and "required" in message
+    assert "d" not in db.list_collection_names()
+
+
 def test_index_inherits_the_collection_collation(db: Db) -> None:
     db.create_collection("c", collation={"locale": "fr"})
     db.c.create_index("a")

@@ -18,6 +18,7 @@ __all__ = [
     "IndexExtras",
     "Refused",
     "bson_type_name",
+    "equivalent_index_refusal",
     "full_collation",
     "missing_field",
     "mongod_collection",
@@ -143,6 +144,48 @@ def mongoeco_index_spec(spec: Mapping[str, Any]) -> tuple[dict[str, Any], dict[s
     if "wildcardProjection" in extras:
         given["wildcardProjection"] = extras["wildcardProjection"]
     return given, extras
+
+
+def _ordered_key(key: Any) -> list[tuple[str, Any]] | None:
+    return [(str(name), value) for name, value in key.items()] \
+        if isinstance(key, Mapping) else None
+
+
+def _equivalent(spec: Mapping[str, Any], listed: Mapping[str, Any]) -> bool:
+    """mongod's "equivalent" indexes: same key, partial filter and collation (indexes that
+    differ in one of these may coexist); a wildcard projection is compared too, to stay on the
+    side of letting mongoeco decide."""
+    key = _ordered_key(spec.get("key"))
+    if key is None or key != _ordered_key(listed.get("key")) or \
+            any(value == "text" for _, value in key):
+        return False
+    return (spec.get("partialFilterExpression") == listed.get("partialFilterExpression")
+            and spec.get("wildcardProjection") == listed.get("wildcardProjection")
+            and full_collation(spec.get("collation")) == full_collation(listed.get("collation")))
+
+
+def equivalent_index_refusal(spec: Mapping[str, Any],
+                             existing: list[Mapping[str, Any]]) -> Refused | None:
+    """mongod's IndexOptionsConflict (85) for a requested index equivalent to an existing one
+    under another name (``spec`` as the client sent it, collection collation applied):
+    "already exists with a different name" when the options match too, else "an equivalent
+    index already exists with a different name and options". ``None`` when mongod would build
+    it (or the same-name rules decide)."""
+    name = spec.get("name")
+    for listed in existing:
+        if listed.get("name") == name or not _equivalent(spec, listed):
+            continue
+        same_options = all(bool(spec.get(option)) == bool(listed.get(option))
+                           for option in ("unique", "sparse")) and \
+            spec.get("expireAfterSeconds") == listed.get("expireAfterSeconds")
+        if same_options:
+            return Refused(85, "IndexOptionsConflict",
+                           f"Index already exists with a different name: {listed.get('name')}")
+        shown = {k: v for k, v in listed.items() if k not in _NOT_OPTIONS}
+        return Refused(85, "IndexOptionsConflict",
+                       "An equivalent index already exists with a different name and options. "
+                       f"Requested index: {dict(spec)}, existing index: {shown}")
+    return None
 
 
 def with_collection_collation(spec: dict[str, Any], default_collation: Any) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from migronaut._devserver_catalog import (
     wrong_type,
 )
 
-__all__ = ["CollMod", "set_collection_options"]
+__all__ = ["CollMod", "check_validator", "set_collection_options"]
 
 #: Runs one command inside mongoeco (no layer) and returns its reply; raises on ``ok: 0``.
 Run = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -73,7 +73,7 @@ class CollMod:
             raise Refused(72, "InvalidOptions",
                           f"option not supported on a view: {next(iter(validation))}")
         if isinstance(validation.get("validator"), Mapping) and validation["validator"]:
-            await self._check_validator(coll, validation["validator"])
+            await check_validator(self._run, coll, validation["validator"])
         reply: dict[str, Any] = {}
         if "index" in command:
             reply.update(await self._index(coll, command["index"]))
@@ -100,14 +100,6 @@ class CollMod:
                               f"'collMod.{field}' is not a valid value.")
         if "index" in command and not isinstance(command["index"], Mapping):
             raise _wrong_type("index", command["index"], "object")
-
-    async def _check_validator(self, coll: str, validator: Mapping[str, Any]) -> None:
-        """mongod parses the validator first; a query with it as filter does the same here."""
-        try:
-            await self._run({"find": coll, "filter": dict(validator), "limit": 1,
-                             "projection": {"_id": 1}})
-        except Exception as error:  # mongoeco's refusal of the expression
-            raise Refused(2, "BadValue", str(error)) from error
 
     # -- index -------------------------------------------------------------------------------
 
@@ -256,6 +248,15 @@ class CollMod:
                               "Cannot convert the index to unique. Please resolve conflicting "
                               "documents before running collMod again.", violations=[]) from error
             raise
+
+
+async def check_validator(run: Run, coll: str, validator: Mapping[str, Any]) -> None:
+    """mongod parses a validator before storing it (``collMod``, ``create``); a query with it
+    as filter does the same here: BadValue (2) when it does not parse."""
+    try:
+        await run({"find": coll, "filter": dict(validator), "limit": 1, "projection": {"_id": 1}})
+    except Exception as error:  # mongoeco's refusal of the expression
+        raise Refused(2, "BadValue", str(error)) from error
 
 
 async def set_collection_options(

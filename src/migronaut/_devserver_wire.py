@@ -37,12 +37,13 @@ from typing import Any, Final
 from migronaut._devserver_catalog import (
     IndexExtras,
     Refused,
+    equivalent_index_refusal,
     mongod_collection,
     mongod_index,
     mongoeco_index_spec,
     with_collection_collation,
 )
-from migronaut._devserver_collmod import CollMod, set_collection_options
+from migronaut._devserver_collmod import CollMod, check_validator, set_collection_options
 from migronaut._devserver_search import SearchIndexes, is_search_request, not_enabled
 from migronaut._mongod_rules import Violation, check_batch_size, check_command, is_nested_spec
 from migronaut.errors import ConfigInvalidError
@@ -154,6 +155,8 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool,
             if name == "createIndexes":
                 return await _create_indexes(original, context, command, aside,
                                              inside(context, context.db_name), extras)
+            if name == "create":
+                await _check_create(command, context.db_name, inside(context, context.db_name))
         except Refused as refusal:
             raise _refused(refusal) from None
         if refused:
@@ -213,13 +216,18 @@ async def _create_indexes(
     listed = await run({"listCollections": 1, "filter": {"name": coll}})
     batch = listed["cursor"]["firstBatch"]
     default_collation = (batch[0].get("options") or {}).get("collation") if batch else None
-    existing: set[str] = set()
+    listed_indexes: list[Mapping[str, Any]] = []
     if batch:
         indexes = await run({"listIndexes": coll})
-        existing = {index.get("name") for index in indexes["cursor"]["firstBatch"]}
+        listed_indexes = indexes["cursor"]["firstBatch"]
+    existing = {index.get("name") for index in listed_indexes}
     for spec in specs:
         if isinstance(spec, dict):
             with_collection_collation(spec, default_collation)
+            requested = {**spec, **aside.get(str(spec.get("name")), {})}
+            refusal = equivalent_index_refusal(requested, listed_indexes)
+            if refusal is not None:
+                raise refusal
     reply = await original(context)
     if isinstance(reply, dict) and reply.get("ok"):
         for spec in specs:
@@ -227,6 +235,20 @@ async def _create_indexes(
             if index not in existing:
                 extras.put(db, coll, index, aside.get(index, {}))
     return reply
+
+
+async def _check_create(command: Mapping[str, Any], db: str, run: Run) -> None:
+    """``create`` refused with mongod's codes, which callers such as converge recognise
+    (mongoeco refuses both without one): a name already taken is NamespaceExists (48), a
+    validator that does not parse BadValue (2) as in ``collMod``."""
+    coll = command.get("create")
+    if not isinstance(coll, str):
+        return
+    listed = await run({"listCollections": 1, "filter": {"name": coll}, "nameOnly": True})
+    if listed["cursor"]["firstBatch"]:
+        raise Refused(48, "NamespaceExists", f"Collection {db}.{coll} already exists.")
+    if isinstance(command.get("validator"), Mapping):
+        await check_validator(run, coll, command["validator"])
 
 
 async def _reshape_listing(

@@ -173,6 +173,20 @@ def describe_exception(error: BaseException) -> str:
     return redact(f"{type(error).__name__}: {text}" if text != type(error).__name__ else text)
 
 
+def server_message(error: BaseException) -> str:
+    """A driver error's own message: the server's ``errmsg`` (the first write error's for a bulk
+    write), without pymongo's ``, full error: {…}`` suffix, which repeats the whole reply —
+    offending key values and every ``violations`` group included."""
+    details = getattr(error, "details", None)
+    if isinstance(details, Mapping):
+        write_errors = details.get("writeErrors") or []
+        if write_errors and isinstance(write_errors[0], Mapping):
+            return str(write_errors[0].get("errmsg") or "batch op errors occurred")
+        if isinstance(details.get("errmsg"), str):
+            return str(details["errmsg"])
+    return str(error).split(", full error: ", 1)[0].strip()
+
+
 class LockAlreadyHeldError(MigronautError):
     """Another run holds a fresh migration lock (``context.holder``)."""
 

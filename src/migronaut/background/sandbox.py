@@ -45,14 +45,14 @@ from bson import json_util
 from bson.json_util import RELAXED_JSON_OPTIONS
 from pymongo import ReadPreference
 from pymongo.database import Database
-from pymongo.errors import BulkWriteError, OperationFailure, PyMongoError
+from pymongo.errors import OperationFailure, PyMongoError
 from pymongo.mongo_client import MongoClient
 from pymongo.read_concern import ReadConcern
 
 from migronaut._redact import redact
 from migronaut.background.diff import bson_equal
 from migronaut.background.spec import DEFAULT_RESERVED_COLLECTIONS
-from migronaut.errors import RunAbortedError, SandboxRefusedError
+from migronaut.errors import RunAbortedError, SandboxRefusedError, server_message
 
 if TYPE_CHECKING:
     from pymongo.client_session import ClientSession
@@ -152,22 +152,11 @@ def describe_error(error: BaseException) -> str:
     For server errors only the server's ``errmsg`` is kept — pymongo's ``full error`` part
     repeats the offending key values.
     """
-    text = _server_message(error) if isinstance(error, OperationFailure) else str(error).strip()
+    text = server_message(error) if isinstance(error, OperationFailure) else str(error).strip()
     first = text.splitlines()[0] if text else ""
     name = type(error).__name__
     line = f"{name}: {first}" if first and first != name else name
     return redact(line, outbound=True)[:1000]
-
-
-def _server_message(error: OperationFailure) -> str:
-    details = error.details
-    if isinstance(error, BulkWriteError) and isinstance(details, Mapping):
-        write_errors = details.get("writeErrors") or []
-        if write_errors and isinstance(write_errors[0], Mapping):
-            return str(write_errors[0].get("errmsg") or "batch op errors occurred")
-    if isinstance(details, Mapping) and isinstance(details.get("errmsg"), str):
-        return str(details["errmsg"])
-    return str(error).split(", full error: ", 1)[0].strip()
 
 
 def _key(value: Any) -> bytes:

@@ -3,10 +3,11 @@
 Invariants: a batched ``createIndexes`` is all-or-nothing for its rows; a rebuild drops first and,
 when a create fails, restores every dropped index it did not re-create — unless the connection
 was in trouble, when the server may still be building and nothing is touched (``uncertain``); a
-unique conversion that meets duplicates goes back to exactly the old index; "index not found"
-on a drop is success; a drop refused because the index backs a shard key turns the row into
-``keep``. Every failure leaves as :class:`StepFailed` carrying the context of
-``ConvergeFailedError`` (``phase: apply``), which the caller completes.
+unique conversion that meets duplicates goes back to exactly the old index and names the
+duplicate groups the server reported (``violations``); "index not found" on a drop is success;
+a drop refused because the index backs a shard key turns the row into ``keep``. Every failure
+leaves as :class:`StepFailed` carrying the context of ``ConvergeFailedError`` (``phase: apply``),
+which the caller completes.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from migronaut.declared.plan import (
     Step,
     UpdateSearchIndex,
 )
-from migronaut.errors import describe_exception
+from migronaut.errors import describe_exception, server_message
 
 __all__ = ["CONNECTION_TROUBLE_CODES", "StepFailed", "StepOutcome", "apply_step", "describe"]
 
@@ -142,7 +143,7 @@ def _rebuild(db: Database[Any], collection: str, step: Rebuild) -> dict[str, Any
                 try:
                     _create_indexes(db, collection, [old])
                 except PyMongoError as again:
-                    problems.append(f"{old['name']}: {describe_exception(again)}")
+                    problems.append(f"{old['name']}: {_cause(again)}")
             facts: dict[str, Any] = {"restored": not problems, "dropped": dropped}
             if problems:
                 facts["restoreError"] = "; ".join(problems)
@@ -258,7 +259,7 @@ def apply_step(db: Database[Any], collection: str, step: Step, action: str) -> S
 def _failure(collection: str, step: Step, action: str, error: BaseException,
              facts: dict[str, Any]) -> StepFailed:
     target, label = describe(step)
-    cause = redact(describe_exception(error))
+    cause = _cause(error)
     code = error.code if isinstance(error, OperationFailure) else None
     if target == "searchIndex":
         from migronaut.commands.converge_search import search_hint
@@ -280,6 +281,28 @@ def _failure(collection: str, step: Step, action: str, error: BaseException,
                                "action": action, "cause": cause, **facts}
     if code is not None:
         context["mongoCode"] = code
+    violations = _violations(error)
+    if violations:
+        context["violations"] = violations
     if hint:
         context["hint"] = hint
     return StepFailed(message, context, error)
+
+
+def _cause(error: BaseException) -> str:
+    """``context.cause``: a server error by its own message (pymongo's ``full error`` suffix
+    would repeat the reply — every duplicate id of a 359 — inside the error's message)."""
+    if isinstance(error, OperationFailure):
+        return redact(f"{type(error).__name__}: {server_message(error)}")
+    return redact(describe_exception(error))
+
+
+def _violations(error: BaseException) -> list[dict[str, Any]] | None:
+    """The duplicate groups a unique conversion met (359's ``violations``: ``[{ids}]``), so the
+    error names the documents to deduplicate."""
+    details = error.details if isinstance(error, OperationFailure) else None
+    found = (details or {}).get("violations")
+    if not isinstance(found, list):
+        return None
+    return [{"ids": list(group["ids"])} for group in found
+            if isinstance(group, Mapping) and isinstance(group.get("ids"), list)]

@@ -98,6 +98,8 @@ def converge(
             to_json=lambda result: result.to_dict(), exit_code=exit_code)
 
     def apply(migrator: Migrator) -> ConvergeResult | None:
+        if session.guard is not None:  # a stop waits for the step in flight (§2.3 step 8)
+            session.guard.finishing = "finishing the current step, then stopping"
         if not yes:
             plan = migrator.converge(dry_run=True, prune=prune, rebuild_unique=rebuild_unique)
             asking = _confirm_rows(plan)
