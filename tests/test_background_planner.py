@@ -36,7 +36,8 @@ def test_every_bracket_present_is_planned_and_ranges_cover_each_document_once(
     plan = plan_id_ranges(db.items, {}, spec)
     brackets = [p["scope"]["bracket"] for p in plan.partitions]
     assert set(brackets) == {"null", "number", "string", "objectId", "bool", "date"}
-    assert sum(_covered(db, plan, {})) == len(ids)  # no gap, no overlap
+    covered = _covered(db, plan, {})
+    assert sum(covered) == len(ids), list(zip(covered, [p["scope"] for p in plan.partitions]))
     if spec is SPEC:
         assert plan.estimate == len(ids)
     else:  # a match larger than the capped count: at least the estimate
@@ -100,3 +101,23 @@ def test_a_match_within_the_count_is_planned_without_probes(db: Any, mongo_uri: 
     plan, commands = _plan_counting(mongo_uri, db, SPEC)  # 50 matching, counted up to 160
     assert [p["scope"]["bracket"] for p in plan.partitions] == ["objectId"] * len(plan.partitions)
     assert "find" not in commands and commands.count("aggregate") == 2  # the count, the sample
+
+
+def test_sampled_ids_are_put_in_mongods_order_whatever_order_the_server_sent() -> None:
+    """The split points come from the sample in BSON order, even when a server's sort of mixed
+    types is wrong (the dev server puts Int64 and Decimal128 after the other types)."""
+    from bson import Binary
+
+    from migronaut.background.planner import in_bson_order
+
+    numbers = [Decimal128("2000.5"), Int64(1000), 7, float("nan"), 1.5, -3, Decimal128("-1E+3")]
+    assert [str(v) for v in in_bson_order("number", numbers)] == [
+        "nan", "-1E+3", "-3", "1.5", "7", "1000", "2000.5"]
+    assert in_bson_order("string", ["s10", "Z", "é", "z", "s02"]) == ["Z", "s02", "s10", "z", "é"]
+    blobs = [Binary(b"zz", 0), b"b", Binary(b"a", 5), b"a"]
+    assert in_bson_order("binData", blobs) == [b"a", b"b", Binary(b"a", 5), Binary(b"zz", 0)]
+    early, late = ObjectId("000000000000000000000001"), ObjectId("ffffffffffffffffffffffff")
+    assert in_bson_order("objectId", [late, early]) == [early, late]
+    mixed = [dt.datetime(2026, 1, 1), dt.datetime(2026, 1, 1, tzinfo=dt.UTC)]
+    assert in_bson_order("date", mixed) == mixed  # keys that cannot compare: the server's order
+    assert in_bson_order("bool", [True, False]) == [True, False]  # not split: left alone

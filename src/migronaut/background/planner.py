@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -217,6 +217,49 @@ def _present_brackets(
     return present
 
 
+def _bson_key(bracket: str) -> Callable[[Any], Any] | None:
+    """The sort key of one splittable bracket's ``_id``s, in mongod's comparison order."""
+    import decimal
+
+    from bson import Binary, Decimal128, ObjectId, Timestamp
+
+    def number(value: Any) -> tuple[int, decimal.Decimal]:
+        exact = value.to_decimal() if isinstance(value, Decimal128) else decimal.Decimal(value)
+        return (0, decimal.Decimal(0)) if exact.is_nan() else (1, exact)  # NaN sorts lowest
+
+    def binary(value: Any) -> tuple[int, int, bytes]:
+        subtype = value.subtype if isinstance(value, Binary) else 0
+        return (len(value), subtype, bytes(value))  # length, then subtype, then bytes
+
+    keys: dict[str, Callable[[Any], Any]] = {
+        "number": number,
+        "string": lambda value: str(value).encode("utf-8"),  # simple collation: binary
+        "binData": binary,
+        "objectId": lambda value: ObjectId(value).binary,
+        "date": lambda value: value,
+        "timestamp": lambda value: (value.time, value.inc) if isinstance(value, Timestamp)
+        else value,
+    }
+    return keys.get(bracket)
+
+
+def in_bson_order(bracket: str, ids: list[Any]) -> list[Any]:
+    """``ids`` of one bracket sorted as mongod compares them.
+
+    The sample comes back sorted by the server already; sorting again here (linear on sorted
+    input) keeps the ranges' invariant — each document in exactly one partition — from resting
+    on the server's sort of mixed types, which the dev server gets wrong for ``Int64`` and
+    ``Decimal128`` beside other types. Values a key cannot read keep the server's order.
+    """
+    key = _bson_key(bracket)
+    if key is None or len(ids) < 2:
+        return ids
+    try:
+        return sorted(ids, key=key)
+    except (TypeError, ValueError, ArithmeticError):
+        return ids
+
+
 def plan_id_ranges(
     collection: Collection[dict[str, Any]],
     match: Mapping[str, Any],
@@ -288,6 +331,8 @@ def plan_id_ranges(
     by_bracket: dict[str, list[Any]] = {}
     for row in sampled:
         by_bracket.setdefault(bracket_of(row.get("t", "")), []).append(row["_id"])
+    for bracket, ids in by_bracket.items():
+        by_bracket[bracket] = in_bson_order(bracket, ids)
     n = max(1, len(sampled))
     partitions: list[dict[str, Any]] = []
     for bracket in present:
