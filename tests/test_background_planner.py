@@ -37,7 +37,8 @@ def test_every_bracket_present_is_planned_and_ranges_cover_each_document_once(
     brackets = [p["scope"]["bracket"] for p in plan.partitions]
     assert set(brackets) == {"null", "number", "string", "objectId", "bool", "date"}
     covered = _covered(db, plan, {})
-    assert sum(covered) == len(ids), list(zip(covered, [p["scope"] for p in plan.partitions]))
+    scopes = [p["scope"] for p in plan.partitions]
+    assert sum(covered) == len(ids), list(zip(covered, scopes, strict=True))
     if spec is SPEC:
         assert plan.estimate == len(ids)
     else:  # a match larger than the capped count: at least the estimate
