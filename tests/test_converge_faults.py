@@ -383,3 +383,26 @@ def test_a_validator_the_server_refuses_fails_its_step_and_writes_nothing(
     assert error.message.startswith("Could not modify the validator on old: ")
     listed = db.command("listCollections", filter={"name": "old"})["cursor"]["firstBatch"]
     assert listed[0]["options"]["validator"] == kept
+
+
+def test_a_huge_duplicate_report_is_cut_and_says_so() -> None:
+    """A 359 over a large collection lists every duplicate group; the error keeps enough to find
+    them (50 groups of 20 ids) and says it was cut, instead of megabytes of ``_id``s."""
+    from pymongo.errors import OperationFailure
+
+    from migronaut.commands.converge_apply import (
+        MAX_VIOLATION_GROUPS,
+        MAX_VIOLATION_IDS,
+        _violations,
+    )
+
+    few = OperationFailure("dup", 359, {"violations": [{"ids": [1, 2]}, {"ids": [3, 4]}]})
+    assert _violations(few) == ([{"ids": [1, 2]}, {"ids": [3, 4]}], False)
+    many = OperationFailure("dup", 359, {"violations": [
+        {"ids": list(range(group * 100, group * 100 + 30))} for group in range(80)]})
+    groups, truncated = _violations(many)
+    assert truncated
+    assert len(groups) == MAX_VIOLATION_GROUPS
+    assert all(len(group["ids"]) == MAX_VIOLATION_IDS for group in groups)
+    assert groups[0]["ids"][:3] == [0, 1, 2]
+    assert _violations(OperationFailure("other", 11000, {})) == ([], False)

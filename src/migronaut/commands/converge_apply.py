@@ -281,9 +281,11 @@ def _failure(collection: str, step: Step, action: str, error: BaseException,
                                "action": action, "cause": cause, **facts}
     if code is not None:
         context["mongoCode"] = code
-    violations = _violations(error)
+    violations, truncated = _violations(error)
     if violations:
         context["violations"] = violations
+    if truncated:
+        context["violationsTruncated"] = True
     if hint:
         context["hint"] = hint
     return StepFailed(message, context, error)
@@ -297,12 +299,22 @@ def _cause(error: BaseException) -> str:
     return redact(describe_exception(error))
 
 
-def _violations(error: BaseException) -> list[dict[str, Any]] | None:
+#: How much of a 359's ``violations`` an error carries: enough to find the duplicates, not a
+#: collection's worth of ``_id``s in a JSON error document (``violationsTruncated`` says so).
+MAX_VIOLATION_GROUPS = 50
+MAX_VIOLATION_IDS = 20
+
+
+def _violations(error: BaseException) -> tuple[list[dict[str, Any]], bool]:
     """The duplicate groups a unique conversion met (359's ``violations``: ``[{ids}]``), so the
-    error names the documents to deduplicate."""
+    error names the documents to deduplicate — at most :data:`MAX_VIOLATION_GROUPS` groups of
+    :data:`MAX_VIOLATION_IDS` ids, and whether more were cut."""
     details = error.details if isinstance(error, OperationFailure) else None
     found = (details or {}).get("violations")
     if not isinstance(found, list):
-        return None
-    return [{"ids": list(group["ids"])} for group in found
-            if isinstance(group, Mapping) and isinstance(group.get("ids"), list)]
+        return [], False
+    groups = [list(group["ids"]) for group in found
+              if isinstance(group, Mapping) and isinstance(group.get("ids"), list)]
+    truncated = len(groups) > MAX_VIOLATION_GROUPS or any(
+        len(ids) > MAX_VIOLATION_IDS for ids in groups)
+    return [{"ids": ids[:MAX_VIOLATION_IDS]} for ids in groups[:MAX_VIOLATION_GROUPS]], truncated
