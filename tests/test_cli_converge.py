@@ -83,3 +83,26 @@ def test_conflict_exits_27_and_lock_held_exits_3(cli: Any, project: Any, db: Any
     assert cli("converge", "--check").exit_code == 28
     hold_lock(db)
     assert cli("converge", "--prune", "-y").exit_code == 3
+
+
+def test_a_history_entry_we_did_not_write_is_state_invalid(cli: Any, project: Any,
+                                                           db: Any) -> None:
+    """Fail closed: a history row whose ``from`` is not the Extended JSON converge writes (or
+    whose ``actions`` is not a list) stops ``--history`` with STATE_INVALID naming it."""
+    import datetime as dt
+
+    history = db["_migronaut_converge"]
+    history.insert_one({"startedAt": dt.datetime(2026, 1, 2), "changed": 1,
+                        "actions": [{"collection": "orders", "from": "{not json"}]})
+    broken = cli("converge", "--history", "--json")
+    assert broken.exit_code == 35, broken.stderr
+    error = broken.json["error"]
+    assert error["code"] == "STATE_INVALID"
+    assert error["context"]["field"] == "actions[0].from"
+    assert "is not Extended JSON" in error["message"]
+    history.delete_many({})
+    history.insert_one({"startedAt": dt.datetime(2026, 1, 3), "actions": "all of them"})
+    human = cli("converge", "--history")
+    assert human.exit_code == 35
+    assert "actions is not a list" in human.stderr
+    assert history.count_documents({}) == 1  # reading changed nothing

@@ -20,7 +20,7 @@ from bson import json_util
 from pymongo.collection import Collection
 from pymongo.errors import PyMongoError
 
-from migronaut.errors import ConfigInvalidError, describe_exception
+from migronaut.errors import ConfigInvalidError, StateInvalidError, describe_exception
 
 __all__ = ["ConvergeHistory", "check_limit"]
 
@@ -34,9 +34,31 @@ def _stored(action: Mapping[str, Any]) -> dict[str, Any]:
             for key, value in action.items()}
 
 
-def _read(action: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: json_util.loads(value) if key in _DOCUMENTS and isinstance(value, str)
-            else value for key, value in action.items()}
+def _read(entry: Mapping[str, Any], collection: str) -> dict[str, Any]:
+    """An entry as written, its rows' ``from``/``to`` documents again — or ``STATE_INVALID``
+    naming the entry and the field when it is not what :meth:`ConvergeHistory.record` wrote."""
+    def invalid(field: str, why: str) -> StateInvalidError:
+        started = entry.get("startedAt")
+        return StateInvalidError(
+            f"Converge history entry of {started} in {collection} is unreadable: {field} {why}",
+            {"collection": collection, "startedAt": str(started), "field": field})
+
+    actions = entry.get("actions", [])
+    if not isinstance(actions, list):
+        raise invalid("actions", "is not a list")
+    read = []
+    for index, action in enumerate(actions):
+        if not isinstance(action, Mapping):
+            raise invalid(f"actions[{index}]", "is not a document")
+        row = dict(action)
+        for key in _DOCUMENTS:
+            if isinstance(row.get(key), str):
+                try:
+                    row[key] = json_util.loads(row[key])
+                except ValueError as error:
+                    raise invalid(f"actions[{index}].{key}", "is not Extended JSON") from error
+        read.append(row)
+    return {**entry, "actions": read}
 
 
 def check_limit(limit: Any) -> int:
@@ -72,5 +94,4 @@ class ConvergeHistory:
         """The newest ``limit`` entries, newest first, without ``_id``."""
         check_limit(limit)
         found = self._collection.find({}, {"_id": 0}).sort("startedAt", -1).limit(limit)
-        return [{**entry, "actions": [_read(action) for action in entry.get("actions", ())]}
-                for entry in found]
+        return [_read(entry, self._collection.name) for entry in found]
