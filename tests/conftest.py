@@ -438,3 +438,39 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         f"wire audit: {sum(counts.values())} commands checked ({checked}); "
         f"{len(AUDIT.findings)} refused"
     )
+
+
+# ------------------------------------------------------------------------------ Celery
+
+
+@pytest.fixture(scope="session")
+def redis_db() -> Iterator[int]:
+    """A Redis database number (1–15) of this test run's own (skips without Redis)."""
+    from helpers.celery_worker import claimed_redis_db
+
+    with claimed_redis_db() as number:
+        yield number
+
+
+@pytest.fixture
+def celery_project(
+    project: Project, redis_db: int, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Any]:
+    """``project`` served through Celery on Redis: see :class:`helpers.celery_worker.CeleryProject`.
+
+    The test's own queue names and broker are set as ``MIGRONAUT_CELERY_*`` variables (here and
+    in every worker); the Redis database is emptied before and after the test; every worker
+    started through it is killed at the end."""
+    from helpers.celery_worker import CeleryProject, queue_names, redis_client
+
+    redis_client(redis_db).flushdb()
+    queue, background = queue_names()
+    url = f"redis://127.0.0.1:6379/{redis_db}"
+    celery = CeleryProject(project.path, project.env(), url, url, queue, background)
+    for name, value in celery.env_variables().items():
+        monkeypatch.setenv(name, value)
+    try:
+        yield celery
+    finally:
+        celery.kill_all()
+        redis_client(redis_db).flushdb()

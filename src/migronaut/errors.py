@@ -28,7 +28,11 @@ original exception as ``__cause__``::
     ├── AuditFailedError               AUDIT_FAILED                22
     ├── OutOfOrderMigrationError       MIGRATION_OUT_OF_ORDER      23
     ├── MigrationBlockedError          MIGRATION_BLOCKED           24
+    ├── QueueJobInvalidError           QUEUE_JOB_INVALID           25
+    ├── QueueJobFailedError            QUEUE_JOB_FAILED            26
     ├── ConvergeFailedError            CONVERGE_FAILED             27
+    ├── RevisionConflictError          REVISION_CONFLICT           29
+    ├── ShapeVersionError              SHAPE_VERSION_UNSUPPORTED   30
     ├── BackgroundPendingError         BACKGROUND_PENDING          31
     ├── BackgroundFailedError          BACKGROUND_FAILED           32
     ├── BackgroundConflictError        BACKGROUND_CONFLICT         33
@@ -80,6 +84,8 @@ __all__ = [
     "MigronautError",
     "NotAppliedError",
     "OutOfOrderMigrationError",
+    "QueueJobFailedError",
+    "QueueJobInvalidError",
     "RevisionConflictError",
     "RunAbortedError",
     "SandboxRefusedError",
@@ -317,6 +323,19 @@ class MigrationBlockedError(MigronautError):
     """An ordered single-file run is out of sequence."""
 
     code = "MIGRATION_BLOCKED"
+
+
+class QueueJobInvalidError(MigronautError):
+    """A queue job's payload is not one this version understands (unknown kind or key, newer
+    ``v``, a bad value): the job is refused, never guessed at."""
+
+    code = "QUEUE_JOB_INVALID"
+
+
+class QueueJobFailedError(MigronautError):
+    """Waiting on queued work saw a job fail, or the wait timed out (``context.timedOut``)."""
+
+    code = "QUEUE_JOB_FAILED"
 
 
 class ConvergeFailedError(MigronautError):

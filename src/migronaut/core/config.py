@@ -85,6 +85,8 @@ KEYS: tuple[KeySpec, ...] = (
     _k("timeout_ms", "posint", None),
     _k("reload_migrations", "bool", False),
     _k("client_options", "mapping", None, None),
+    # the Celery executor's table; its keys are checked by migronaut.executors.celery.settings
+    _k("celery", "mapping", None, None),
     _k("client", "code", None, None),
     _k("hooks", "code", None, None),
     _k("logger", "code", None, None),
@@ -142,6 +144,7 @@ class Config:
     timeout_ms: int | None = None
     reload_migrations: bool = False
     client_options: Mapping[str, Any] | None = None
+    celery: Mapping[str, Any] | None = None
     client: Any = None
     hooks: Any = None
     logger: Any = DEFAULT_LOGGER

@@ -1,0 +1,22 @@
+"""migronaut on Celery (extra ``celery``): ``install(app)`` on your own app, or the ready app.
+
+``celery -A migronaut.celery worker -B`` starts a worker that serves both queues (and beat) with
+the app :func:`create_app` builds from the migronaut config in the working directory.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from migronaut.executors.celery import MigronautCelery, create_app, install
+
+__all__ = ["MigronautCelery", "create_app", "install"]
+
+
+def __getattr__(name: str) -> Any:
+    # ``celery -A migronaut.celery`` looks for ``app``: build it from the config on first use.
+    if name in ("app", "migronaut"):
+        app, installed = create_app()
+        globals().update(app=app, migronaut=installed)
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,84 @@
+"""What migronaut's tasks share inside one worker process: where the config comes from, one
+:class:`~migronaut.api.Migrator` per thread (connected on first use, never across a fork), and
+the shutdown signal a warm shutdown sets so lanes stop at their next batch boundary.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from migronaut.core.context import Cancellation
+
+if TYPE_CHECKING:
+    from migronaut.api import Migrator
+    from migronaut.background.engine import BackgroundEngine
+    from migronaut.executors.celery.settings import CelerySettings
+
+__all__ = ["ConfigSource", "WorkerContext"]
+
+
+@dataclass(frozen=True)
+class ConfigSource:
+    """How to build a Migrator: the arguments of ``Migrator(config, config_path=, cwd=)``."""
+
+    config: Mapping[str, Any] | None = None
+    config_path: str | None = None
+    cwd: str | None = None
+
+    def build(self) -> Migrator:
+        from migronaut.api import Migrator
+
+        return Migrator(dict(self.config) if self.config is not None else None,
+                        config_path=self.config_path, cwd=self.cwd)
+
+
+@dataclass
+class WorkerContext:
+    """Per-process state of the tasks. Thread-safe; a forked child starts afresh (pymongo
+    clients must not cross a fork)."""
+
+    source: ConfigSource
+    settings: CelerySettings
+    #: Set by a warm shutdown: lanes stop at their next batch boundary, checkpoint, release their
+    #: lease and re-enqueue themselves; coordinators bow out and come back.
+    shutdown: Cancellation = field(default_factory=Cancellation)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _local: threading.local = field(default_factory=threading.local)
+    _opened: list[Migrator] = field(default_factory=list)
+    _pid: int = field(default_factory=os.getpid)
+
+    def migrator(self) -> Migrator:
+        """This thread's Migrator, built from the config source on first use."""
+        self._after_fork()
+        found: Migrator | None = getattr(self._local, "migrator", None)
+        if found is None:
+            found = self.source.build()
+            self._local.migrator = found
+            with self._lock:
+                self._opened.append(found)
+        return found
+
+    def engine(self) -> BackgroundEngine:
+        """This thread's background engine (over :meth:`migrator`)."""
+        return self.migrator().background
+
+    def close(self) -> None:
+        """Close every Migrator this process opened (worker process shutdown)."""
+        with self._lock:
+            opened, self._opened = self._opened, []
+        for migrator in opened:
+            migrator.close()
+        self._local = threading.local()
+
+    def _after_fork(self) -> None:
+        if self._pid != os.getpid():  # a prefork child: nothing of the parent's is ours
+            self._pid = os.getpid()
+            self._lock = threading.Lock()
+            self._local = threading.local()
+            self._opened = []
+            self.shutdown = Cancellation()
+

@@ -1,0 +1,14 @@
+"""The migration queue's tasks: ``up``, ``down``, ``converge`` and the periodic ``sync``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from migronaut.executors.celery import MigronautCelery
+
+__all__ = ["register"]
+
+
+def register(installed: MigronautCelery, options: dict[str, Any]) -> None:
+    """Register the migration queue's tasks on ``installed.app``."""

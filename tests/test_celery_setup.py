@@ -1,0 +1,91 @@
+"""The Celery executor's set-up: its options, job payloads, task ids and a real worker that
+starts with the ready app (``celery -A migronaut.celery worker``) on the test's Redis."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import pytest
+
+from migronaut import ConfigInvalidError, QueueJobInvalidError
+from migronaut.executors.celery.payloads import fragment, validate
+from migronaut.executors.celery.settings import resolve_settings
+
+
+def test_defaults_name_two_queues() -> None:
+    settings = resolve_settings({}, {}, environ={})
+    assert (settings.queue, settings.background_queue_name) == ("migronaut",
+                                                                "migronaut-background")
+
+
+def test_precedence_is_options_then_environment_then_config() -> None:
+    environ = {"MIGRONAUT_CELERY_QUEUE": "from-env"}
+    assert resolve_settings({"queue": "from-file"}, {}, environ).queue == "from-env"
+    assert resolve_settings({"queue": "from-file"}, {"queue": "arg"}, environ).queue == "arg"
+    assert resolve_settings({"queue": "from-file"}, {}, {}).queue == "from-file"
+
+
+@pytest.mark.parametrize(("table", "options", "key", "words"), [
+    ({"slice_msx": 5}, {}, "celery.slice_msx", "did you mean 'slice_ms'"),
+    ({}, {"slice_ms": 0}, "celery.slice_ms", "from 1 to 3600000"),
+    ({}, {"slice_ms": True}, "celery.slice_ms", "integer"),
+    ({"max_lane_retries": 101}, {}, "celery.max_lane_retries", "from 0 to 100"),
+    ({"queue": "a:b"}, {}, "celery.queue", "without ':'"),
+    ({"queue": "q", "background_queue": "q"}, {}, "celery.background_queue", "must differ"),
+    ({"slice_ms": 3_600_000}, {}, "celery.slice_ms", "visibility timeout"),
+    ({"broker_url": ""}, {}, "celery.broker_url", "non-empty string"),
+])
+def test_bad_options_are_config_invalid(table: dict[str, Any], options: dict[str, Any],
+                                        key: str, words: str) -> None:
+    with pytest.raises(ConfigInvalidError) as caught:
+        resolve_settings(table, options, {})
+    assert caught.value.context["key"] == key
+    assert words in caught.value.message
+    assert caught.value.exit_code == 6
+
+
+def test_a_bad_environment_variable_is_named() -> None:
+    with pytest.raises(ConfigInvalidError) as caught:
+        resolve_settings({}, {}, {"MIGRONAUT_CELERY_QUEUE": "a:b"})
+    assert caught.value.context["origin"] == "MIGRONAUT_CELERY_QUEUE"
+
+
+def test_payloads_are_checked_against_their_kind() -> None:
+    good = {"v": 1, "kind": "background", "migration": "001_x.py", "round": 2}
+    assert validate("background", good) == good
+    cases = [
+        ({**good, "v": 2}, "newer than this worker"),
+        ({**good, "v": "1"}, "integer v"),
+        ({**good, "kind": "background-lane"}, "must carry kind"),
+        ({**good, "surprise": 1}, "'surprise' is not a known field"),
+        ({**good, "migration": "../x.py"}, "bare migration file name"),
+        ({"v": 1, "kind": "background"}, "'migration' is required"),
+        ({**good, "round": 0}, "from 1 to"),
+    ]
+    for data, words in cases:
+        with pytest.raises(QueueJobInvalidError) as caught:
+            validate("background", data)
+        assert words in caught.value.message, data
+        assert caught.value.exit_code == 25
+    with pytest.raises(QueueJobInvalidError, match="not a job kind"):
+        validate("nonsense", {"v": 1, "kind": "nonsense"})
+
+
+def test_fragments_are_reversible_and_collision_free() -> None:
+    assert fragment("001_add-x.py") == "001_add-x.py"
+    assert fragment("a b") == "a~20b"
+    assert fragment("é~") == "~C3A9~7E"
+    assert fragment("a~20b") != fragment("a b")
+
+
+def test_the_ready_app_starts_a_worker_on_both_queues(celery_project: Any) -> None:
+    worker = celery_project.worker(concurrency=1)
+    app, installed = celery_project.app()
+    replies = app.control.ping(destination=[f"{worker.name}@{socket.gethostname()}"],
+                               timeout=5.0)
+    assert replies, worker.log()
+    assert installed.settings.queue == celery_project.queue
+    assert f"{celery_project.queue}" in worker.log()
+    assert f"{celery_project.background_queue}" in worker.log()
+    assert worker.stop() == 0
