@@ -14,38 +14,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from migronaut.executors.celery.context import ConfigSource, WorkerContext
-from migronaut.executors.celery.settings import CelerySettings, resolve_settings
+from migronaut.executors.celery.installation import TASK_OPTIONS, MigronautCelery
+from migronaut.executors.celery.settings import resolve_settings
 
 if TYPE_CHECKING:
     from celery import Celery
-    from celery.app.task import Task
 
 __all__ = ["MigronautCelery", "create_app", "install"]
-
-#: Options every migronaut task is declared with (a task may add its own).
-TASK_OPTIONS: dict[str, Any] = {"acks_late": True, "reject_on_worker_lost": True}
-
-
-@dataclass
-class MigronautCelery:
-    """migronaut installed on one Celery app: its settings, the per-process worker context and
-    the registered tasks (by job kind). The producer methods live on the modules that own the
-    kinds and are bound here."""
-
-    app: Celery
-    settings: CelerySettings
-    context: WorkerContext
-    tasks: dict[str, Task] = field(default_factory=dict)
-
-    def task_name(self, kind: str) -> str:
-        """The Celery task name of a job kind (``migronaut.up``, ``migronaut.background-lane``)."""
-        return f"migronaut.{kind}"
-
 
 def _source(config: Mapping[str, Any] | None, config_path: str | os.PathLike[str] | None,
             cwd: str | os.PathLike[str] | None) -> ConfigSource:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from migronaut.executors.celery import MigronautCelery
+    from migronaut.executors.celery.installation import MigronautCelery
 
 __all__ = ["register"]
 

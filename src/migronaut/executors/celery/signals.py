@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from migronaut.errors import RunAbortedError
 
 if TYPE_CHECKING:
-    from migronaut.executors.celery import MigronautCelery
+    from migronaut.executors.celery.installation import MigronautCelery
 
 __all__ = ["connect"]
 
