@@ -533,10 +533,11 @@ def build_rows(figures: dict[str, Any], sizes: Sizes) -> tuple[list[Row], list[s
     rows += [
         Row("total wall", "", lines["total"]),
         Row("ms per migration", "", lines["per"]),
-        Row("migronaut ÷ pymongo loop, ms per migration (same run)", f"≤ {UP_RATIO_TARGET}×",
-            ratio_cells, ratio_met),
-        Row("the loop writing migronaut's record instead (its update, its 5 indexes): ms per "
-            "migration, and migronaut ÷ that loop", "", record_cells),
+        Row("the loop doing the same body and changelog write (migronaut's record, its update, "
+            "its 5 indexes): ms per migration, and migronaut ÷ that loop (PRODUCT.md's measure)",
+            f"≤ {UP_RATIO_TARGET}×", record_cells, ratio_met),
+        Row("migronaut ÷ the plain pymongo loop (a two-field record, one index), ms per migration",
+            "", ratio_cells),
         Row("client CPU per migration (process CPU of the timed call)", "", lines["cpu"]),
         Row("ms per migration, first 10 % → last 10 % (changelog grows)", "",
             lines["growth"]),
@@ -556,24 +557,30 @@ RECORD_LOOP = "pymongo loop, migronaut's record"
 
 
 def up_ratios(up: dict[str, Any], n: int) -> tuple[dict[str, str], dict[str, str], str]:
-    """migronaut's ms per migration over the plain loop's (the target) and over the loop that
-    writes migronaut's own record (what is left is migronaut's client-side work)."""
+    """migronaut's ms per migration over the loop that does the same body and changelog write
+    (the target: PRODUCT.md's "a hand-written pymongo loop doing the same body and changelog
+    write") and over the plain loop (a smaller record: the gap between the two loops is the
+    server storing migronaut's record, not migronaut's work)."""
     ours, loop, record = up.get("migronaut"), up.get("pymongo loop"), up.get(RECORD_LOOP)
-    if not all(isinstance(r, dict) and "seconds" in r for r in (ours, loop)):
-        return {}, {}, "no (not measurable)"
-    assert ours is not None and loop is not None
-    ratio = ours["seconds"] / loop["seconds"]
-    ratios = {"migronaut": f"{ratio:.2f}×"}
+    ratios: dict[str, str] = {}
+    if isinstance(ours, dict) and "seconds" in ours and isinstance(loop, dict) \
+            and "seconds" in loop:
+        ratios["migronaut"] = f"{ours['seconds'] / loop['seconds']:.2f}×"
+    if not (isinstance(ours, dict) and "seconds" in ours):
+        return ratios, {}, "no (not measurable)"
     record_cells: dict[str, str] = {}
+    met = "no (not measurable)"
     if isinstance(record, dict) and "seconds" in record:
+        ratio = ours["seconds"] / record["seconds"]
         record_cells["pymongo loop"] = f"{record['seconds'] / n * 1000:.1f} ms"
-        record_cells["migronaut"] = f"{ours['seconds'] / record['seconds']:.2f}×"
+        record_cells["migronaut"] = f"{ratio:.2f}×"
         if "cpu_seconds" in record:
             record_cells["pymongo loop"] += \
                 f" (CPU {record['cpu_seconds'] / n * 1000:.2f} ms)"
+        met = "yes" if ratio <= UP_RATIO_TARGET else "NO"
     elif isinstance(record, dict):
         record_cells["pymongo loop"] = cell_error(record) or "—"
-    return ratios, record_cells, "yes" if ratio <= UP_RATIO_TARGET else "NO"
+    return ratios, record_cells, met
 
 
 # ------------------------------------------------------------------------------ scaling
