@@ -168,6 +168,33 @@ def search_client(search_uri: str) -> Iterator[MongoClient[dict[str, Any]]]:
     yield from _session_client(search_uri)
 
 
+@pytest.fixture(scope="session")
+def failpoint_uri() -> Iterator[str]:
+    """A server that serves mongod's ``configureFailPoint`` ``failCommand``:
+    ``MIGRONAUT_TEST_URI`` (a mongod started with ``enableTestCommands``; tests skip where it
+    refuses the command — ``helpers/failpoints.py``), else a dev server started with
+    ``--enable-test-commands``."""
+    configured = os.environ.get(TEST_URI_VARIABLE, "").strip()
+    if configured:
+        yield configured
+        return
+    from migronaut.devserver import start_subprocess
+    from migronaut.errors import MigronautError
+
+    try:
+        server = start_subprocess(test_commands=True)
+    except MigronautError as error:
+        pytest.fail(f"cannot start the failpoint dev server: {error.message}", pytrace=False)
+    with server:
+        yield server.uri
+
+
+@pytest.fixture(scope="session")
+def failpoint_client(failpoint_uri: str) -> Iterator[MongoClient[dict[str, Any]]]:
+    """A pymongo client on the ``failpoint_uri`` server."""
+    yield from _session_client(failpoint_uri)
+
+
 @pytest.fixture
 def db_name(client: MongoClient[dict[str, Any]]) -> Iterator[str]:
     """A database name unique to this test; the database is dropped after the test."""

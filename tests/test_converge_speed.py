@@ -146,9 +146,9 @@ def test_a_converge_with_work_still_re_reads_each_collection_before_its_turn(
     work once more after it (the fixed-point check)."""
     for name in ("c00", "c01", "c02"):
         db.create_collection(name)
-    with make_migrator(project, collections=declared()[:3]) as migrator:
-        with AUDIT.recording() as sent:
-            assert migrator.converge().changed == 9
+    with make_migrator(project, collections=declared()[:3]) as migrator, \
+            AUDIT.recording() as sent:
+        assert migrator.converge().changed == 9
     listed = collections.Counter(s.target for s in sent if s.command == "listIndexes")
     # the first read, then c00: verify; c01 and c02: re-plan + verify
     assert listed == {"c00": 2, "c01": 3, "c02": 3}
