@@ -149,17 +149,32 @@ SEARCH_DELAY = 0.2
 def search_uri() -> Iterator[str]:
     """The URI of a dev server in ``--search`` mode (Atlas's search-index commands, builds of
     ``2 * SEARCH_DELAY`` seconds), started the first time a test asks."""
+    yield from search_server(search_delay=SEARCH_DELAY)
+
+
+#: Seconds before the ``lagged_search_uri`` server lists a search-index create or update.
+SEARCH_LAG = 0.6
+
+
+def search_server(**options: Any) -> Iterator[str]:
     from migronaut.devserver import start_subprocess
     from migronaut.errors import MigronautError
 
     try:
-        server = start_subprocess(search=True, search_delay=SEARCH_DELAY)
+        server = start_subprocess(search=True, **options)
     except MigronautError as error:
         if os.environ.get(TEST_URI_VARIABLE, "").strip():  # a real server, maybe no mongoeco
             pytest.skip(f"cannot start the search dev server: {error.message}")
         pytest.fail(f"cannot start the search dev server: {error.message}", pytrace=False)
     with server:
         yield server.uri
+
+
+@pytest.fixture(scope="session")
+def lagged_search_uri() -> Iterator[str]:
+    """A ``--search`` dev server whose ``$listSearchIndexes`` shows a create or an update only
+    ``SEARCH_LAG`` seconds later (``--search-lag``: Atlas's list is eventually consistent)."""
+    yield from search_server(search_delay=SEARCH_DELAY, search_lag=SEARCH_LAG)
 
 
 @pytest.fixture(scope="session")

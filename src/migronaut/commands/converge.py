@@ -311,8 +311,10 @@ class _Converge:
                      "action": row.action, **({"reason": row.reason} if row.reason else {})}
             self.unstable.append(entry)
             self.logger.warning('⚠ %s %s "%s" still shows %s after converging — the server '
-                                "stores it differently from its declaration", plan.name,
-                                _LABELS[row.target], row.name, row.action)
+                                "stores it differently from its declaration%s", plan.name,
+                                _LABELS[row.target], row.name, row.action,
+                                " (every update makes the server rebuild the index)"
+                                if row.target == "searchIndex" else "")
 
     def _wait_searches(self) -> None:
         """``wait_for_search_indexes`` (§7.8): after everything was applied, lock released."""
