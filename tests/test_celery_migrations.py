@@ -211,3 +211,46 @@ def test_a_worker_killed_mid_up_comes_back_and_applies_once(project: Any, celery
     assert [r["results"][0]["status"] for r in results] == ["applied", "applied"]
     assert sorted(d["name"] for d in db.marks.find()) == [A, B]  # exactly once each
     assert {r["status"] for r in records(db).values()} == {"applied"}
+
+
+def test_a_lost_connection_is_retried_not_failed(project: Any, celery_project: Any,
+                                                 db: Any) -> None:
+    write_marking(project, A)
+    app, _ = celery_project.app()
+    handle = enqueue_up(app)  # planned against the real server
+    celery_project.base_env["MIGRONAUT_URI"] = (
+        "mongodb://admin:hunter2secret@127.0.0.1:9/?serverSelectionTimeoutMS=200"
+        "&connectTimeoutMS=200")
+    with workers(celery_project.worker(concurrency=1)) as (worker,):
+        until(lambda: worker.log().count("CONNECTION_FAILED") >= 2, timeout=90,
+              what="two attempts")
+        assert "retrying in" in worker.log()
+        from celery.result import AsyncResult
+
+        assert AsyncResult(handle.ids[0], app=app).state in ("RETRY", "STARTED")
+        with pytest.raises(QueueJobFailedError) as waited:
+            handle.wait(1)
+        assert waited.value.context["timedOut"] is True
+        assert "hunter2secret" not in worker.log()
+    assert records(db) == {}
+
+
+def test_a_warm_shutdown_during_a_lock_wait_puts_the_job_back(
+    project: Any, celery_project: Any, db: Any
+) -> None:
+    from helpers.engine import hold_lock
+
+    write_marking(project, A)
+    hold_lock(db, ttl_ms=600_000)
+    first = celery_project.worker(concurrency=1)
+    with workers(first):
+        app, _ = celery_project.app()
+        handle = enqueue_up(app)
+        until(lambda: "waiting for it to release" in first.log(), what="the lock wait")
+        assert first.stop(timeout=60) == 0  # the wait ends at once; the job goes back
+        assert "FAILURE" not in first.log() and "raised unexpected" not in first.log()
+        db["_migronaut_locks"].delete_many({})
+        with workers(celery_project.worker(concurrency=1)):
+            results = handle.wait(90)
+    assert results[0]["results"][0]["status"] == "applied"
+    assert [d["name"] for d in db.marks.find()] == [A]

@@ -139,9 +139,9 @@ class _Job:
             raise self.task.retry(countdown=0, exc=clean) from None  # back to the queue
         if _retryable(error) and (clean.code == LockAlreadyHeldError.code
                                   or retries < MAX_CONNECTION_RETRIES):
-            countdown = min(60.0, 2.0 ** retries) * random.uniform(0.75, 1.25)
-            _log.warning("%s job %s: %s — retrying in %.0f s", self.kind,
-                         self.task.request.id, clean.message, countdown)
+            countdown = min(60.0, 2.0 ** retries * random.uniform(0.75, 1.25))
+            _log.warning("%s job %s: %s: %s — retrying in %.0f s", self.kind,
+                         self.task.request.id, clean.code, clean.message, countdown)
             raise self.task.retry(countdown=countdown, exc=clean) from None
         _log.error("%s job %s failed: %s: %s", self.kind, self.task.request.id, clean.code,
                    clean.message)
