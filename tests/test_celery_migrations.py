@@ -254,3 +254,20 @@ def test_a_warm_shutdown_during_a_lock_wait_puts_the_job_back(
             results = handle.wait(90)
     assert results[0]["results"][0]["status"] == "applied"
     assert [d["name"] for d in db.marks.find()] == [A]
+
+
+def test_a_sync_tick_that_finds_the_lock_held_leaves_it_to_the_next_tick(
+    project: Any, celery_project: Any, db: Any
+) -> None:
+    from helpers.engine import hold_lock
+
+    project.write("migronaut.toml", "[celery]\nlock_wait_timeout_ms = 300\n")
+    write_marking(project, A)
+    hold_lock(db, ttl_ms=600_000)
+    with workers(celery_project.worker(concurrency=1)) as (worker,):
+        app, _ = celery_project.app()
+        tick = sync_tick(app, celery_project.queue)
+        assert (tick["lockHeld"], tick["results"]) == (True, [])
+        assert "retrying" not in worker.log()
+        db["_migronaut_locks"].delete_many({})
+        assert [r["file"] for r in sync_tick(app, celery_project.queue)["results"]] == [A]
