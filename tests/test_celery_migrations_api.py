@@ -217,3 +217,18 @@ def test_the_async_migrator_takes_the_same_options(project: Any, db: Any) -> Non
     records = _records(db)
     assert (records[A]["status"], records[B]["status"]) == ("applied", "reverted")
     assert records[A]["batch"] == records[B]["batch"]
+
+
+def test_the_cli_reverts_a_batch_built_from_single_file_runs(project: Any, db: Any,
+                                                              cli: Any) -> None:
+    _write(project, A, B, C)
+    with Migrator(cwd=project.path) as migrator:
+        migrator.up(A)
+        batch = migrator.next_batch()
+        for name in (B, C):
+            migrator.up(name, ordered=True, batch=batch)
+    result = cli("down", "--batch", str(batch), "--json")
+    assert result.exit_code == 0, result.stderr
+    assert [row["file"] for row in result.json] == [C, B]
+    assert {n: r["status"] for n, r in _records(db).items()} == {
+        A: "applied", B: "reverted", C: "reverted"}

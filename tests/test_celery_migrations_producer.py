@@ -151,3 +151,18 @@ def test_the_producer_refuses_bad_input_before_sending(
     client = redis_client(redis_db)
     assert client.llen(celery_project.queue) == 0  # nothing was sent
     assert records(db) == {}
+
+
+def test_a_file_changed_after_planning_is_refused_by_the_worker(
+    project: Any, celery_project: Any, db: Any
+) -> None:
+    write_marking(project, A)
+    app, _ = celery_project.app()
+    handle = enqueue_up(app)  # planned (and its checksum pinned) before any worker runs
+    write_marking(project, A, "    pass\n")
+    with workers(celery_project.worker(concurrency=1)), \
+            pytest.raises(QueueJobFailedError) as refused:
+        handle.wait(60)
+    assert refused.value.context["code"] == "CHECKSUM_MISMATCH"
+    assert "not the one planned" in refused.value.message
+    assert records(db) == {} and db.marks.count_documents({}) == 0
