@@ -214,7 +214,7 @@ def test_a_worker_killed_mid_up_comes_back_and_applies_once(project: Any, celery
 
 
 def test_a_lost_connection_is_retried_not_failed(project: Any, celery_project: Any,
-                                                 db: Any) -> None:
+                                                 db: Any, redis_db: int) -> None:
     write_marking(project, A)
     app, _ = celery_project.app()
     handle = enqueue_up(app)  # planned against the real server
@@ -232,6 +232,7 @@ def test_a_lost_connection_is_retried_not_failed(project: Any, celery_project: A
             handle.wait(1)
         assert waited.value.context["timedOut"] is True
         assert "hunter2secret" not in worker.log()
+    assert "hunter2secret" not in _dump(redis_client(redis_db))
     assert records(db) == {}
 
 

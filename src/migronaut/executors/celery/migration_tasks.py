@@ -118,34 +118,43 @@ class _Job:
         return self.installed.context.migrator()
 
     def run(self, runner: Callable[[_Job], dict[str, Any]]) -> dict[str, Any]:
-        failure: MigronautError | None = None
+        outcome: BaseException | None = None
         try:
             self.payload = _checked(self.kind, self.data)
             with _Listening(self):
                 return outbound_value(runner(self))  # type: ignore[no-any-return]
         except Exception as error:  # every error leaves the task redacted
-            failure = self._settle(error)
-        raise failure  # outside the except block: no chained original to serialise
+            outcome = self._settle(error)
+        # raised outside the except block: no chained original reaches a traceback Celery stores
+        raise outcome
 
-    def _settle(self, error: Exception) -> MigronautError:
-        """The error to fail with — or a retry (raised), for what is worth another try."""
+    def _settle(self, error: Exception) -> BaseException:
+        """What to raise instead of ``error``: a retry (already sent) for what is worth another
+        try, else the error redacted outbound."""
         from celery.exceptions import Retry
 
         if isinstance(error, Retry):
-            raise error
+            return self._retried(error)
         clean = outbound_error(error)
         retries = int(self.task.request.retries or 0)
         if self.installed.context.shutdown.wait(0) and isinstance(error, RunAbortedError):
-            raise self.task.retry(countdown=0, exc=clean) from None  # back to the queue
+            # a warm shutdown ended the lock wait: the job goes back to the queue at once
+            return self._retried(self.task.retry(countdown=0, exc=clean, throw=False))
         if _retryable(error) and (clean.code == LockAlreadyHeldError.code
                                   or retries < MAX_CONNECTION_RETRIES):
             countdown = min(60.0, 2.0 ** retries * random.uniform(0.75, 1.25))
             _log.warning("%s job %s: %s: %s — retrying in %.0f s", self.kind,
                          self.task.request.id, clean.code, clean.message, countdown)
-            raise self.task.retry(countdown=countdown, exc=clean) from None
+            return self._retried(self.task.retry(countdown=countdown, exc=clean, throw=False))
         _log.error("%s job %s failed: %s: %s", self.kind, self.task.request.id, clean.code,
                    clean.message)
         return clean
+
+    @staticmethod
+    def _retried(retry: Any) -> BaseException:
+        """Celery's ``Retry`` (the retry message is already sent; raising it ends the task)."""
+        found: BaseException = retry
+        return found
 
     def locked(self, attempt: Callable[[], Result]) -> Result:
         """``attempt()`` (a locked run), waiting in the task while the lock is held."""
