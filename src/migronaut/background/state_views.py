@@ -47,22 +47,24 @@ class StateViews:
             "failedDocuments": len(state.get("badIds") or []),
             "requires": list(state.get("requires") or []),
             "waitsFor": list(state.get("waitsFor") or []),
-            "liveLeases": self.engine.store.live_leases(name),
+            "liveLeases": None,
             "registeredAt": state.get("registeredAt"),
             "startedAt": state.get("startedAt"), "completedAt": state.get("completedAt"),
             "lastProgressAt": state.get("lastProgressAt"), "lastError": state.get("lastError"),
             "description": state.get("description"),
         }
         if plan:
-            view["partitions"] = self.engine.store.count_by_status(name, int(plan["generation"]),
-                                                                   plan["token"])
-            counts = view["partitions"]
+            counts, view["liveLeases"] = self.engine.store.counts_and_live_leases(
+                name, int(plan["generation"]), plan["token"])
+            view["partitions"] = counts
             counts["total"] = sum(v for k, v in counts.items() if k != "leased")
             view["plan"] = {k: plan[k] for k in ("method", "estimate", "atLeast", "partitions",
                                                   "degraded") if k in plan}
             if plan.get("sharding"):
                 view["sharding"] = {k: plan["sharding"][k] for k in (
                     "mode", "shardKey", "hashed", "groups") if k in plan["sharding"]}
+        else:
+            view["liveLeases"] = self.engine.store.live_leases(name)
         if state.get("coordinator"):
             view["coordinator"] = state["coordinator"]
         if state.get("previous"):
