@@ -688,7 +688,7 @@ def test_a_one_partition_migration_costs_few_commands_beyond_its_batches(
     assert stored["coordinator"]["kind"] == "local" and stored["coordinator"]["at"]
     assert view["coordinator"] == stored["coordinator"] and view["liveLeases"] == 0
     claims = [c for c in lane if c == ("findAndModify", PARTITIONS)]
-    assert lane[0] == ("findAndModify", PARTITIONS) and len(claims) == 1
+    assert lane[0] == ("findAndModify", PARTITIONS) and len(claims) == 1, lane
     assert ("find", PARTITIONS) not in lane  # no slot listing, no read-back of the claim
 
 
