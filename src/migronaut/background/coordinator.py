@@ -34,7 +34,12 @@ if TYPE_CHECKING:
     from migronaut.background.planner import Plan
     from migronaut.background.requirements import Requirements
 
-__all__ = ["Answer", "Coordinator", "Step"]
+__all__ = ["ROUND_DRIVERS", "Answer", "Coordinator", "Step"]
+
+#: Drivers whose coordinators run as chains of queue tasks (reference background §3.1 step 5):
+#: a chain without a round is handed ``round + 1``; a chain whose round is not the stored one
+#: was superseded (a heal or a takeover started a newer chain) and stops.
+ROUND_DRIVERS = frozenset({"celery"})
 
 #: The statuses :meth:`PartitionStore.count_by_status` reports, all zero.
 _NO_PARTITIONS = ("pending", "running", "done", "failed", "cancelled", "superseded", "leased")
@@ -54,6 +59,8 @@ class Answer:
     error: str | None = None
     waits_for: list[str] | None = None
     retry_after_ms: int | None = None
+    #: the chain's round, for drivers that run coordinator chains (:data:`ROUND_DRIVERS`)
+    round: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         names = {"waits_for": "waitsFor", "retry_after_ms": "retryAfterMs"}
@@ -79,13 +86,21 @@ class Coordinator:
         self._transactions: bool | None = None
 
     def coordinate(
-        self, name: str, *, driver: str = "local", cancellation: Cancellation | None = None
+        self, name: str, *, driver: str = "local", cancellation: Cancellation | None = None,
+        ref: str | None = None, round: int | None = None,
     ) -> Answer:
-        """One idempotent coordinator step under the ``background:<name>`` lock."""
-        return self.step(name, driver=driver, cancellation=cancellation).answer
+        """One idempotent coordinator step under the ``background:<name>`` lock.
+
+        ``ref`` names the driver's job (a task id), recorded in ``coordinator.ref``. ``round``
+        is the chain's round for :data:`ROUND_DRIVERS` (``None``: a new chain, handed the next
+        round); other drivers ignore it.
+        """
+        return self.step(name, driver=driver, cancellation=cancellation, ref=ref,
+                         round=round).answer
 
     def step(
-        self, name: str, *, driver: str = "local", cancellation: Cancellation | None = None
+        self, name: str, *, driver: str = "local", cancellation: Cancellation | None = None,
+        ref: str | None = None, round: int | None = None,
     ) -> Step:
         """:meth:`coordinate`, with the state and job the answer was decided on."""
         lock = MigrationLock(
@@ -101,7 +116,8 @@ class Coordinator:
             return Step(Answer("busy", retry_after_ms=max(1, self.engine.ttl_ms // 2)))
         try:
             with self.engine.telemetry.background_coordinate(name, driver=driver) as traced:
-                step = self._coordinate(name, driver, cancellation or Cancellation())
+                step = self._coordinate(name, driver, cancellation or Cancellation(), ref,
+                                        round)
                 answer = step.answer
                 traced.set({"migronaut.background.next": answer.next,
                             "migronaut.background.reason": answer.reason,
@@ -111,7 +127,8 @@ class Coordinator:
         finally:
             lock.release(run_failed=True)
 
-    def _coordinate(self, name: str, driver: str, cancellation: Cancellation) -> Step:
+    def _coordinate(self, name: str, driver: str, cancellation: Cancellation, ref: str | None,
+                    round: int | None) -> Step:
         state = self.engine.store.get(name)
         if state is None:
             return Step(Answer("done", status="unregistered"))
@@ -128,8 +145,24 @@ class Coordinator:
             if state["status"] == "blocked":
                 return Step(Answer("done", status="blocked",
                                    waits_for=list(state.get("waitsFor", []))))
-        self.engine.store.update_state(name, {}, {"coordinator": {"kind": driver}},
-                                       server_times=["coordinator.at"])
+        recorded: dict[str, Any] = {"coordinator": {"kind": driver,
+                                                    **({"ref": ref} if ref else {})}}
+        if driver in ROUND_DRIVERS:
+            stored = int(state.get("round") or 0)
+            if round is not None and round != stored:
+                return Step(Answer("superseded", round=round), state)
+            if round is None:
+                round = recorded["round"] = stored + 1
+        else:
+            round = None
+        self.engine.store.update_state(name, {}, recorded, server_times=["coordinator.at"])
+        step = self._coordinate_pass(name, state, cancellation)
+        step.answer.round = round
+        return step
+
+    def _coordinate_pass(self, name: str, state: dict[str, Any],
+                         cancellation: Cancellation) -> Step:
+        """Steps 6–9 of a coordinator step: load the job, then plan, ask for lanes or close."""
         try:
             job = self.engine.job(state)
         except (ChecksumMismatchError, MigrationFileNotFoundError) as error:
