@@ -8,7 +8,9 @@ Waiting is polling MongoDB for the state a scenario leads to, never a sleep stan
 
 from __future__ import annotations
 
+import base64
 import json
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +19,9 @@ import pytest
 
 from helpers.background import PARTITIONS, STATES
 from helpers.celery_worker import redis_client
+from helpers.engine import make_migrator
+from migronaut.executors.celery.background_producer import coordinator_id, lane_id
+from migronaut.executors.celery.background_tasks import lane_backoff_s
 
 NAME = "0001_hits.py"
 COLLECTION = "items"
@@ -129,3 +134,117 @@ def test_two_workers_migrate_2000_documents_exactly_once(
     assert final["round"] >= 1
     # both workers ran lanes: the work was shared through the queue
     assert "background-lane" in first.log() and "background-lane" in second.log()
+
+
+# ------------------------------------------------------------------ rounds (no worker needed)
+
+
+def test_celery_chains_get_rounds_and_a_stale_round_is_superseded(
+        project: Any, cli: Any, db: Any) -> None:
+    configure(project)
+    register(project, cli, db, docs=60, max_parallel=2)
+    with make_migrator(project) as migrator:
+        engine = migrator.background
+        first = engine.coordinate(NAME, driver="celery", ref="task-a")
+        assert (first.next, first.round) == ("process", 1)
+        assert state(db)["round"] == 1
+        assert state(db)["coordinator"]["ref"] == "task-a"
+        again = engine.coordinate(NAME, driver="celery", ref="task-a", round=1)
+        assert (again.next, again.round) == ("process", 1)
+        newer = engine.coordinate(NAME, driver="celery", ref="task-b")  # a heal's new chain
+        assert newer.round == 2 and state(db)["round"] == 2
+        before = state(db)
+        stale = engine.coordinate(NAME, driver="celery", ref="task-a", round=1)
+        assert stale.to_dict() == {"next": "superseded", "lanes": 0, "round": 1}
+        after = state(db)
+        # nothing else done: the driver record and the round stay the newer chain's
+        assert after["coordinator"] == before["coordinator"]
+        assert after["round"] == 2 and after["generation"] == before["generation"]
+        # other drivers are unchanged: no round, none handed out
+        local = engine.coordinate(NAME, driver="runner", round=7)
+        assert local.round is None and local.next == "process"
+        assert state(db)["round"] == 2 and state(db)["coordinator"]["kind"] == "runner"
+
+
+def test_lane_backoff_doubles_to_five_minutes() -> None:
+    assert [lane_backoff_s(n) for n in (1, 2, 3, 9, 10, 30)] == [1, 2, 4, 256, 300, 300]
+
+
+def test_task_ids_are_deterministic_per_slot() -> None:
+    assert coordinator_id("0001 x.py") == "bg-0001~20x.py"
+    assert lane_id("a.py", "reg", 3, 2, 1) == "bgl-a.py-reg-g3-r2-l1"
+    assert lane_id("a.py", "reg", 3, 2, 1) != lane_id("a.py", "reg", 3, 3, 1)
+
+
+# ----------------------------------------------------------------- CLI: background enqueue
+
+
+def queued(celery_project: Any, redis_db: int) -> int:
+    return int(redis_client(redis_db).llen(celery_project.background_queue))
+
+
+def test_enqueue_heals_once_and_a_live_chain_absorbs_the_next(
+        celery_project: Any, project: Any, cli: Any, db: Any, redis_db: int) -> None:
+    configure(project)
+    register(project, cli, db, docs=60)
+
+    first = cli("background", "enqueue", "--json", "--reason", "deploy 42")
+    assert first.exit_code == 0, first.stderr
+    assert first.json == {"jobs": [{"migration": NAME, "id": coordinator_id(NAME)}]}
+    assert queued(celery_project, redis_db) == 1
+    message = json.loads(redis_client(redis_db).lindex(celery_project.background_queue, 0))
+    body = json.loads(base64.b64decode(message["body"]))
+    assert body[0][0]["reason"] == "deploy 42" and body[0][0]["requestedBy"]
+
+    second = cli("background", "enqueue", "--json")  # the queued chain absorbs the heal
+    assert second.exit_code == 0 and second.json == {"jobs": []}
+    named = cli("background", "enqueue", NAME)
+    assert named.exit_code == 0 and "Nothing enqueued" in named.stderr + named.stdout
+    assert queued(celery_project, redis_db) == 1
+
+
+def test_enqueue_of_an_unregistered_migration_is_not_applied(
+        celery_project: Any, project: Any, cli: Any, db: Any, redis_db: int) -> None:
+    configure(project)
+    result = cli("background", "enqueue", "0099_nope.py", "--json")
+    assert result.exit_code == 9
+    assert result.json["error"]["code"] == "NOT_APPLIED"
+    assert "0099_nope.py is not registered — run up first" in result.json["error"]["message"]
+    assert queued(celery_project, redis_db) == 0
+
+
+def test_enqueue_without_the_celery_extra_is_config_invalid(
+        celery_project: Any, project: Any, cli: Any, db: Any, redis_db: int,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    configure(project)
+    register(project, cli, db, docs=10)
+    monkeypatch.setitem(sys.modules, "celery", None)  # import celery → ImportError
+    result = cli("background", "enqueue")
+    assert result.exit_code == 6
+    assert "CONFIG_INVALID" in result.stderr
+    assert "needs the celery extra: pip install 'migronaut[celery]'" in result.stderr
+    assert queued(celery_project, redis_db) == 0
+
+
+def test_a_bad_payload_is_refused_before_any_work(
+        celery_project: Any, project: Any, db: Any) -> None:
+    configure(project)
+    celery_project.worker(concurrency=1)
+    app, _ = celery_project.app()
+    sent = [app.send_task(f"migronaut.{kind}", args=[payload],
+                          queue=celery_project.background_queue)
+            for kind, payload in (
+                ("background", {"v": 9, "kind": "background", "migration": NAME}),
+                ("background-lane", {"v": 1, "kind": "background-lane", "migration": NAME,
+                                     "registration": "r", "generation": 1, "lane": 99}),
+                ("background", {"v": 1, "kind": "background", "migration": "../x.py"}))]
+    wait_until(lambda: all(result.state == "FAILURE" for result in sent), timeout=60,
+               why="the tasks to fail")
+    messages = [str(result.result) for result in sent]
+    assert "newer than this worker understands" in messages[0]
+    assert "'lane' must be an integer from 0 to 63" in messages[1]
+    assert "bare migration file name" in messages[2]
+    assert all(type(result.result).__name__ == "QueueJobInvalidError" for result in sent)
+    # refused before any work: nothing was written
+    assert db[STATES].count_documents({}) == 0
+    assert db["_migronaut_locks"].count_documents({}) == 0

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from migronaut.executors.celery import MigronautCelery, create_app, install
+from migronaut.executors.celery import MigronautCelery, create_app, enqueue_background, install
 
-__all__ = ["MigronautCelery", "create_app", "install"]
+__all__ = ["MigronautCelery", "create_app", "enqueue_background", "install"]
 
 
 def __getattr__(name: str) -> Any:
