@@ -248,3 +248,165 @@ def test_a_bad_payload_is_refused_before_any_work(
     # refused before any work: nothing was written
     assert db[STATES].count_documents({}) == 0
     assert db["_migronaut_locks"].count_documents({}) == 0
+
+
+# ------------------------------------------------------------ worker loss, broker loss, shutdown
+
+
+def progressing(db: Any, above: int) -> Callable[[], bool]:
+    """Some lane holds a lease and more than ``above`` documents are migrated."""
+    return lambda: live_leases(db) > 0 and migrated(db) > above
+
+
+def holds_lease(db: Any, worker: Any) -> Callable[[], bool]:
+    """``worker``'s process (a threads pool: one pid) holds a lease mid-partition."""
+    return lambda: db[PARTITIONS].count_documents(
+        {"background": NAME, "lease.pid": worker.process.pid}) > 0 and migrated(db) > 0
+
+
+def test_kill_9_mid_lane_repeatedly_then_the_queue_lost_a_heal_brings_the_work_back(
+        celery_project: Any, project: Any, cli: Any, db: Any, redis_db: int) -> None:
+    configure(project)
+    docs = 1200
+    register(project, cli, db, docs=docs, max_parallel=4, sleep=0.01)
+    victim = celery_project.worker(concurrency=3)
+    survivor = celery_project.worker(concurrency=3)
+
+    def heal() -> None:
+        result = cli("background", "enqueue", "--json")
+        assert result.exit_code == 0, result.stderr
+
+    for round_ in range(3):
+        wait_until(holds_lease(db, victim), every=heal, why=f"the victim's lane {round_}")
+        victim.kill()  # kill -9 of the worker's process group, in the middle of its lane
+        assert not victim.alive
+        victim = celery_project.worker(concurrency=3)
+    wait_until(progressing(db, migrated(db)), every=heal, why="progress before the flush")
+    assert migrated(db) < docs, "the scenario needs the run to be unfinished here"
+    redis_client(redis_db).flushdb()  # the queue (and the ledger) lost mid-run
+
+    wait_until(completed(db), every=heal, timeout=300, why="the healed run to complete")
+    assert_exactly_once(db, docs)
+    assert state(db)["round"] >= 2  # a heal or takeover started a newer chain
+    # the killed lanes' leases expired and were reclaimed; their batches were not counted twice
+    assert sum(p.get("reclaims", 0) for p in db[PARTITIONS].find({"background": NAME})) >= 1
+    assert survivor.alive
+
+
+def test_a_warm_shutdown_releases_leases_at_once_and_another_worker_finishes(
+        celery_project: Any, project: Any, cli: Any, db: Any) -> None:
+    configure(project, lock_ttl=60)  # a lease left behind would hold its slot for a minute
+    docs = 800
+    register(project, cli, db, docs=docs, max_parallel=3, sleep=0.01)
+    first = celery_project.worker(concurrency=4)
+    wait_until(progressing(db, 50), why="lanes working")
+
+    assert first.stop() == 0  # SIGTERM: lanes stop at their next batch boundary
+    assert live_leases(db) == 0  # released, not left to expire
+    stopped_at = migrated(db)
+    assert stopped_at < docs
+    partitions = list(db[PARTITIONS].find({"background": NAME}))
+    assert all(p.get("failures", 0) == 0 for p in partitions)  # a stop is not a failure
+
+    celery_project.worker(concurrency=4)  # its tasks were re-enqueued: nobody heals here
+    wait_until(completed(db), why="the second worker to finish")
+    assert_exactly_once(db, docs)
+    assert "Warm shutdown" in first.log() or "worker: Warm shutdown" in first.log()
+
+
+def test_pause_resume_cancel_while_lane_tasks_are_queued(
+        celery_project: Any, project: Any, cli: Any, db: Any, redis_db: int) -> None:
+    configure(project)
+    docs = 800
+    register(project, cli, db, docs=docs, max_parallel=4, sleep=0.01)
+    celery_project.worker(concurrency=1)  # one thread: most lane tasks wait in the queue
+    wait_until(lambda: progressing(db, 0)() and queued(celery_project, redis_db) > 0,
+               why="a lane working while others are queued")
+
+    assert cli("background", "pause", NAME).exit_code == 0
+    chain = coordinator_id(NAME)
+    app, _ = celery_project.app()
+    wait_until(lambda: live_leases(db) == 0 and app.AsyncResult(chain).state == "SUCCESS",
+               why="the lanes and the coordinator chain to stop")
+    assert app.AsyncResult(chain).result["status"] == "paused"
+    paused_at = migrated(db)
+    assert state(db)["status"] == "paused" and paused_at < docs
+    wait_until(lambda: queued(celery_project, redis_db) == 0, why="the queued lanes to drain")
+    assert migrated(db) == paused_at  # queued lanes ran, saw the pause and did nothing
+
+    assert cli("background", "resume", NAME).exit_code == 0
+    assert cli("background", "enqueue", NAME).exit_code == 0  # a new chain, a new round
+    wait_until(progressing(db, paused_at), why="work after the resume")
+    assert cli("background", "cancel", NAME, "--yes").exit_code == 0
+    wait_until(lambda: live_leases(db) == 0 and queued(celery_project, redis_db) == 0,
+               why="the lanes to stop after the cancel")
+    final = state(db)
+    assert final["status"] == "cancelled"
+    assert db[COLLECTION].count_documents({"hits": {"$gt": 1}}) == 0  # never twice
+    assert migrated(db) < docs
+
+
+def test_a_failing_lane_gives_up_after_its_retries_and_the_state_says_why(
+        celery_project: Any, project: Any, cli: Any, db: Any) -> None:
+    configure(project, max_lane_retries=1)
+    project.write_migration(NAME, '''
+def step(ctx):
+    raise RuntimeError("the step cannot reach the archive")
+
+
+background = {"collection": "items", "step": step, "max_slice_failures": 5}
+''')
+    assert cli("up").exit_code == 0
+    worker = celery_project.worker(concurrency=2)
+    wait_until(lambda: state(db)["status"] == "failed", timeout=180,
+               why="the migration to fail")
+    final = state(db)
+    assert "the step cannot reach the archive" in final["lastError"]
+    assert "gave up after 1 retries: " in worker.log()
+    assert "the step cannot reach the archive" in worker.log()
+    assert live_leases(db) == 0
+    partition = db[PARTITIONS].find_one({"background": NAME})
+    assert partition is not None and partition["status"] == "failed"
+
+
+# --------------------------------------------------------------------- RabbitMQ as the broker
+
+
+@pytest.fixture
+def rabbit_project(project: Any, redis_db: int, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``project`` served through Celery with RabbitMQ as the broker (the result backend, which
+    keeps the send ledger, on this run's Redis database); queues of its own, deleted after."""
+    from helpers.celery_worker import RABBIT_URL, CeleryProject, queue_names, require_rabbitmq
+
+    require_rabbitmq()
+    redis_client(redis_db).flushdb()
+    queue, background = queue_names()
+    celery = CeleryProject(project.path, project.env(), RABBIT_URL,
+                           f"redis://127.0.0.1:6379/{redis_db}", queue, background)
+    for name, value in celery.env_variables().items():
+        monkeypatch.setenv(name, value)
+    try:
+        yield celery
+    finally:
+        celery.kill_all()
+        app, _ = celery.app()
+        with app.connection_for_write() as connection:
+            channel = connection.default_channel
+            for name in (queue, background):
+                channel.queue_delete(name)
+                channel.exchange_delete(name)
+        redis_client(redis_db).flushdb()
+
+
+def test_kill_9_mid_lane_with_rabbitmq_the_killed_tasks_come_back(
+        rabbit_project: Any, project: Any, cli: Any, db: Any) -> None:
+    configure(project)
+    docs = 800
+    register(project, cli, db, docs=docs, max_parallel=3, sleep=0.01)
+    victim = rabbit_project.worker(concurrency=3)
+    wait_until(holds_lease(db, victim), why="the victim's lane")
+    victim.kill()
+    # RabbitMQ redelivers the dead consumer's unacknowledged tasks at once: no heal needed
+    rabbit_project.worker(concurrency=3)
+    wait_until(completed(db), why="the run to complete")
+    assert_exactly_once(db, docs)
