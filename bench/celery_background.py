@@ -5,9 +5,10 @@
     .venv-3.13/bin/python bench/celery_background.py [--docs N] [--rounds R] [--lanes L]
         [--markdown]
 
-For each executor and round, a fresh database is seeded with ``--docs`` documents (not
-measured), a declarative v0 → v1 migration is registered with ``migronaut up`` (not measured),
-and then ONE process works it to completion: ``python -m migronaut background work --lanes L``,
+Each round seeds a fresh database with ``--docs`` documents once (not measured); for each
+executor the documents are reset to v0 and migronaut's collections dropped (the same data), a
+declarative v0 → v1 migration is registered with ``migronaut up`` (not measured), and then ONE
+process works it to completion: ``python -m migronaut background work --lanes L``,
 or ``python -m celery -A migronaut.celery worker -P threads -c L+1`` on the background queue
 (Redis broker and result backend on a Redis database claimed like the tests claim theirs). The
 bench polls MongoDB until the state is ``completed``, stops the process (SIGTERM, a clean stop
@@ -38,7 +39,7 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-from run import drop_database, log, measured_env, seed_background, start_server  # noqa: E402
+from run import drop_database, log, measured_env, start_server  # noqa: E402
 
 NAME = "0001_bench.py"
 CLAIM = "migronaut-test:redis-db:{}"  # the tests' claims: a bench never takes their database
@@ -120,16 +121,40 @@ def ready(executor: str, log_path: Path) -> bool:
                                                                   "celery@" in text)
 
 
-def run_one(executor: str, uri: str, docs: int, lanes: int, redis_url: str,
+def seed(uri: str, db_name: str, docs: int) -> None:
+    """``docs`` documents ``{x: i}`` and the version index, in small chunks (the dev server's
+    inserts slow down with the collection's size; a loaded machine can time a large one out)."""
+    from pymongo import ASCENDING, MongoClient
+
+    with MongoClient(uri, serverSelectionTimeoutMS=10_000, socketTimeoutMS=600_000) as client:
+        coll = client[db_name]["docs"]
+        for first in range(0, docs, 100):
+            coll.insert_many([{"x": i} for i in range(first, min(docs, first + 100))])
+        coll.create_index([("__v", ASCENDING), ("_id", ASCENDING)])
+
+
+def reset(uri: str, db_name: str) -> None:
+    """The same documents back to v0 and no migronaut state: the next executor starts from
+    exactly the data the previous one started from."""
+    from pymongo import MongoClient
+
+    with MongoClient(uri, serverSelectionTimeoutMS=10_000, socketTimeoutMS=600_000) as client:
+        db = client[db_name]
+        db["docs"].update_many({}, {"$unset": {"__v": "", "y": ""}})
+        for name in db.list_collection_names():
+            if name.startswith("_migronaut"):
+                db.drop_collection(name)
+
+
+def run_one(executor: str, uri: str, db_name: str, lanes: int, redis_url: str,
             idle: bool = False) -> dict[str, Any]:
     from pymongo import MongoClient
 
-    db_name = f"bench_celery_{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         env = project(root, uri, db_name, lanes, redis_url)
         if not idle:
-            seed_background(docs)(uri, db_name)
+            reset(uri, db_name)
             up = subprocess.run([sys.executable, "-m", "migronaut", "up"], cwd=root, env=env,
                                 capture_output=True, text=True, check=False)
             if up.returncode:
@@ -165,7 +190,6 @@ def run_one(executor: str, uri: str, docs: int, lanes: int, redis_url: str,
             if process.poll() is None:
                 process.kill()
                 process.wait()
-            drop_database(uri, db_name)
     if not idle and final.get("status") != "completed":
         raise SystemExit(f"{executor}: the migration ended {final.get('status')}: "
                          f"{final.get('lastError')}")
@@ -189,12 +213,22 @@ def main(argv: list[str] | None = None) -> int:
     idle: dict[str, list[float]] = {"work": [], "celery": []}
     try:
         for round_ in range(options.rounds):
-            for executor in ("work", "celery"):
-                idle[executor].append(run_one(executor, server.uri, 0, options.lanes,
-                                              redis_url, idle=True)["cpu"])
-                result = run_one(executor, server.uri, options.docs, options.lanes, redis_url)
-                log(f"round {round_ + 1} {executor}: {json.dumps(result)}")
-                runs[executor].append(result)
+            db_name = f"bench_celery_{uuid.uuid4().hex[:8]}"
+            started = time.perf_counter()
+            seed(server.uri, db_name, options.docs)
+            log(f"round {round_ + 1}: seeded {options.docs} documents in "
+                f"{time.perf_counter() - started:.0f} s (not measured)")
+            try:
+                for executor in ("work", "celery"):
+                    idle_db = f"bench_idle_{uuid.uuid4().hex[:8]}"
+                    idle[executor].append(run_one(executor, server.uri, idle_db, options.lanes,
+                                                  redis_url, idle=True)["cpu"])
+                    drop_database(server.uri, idle_db)
+                    result = run_one(executor, server.uri, db_name, options.lanes, redis_url)
+                    log(f"round {round_ + 1} {executor}: {json.dumps(result)}")
+                    runs[executor].append(result)
+            finally:
+                drop_database(server.uri, db_name)
     finally:
         if claims.get(CLAIM.format(number)) == token.encode():
             claims.delete(CLAIM.format(number))

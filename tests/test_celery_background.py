@@ -410,3 +410,46 @@ def test_kill_9_mid_lane_with_rabbitmq_the_killed_tasks_come_back(
     rabbit_project.worker(concurrency=3)
     wait_until(completed(db), why="the run to complete")
     assert_exactly_once(db, docs)
+
+
+# ------------------------------------------------------------------------------ the verify tick
+
+
+def test_the_verify_tick_is_on_beat_unless_switched_off(celery_project: Any,
+                                                        project: Any) -> None:
+    configure(project)
+    app, _ = celery_project.app(verify_interval_ms=1500)
+    entry = app.conf.beat_schedule["migronaut-background-verify"]
+    assert entry["task"] == "migronaut.background-verify" and entry["schedule"] == 1.5
+    assert entry["options"]["queue"] == celery_project.background_queue
+    assert entry["args"] == [{"v": 1, "kind": "background-verify"}]
+    app, _ = celery_project.app(verify_interval_ms=None)
+    assert "migronaut-background-verify" not in (app.conf.beat_schedule or {})
+
+
+def test_the_verify_tick_heals_what_nobody_enqueued(
+        celery_project: Any, project: Any, cli: Any, db: Any) -> None:
+    configure(project, verify_interval_ms=1000)
+    worker = celery_project.worker(concurrency=3, beat=True)  # its start-up heal finds nothing
+    register(project, cli, db, docs=200, max_parallel=2)  # registered after: nobody enqueues
+    wait_until(completed(db), timeout=120, why="the verify tick's heal to run it")
+    assert_exactly_once(db, 200)
+    assert "migronaut.background-verify" in worker.log()
+
+
+def test_a_completed_coordinator_heals_the_migration_that_waited_for_it(
+        celery_project: Any, project: Any, cli: Any, db: Any) -> None:
+    from helpers.background import background_file, seed
+
+    configure(project)  # no verify tick: only the heal after completion can start the second
+    seed(db, "orders", 80)
+    project.write_migration("0002_orders_v1", background_file(
+        collection="orders", requires=f'requires = ["{NAME}"]'))
+    register(project, cli, db, docs=150, max_parallel=2)
+    assert db[STATES].find_one({"_id": "0002_orders_v1.py"})["status"] == "blocked"
+
+    celery_project.worker(concurrency=3)
+    wait_until(lambda: db[STATES].find_one({"_id": "0002_orders_v1.py"})["status"]
+               == "completed", timeout=180, why="the dependent migration to complete")
+    assert_exactly_once(db, 150)
+    assert db["orders"].count_documents({"active": True}) == 80
