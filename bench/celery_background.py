@@ -3,7 +3,7 @@
 ``background work``" in client CPU per document).
 
     .venv-3.13/bin/python bench/celery_background.py [--docs N] [--rounds R] [--lanes L]
-        [--markdown]
+        [--poll-ms MS] [--markdown]
 
 Each round seeds a fresh database with ``--docs`` documents once (not measured); for each
 executor the documents are reset to v0 and migronaut's collections dropped (the same data), a
@@ -75,11 +75,13 @@ def claim_redis() -> tuple[Any, int, str]:
     raise SystemExit("every Redis database 1-15 is claimed")
 
 
-def project(root: Path, uri: str, db_name: str, lanes: int, redis_url: str) -> dict[str, str]:
+def project(root: Path, uri: str, db_name: str, lanes: int, redis_url: str,
+            poll_ms: int) -> dict[str, str]:
     (root / "migrations").mkdir(parents=True, exist_ok=True)
     (root / "migrations" / NAME).write_text(MIGRATION % {"lanes": lanes}, encoding="utf-8")
     (root / "migronaut.toml").write_text(
-        "[celery]\npoll_interval_ms = 500\nverify_interval_ms = false\n", encoding="utf-8")
+        f"[celery]\npoll_interval_ms = {poll_ms}\nverify_interval_ms = false\n",
+        encoding="utf-8")
     queue = f"bench-{uuid.uuid4().hex[:8]}"
     env = measured_env("MIGRONAUT_")
     env.update({"MIGRONAUT_URI": uri, "MIGRONAUT_DB": db_name,
@@ -89,10 +91,10 @@ def project(root: Path, uri: str, db_name: str, lanes: int, redis_url: str) -> d
     return env
 
 
-def command(executor: str, lanes: int, env: dict[str, str]) -> list[str]:
+def command(executor: str, lanes: int, env: dict[str, str], poll_ms: int) -> list[str]:
     if executor == "work":
         return [sys.executable, "-m", "migronaut", "background", "work", "--lanes", str(lanes),
-                "--poll", "0.5"]
+                "--poll", str(poll_ms / 1000)]
     return [sys.executable, "-m", "celery", "-A", "migronaut.celery", "worker", "-P", "threads",
             "-c", str(lanes + 1), "-Q", env["MIGRONAUT_CELERY_QUEUE"] + "-background",
             "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO"]
@@ -146,13 +148,13 @@ def reset(uri: str, db_name: str) -> None:
                 db.drop_collection(name)
 
 
-def run_one(executor: str, uri: str, db_name: str, lanes: int, redis_url: str,
+def run_one(executor: str, uri: str, db_name: str, lanes: int, redis_url: str, poll_ms: int,
             idle: bool = False) -> dict[str, Any]:
     from pymongo import MongoClient
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        env = project(root, uri, db_name, lanes, redis_url)
+        env = project(root, uri, db_name, lanes, redis_url, poll_ms)
         if not idle:
             reset(uri, db_name)
             up = subprocess.run([sys.executable, "-m", "migronaut", "up"], cwd=root, env=env,
@@ -160,7 +162,7 @@ def run_one(executor: str, uri: str, db_name: str, lanes: int, redis_url: str,
             if up.returncode:
                 raise SystemExit(f"up failed: {up.stderr}")
         log_path = root / "worker.log"
-        args = command(executor, lanes, env)
+        args = command(executor, lanes, env, poll_ms)
         with open(log_path, "wb") as out:
             started = time.perf_counter()
             process = subprocess.Popen(args, cwd=root, env=env, stdout=out,
@@ -204,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", type=int, default=6000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--lanes", type=int, default=4)
+    parser.add_argument("--poll-ms", type=int, default=5000,
+                        help="celery.poll_interval_ms and `work --poll` (default 5000, both "
+                        "defaults)")
     parser.add_argument("--markdown", action="store_true")
     options = parser.parse_args(argv)
     server = start_server()
@@ -222,9 +227,10 @@ def main(argv: list[str] | None = None) -> int:
                 for executor in ("work", "celery"):
                     idle_db = f"bench_idle_{uuid.uuid4().hex[:8]}"
                     idle[executor].append(run_one(executor, server.uri, idle_db, options.lanes,
-                                                  redis_url, idle=True)["cpu"])
+                                                  redis_url, options.poll_ms, idle=True)["cpu"])
                     drop_database(server.uri, idle_db)
-                    result = run_one(executor, server.uri, db_name, options.lanes, redis_url)
+                    result = run_one(executor, server.uri, db_name, options.lanes, redis_url,
+                                     options.poll_ms)
                     log(f"round {round_ + 1} {executor}: {json.dumps(result)}")
                     runs[executor].append(result)
             finally:
@@ -266,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
         for row in rows:
             print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
-    print(f"\n{docs} documents, {options.lanes} lanes, median of {options.rounds} round(s). "
+    print(f"\n{docs} documents, {options.lanes} lanes, poll {options.poll_ms} ms, median of "
+          f"{options.rounds} round(s). "
           + summary)
     return 0
 
