@@ -453,3 +453,38 @@ def test_a_completed_coordinator_heals_the_migration_that_waited_for_it(
                == "completed", timeout=180, why="the dependent migration to complete")
     assert_exactly_once(db, 150)
     assert db["orders"].count_documents({"active": True}) == 80
+
+
+def test_a_stalled_migration_gets_one_takeover_that_finishes_it_in_a_new_round(
+        celery_project: Any, project: Any, cli: Any, db: Any,
+        caplog: pytest.LogCaptureFixture) -> None:
+    from migronaut.executors.celery import enqueue_background
+    from migronaut.executors.celery.background_producer import takeover_id
+
+    configure(project)
+    register(project, cli, db, docs=100, max_parallel=2)
+    app, installed = celery_project.app()
+    with make_migrator(project) as migrator:
+        engine = migrator.background
+        # a chain that took round 1 and then died with its worker: the ledger still says STARTED
+        assert engine.coordinate(NAME, driver="celery", ref=coordinator_id(NAME)).round == 1
+        app.backend.store_result(coordinator_id(NAME), None, "STARTED")
+        wait_until(lambda: engine.stalled(1000) == [NAME], timeout=30, why="the stall")
+
+        with caplog.at_level("WARNING", logger="migronaut"):
+            sent = enqueue_background(installed, stall_ms=1000, engine=engine)
+        assert sent == [{"migration": NAME, "id": takeover_id(NAME, 1), "takeover": True}]
+        assert "looks stalled" in caplog.text
+        assert enqueue_background(installed, stall_ms=1000, engine=engine) == []  # once a round
+        stale = engine.coordinate(NAME, driver="celery", round=1)
+        assert stale.next == "process"  # nothing ran the takeover yet: round 1 is still current
+
+    celery_project.worker(concurrency=3)
+    wait_until(completed(db), why="the takeover chain to complete")
+    assert_exactly_once(db, 100)
+    assert state(db)["round"] == 2
+    assert state(db)["coordinator"]["ref"] == takeover_id(NAME, 1)
+    result = app.AsyncResult(takeover_id(NAME, 1))
+    wait_until(lambda: result.state == "SUCCESS", timeout=30, why="the takeover's result")
+    assert result.result == {"kind": "background", "migration": NAME, "status": "completed",
+                             "round": 2}
