@@ -483,7 +483,9 @@ def test_a_stalled_migration_gets_one_takeover_that_finishes_it_in_a_new_round(
     wait_until(completed(db), why="the takeover chain to complete")
     assert_exactly_once(db, 100)
     assert state(db)["round"] == 2
-    assert state(db)["coordinator"]["ref"] == takeover_id(NAME, 1)
+    # the last step was the takeover chain's or one of its round-2 lanes'
+    ref = state(db)["coordinator"]["ref"]
+    assert ref == takeover_id(NAME, 1) or "-r2-l" in ref, ref
     result = app.AsyncResult(takeover_id(NAME, 1))
     wait_until(lambda: result.state == "SUCCESS", timeout=30, why="the takeover's result")
     assert result.result == {"kind": "background", "migration": NAME, "status": "completed",

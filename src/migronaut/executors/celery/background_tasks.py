@@ -11,9 +11,11 @@ background §6.4, mapped onto Celery without chords: a coordinator re-checks Mon
     a killed worker's tasks) starts a new round, which gives its lanes fresh ids.
 ``migronaut.background-lane``
     one slice: ``yielded``/``stopped``/``lost`` continue at once as the same task, ``busy``
-    after the answer's ``retryAfterMs``, anything else completes. A failed slice (already
-    counted on its partition in MongoDB) retries after ``min(5 min, 1 s × 2^(retry−1))`` and
-    gives up after ``max_lane_retries``, completing with outcome ``gave-up``.
+    after the answer's ``retryAfterMs``, anything else completes (``exhausted`` after one
+    coordinator step in the chain's round, so the last lane closes the pass at once). A failed
+    slice (already counted on its partition in MongoDB) retries after
+    ``min(5 min, 1 s × 2^(retry−1))`` and gives up after ``max_lane_retries``, completing with
+    outcome ``gave-up``.
 ``migronaut.background-verify``
     the drift poll, then a heal; on beat every ``verify_interval_ms`` (unless ``None``).
 
@@ -142,8 +144,9 @@ class Coordinator:
             logger.info("✔ %s: %s", name, answer.status)
             if answer.status == "completed":
                 heal(self.installed, engine)
+            chain_round = data.get("round")  # the chain's, also when the step ended early
             return {"kind": "background", "migration": name, "status": answer.status,
-                    **({"round": answer.round} if answer.round is not None else {})}
+                    **({"round": chain_round} if chain_round is not None else {})}
         if answer.next == "superseded":
             logger.info("↷ %s: round %s superseded by a newer coordinator", name, answer.round)
             return {"kind": "background", "migration": name, "status": "superseded",
@@ -211,8 +214,27 @@ class Lane:
         if result.outcome == "busy":
             wait_ms = result.retry_after_ms or self.settings.poll_interval_ms
             return Again(data, wait_ms / 1000)
+        if result.outcome == "exhausted" and data.get("round") is not None:
+            # (a lane without a round must never start one: that would supersede the chain)
+            self.close_pass(engine, name, data, task_id)
         return {"kind": "background-lane", "migration": name, "outcome": result.outcome,
                 "counters": dict(result.counters)}
+
+    def close_pass(self, engine: BackgroundEngine, name: str, data: dict[str, Any],
+                   task_id: str) -> None:
+        """A lane that found nothing left to claim takes one coordinator step in its chain's
+        round (as ``background work``'s lanes do): the last lane closes the pass at once
+        instead of leaving it to the chain's next re-check. A step that fails or is superseded
+        changes nothing — the chain decides from MongoDB anyway."""
+        try:
+            answer = engine.coordinate(name, driver="celery", cancellation=self.installed
+                                       .context.shutdown, ref=task_id, round=data.get("round"))
+        except Exception as error:
+            logger.debug("%s: a lane's coordinator step failed (%s)", name,
+                         outbound_error(error).message)
+            return
+        if answer.next == "done" and answer.status == "completed":
+            heal(self.installed, engine)
 
     def failed(self, name: str, data: dict[str, Any], error: Exception) -> Any:
         clean = outbound_error(error)
