@@ -171,9 +171,11 @@ def test_lane_backoff_doubles_to_five_minutes() -> None:
 
 
 def test_task_ids_are_deterministic_per_slot() -> None:
-    assert coordinator_id("0001 x.py") == "bg-0001~20x.py"
-    assert lane_id("a.py", "reg", 3, 2, 1) == "bgl-a.py-reg-g3-r2-l1"
-    assert lane_id("a.py", "reg", 3, 2, 1) != lane_id("a.py", "reg", 3, 3, 1)
+    assert coordinator_id("q-background", "0001 x.py") == "q-background:bg-0001~20x.py"
+    assert lane_id("q", "a.py", "reg", 3, 2, 1) == "q:bgl-a.py-reg-g3-r2-l1"
+    assert lane_id("q", "a.py", "reg", 3, 2, 1) != lane_id("q", "a.py", "reg", 3, 3, 1)
+    # deployments on queues of their own never share a ledger entry
+    assert coordinator_id("a", "x.py") != coordinator_id("b", "x.py")
 
 
 # ----------------------------------------------------------------- CLI: background enqueue
@@ -190,7 +192,8 @@ def test_enqueue_heals_once_and_a_live_chain_absorbs_the_next(
 
     first = cli("background", "enqueue", "--json", "--reason", "deploy 42")
     assert first.exit_code == 0, first.stderr
-    assert first.json == {"jobs": [{"migration": NAME, "id": coordinator_id(NAME)}]}
+    chain = coordinator_id(celery_project.background_queue, NAME)
+    assert first.json == {"jobs": [{"migration": NAME, "id": chain}]}
     assert queued(celery_project, redis_db) == 1
     message = json.loads(redis_client(redis_db).lindex(celery_project.background_queue, 0))
     body = json.loads(base64.b64decode(message["body"]))
@@ -324,7 +327,7 @@ def test_pause_resume_cancel_while_lane_tasks_are_queued(
                why="a lane working while others are queued")
 
     assert cli("background", "pause", NAME).exit_code == 0
-    chain = coordinator_id(NAME)
+    chain = coordinator_id(celery_project.background_queue, NAME)
     app, _ = celery_project.app()
     wait_until(lambda: live_leases(db) == 0 and app.AsyncResult(chain).state == "SUCCESS",
                why="the lanes and the coordinator chain to stop")
@@ -467,13 +470,15 @@ def test_a_stalled_migration_gets_one_takeover_that_finishes_it_in_a_new_round(
     with make_migrator(project) as migrator:
         engine = migrator.background
         # a chain that took round 1 and then died with its worker: the ledger still says STARTED
-        assert engine.coordinate(NAME, driver="celery", ref=coordinator_id(NAME)).round == 1
-        app.backend.store_result(coordinator_id(NAME), None, "STARTED")
+        chain = coordinator_id(celery_project.background_queue, NAME)
+        takeover = takeover_id(celery_project.background_queue, NAME, 1)
+        assert engine.coordinate(NAME, driver="celery", ref=chain).round == 1
+        app.backend.store_result(chain, None, "STARTED")
         wait_until(lambda: engine.stalled(1000) == [NAME], timeout=30, why="the stall")
 
         with caplog.at_level("WARNING", logger="migronaut"):
             sent = enqueue_background(installed, stall_ms=1000, engine=engine)
-        assert sent == [{"migration": NAME, "id": takeover_id(NAME, 1), "takeover": True}]
+        assert sent == [{"migration": NAME, "id": takeover, "takeover": True}]
         assert "looks stalled" in caplog.text
         assert enqueue_background(installed, stall_ms=1000, engine=engine) == []  # once a round
         stale = engine.coordinate(NAME, driver="celery", round=1)
@@ -485,8 +490,8 @@ def test_a_stalled_migration_gets_one_takeover_that_finishes_it_in_a_new_round(
     assert state(db)["round"] == 2
     # the last step was the takeover chain's or one of its round-2 lanes'
     ref = state(db)["coordinator"]["ref"]
-    assert ref == takeover_id(NAME, 1) or "-r2-l" in ref, ref
-    result = app.AsyncResult(takeover_id(NAME, 1))
+    assert ref == takeover or "-r2-l" in ref, ref
+    result = app.AsyncResult(takeover)
     wait_until(lambda: result.state == "SUCCESS", timeout=30, why="the takeover's result")
     assert result.result == {"kind": "background", "migration": NAME, "status": "completed",
                              "round": 2}

@@ -30,21 +30,25 @@ LIVE_STATES = frozenset({"QUEUED", "RECEIVED", "STARTED", "RETRY"})
 QUEUED = "QUEUED"
 
 
-def coordinator_id(migration: str) -> str:
-    """The id of a migration's coordinator chain (a heal is absorbed by a live one)."""
-    return f"bg-{fragment(migration)}"
+def coordinator_id(queue: str, migration: str) -> str:
+    """The id of a migration's coordinator chain on the background ``queue`` (a heal is
+    absorbed by a live one). Ids are namespaced by queue (queue names never hold ``:``): two
+    deployments sharing a result backend under queues of their own never absorb each other's
+    sends."""
+    return f"{queue}:bg-{fragment(migration)}"
 
 
-def takeover_id(migration: str, round: int) -> str:
+def takeover_id(queue: str, migration: str, round: int) -> str:
     """The id of the takeover of a stalled chain of ``round`` (one takeover per round)."""
-    return f"bg-{fragment(migration)}-t{round}"
+    return f"{queue}:bg-{fragment(migration)}-t{round}"
 
 
-def lane_id(migration: str, registration: str, generation: int, round: int, lane: int) -> str:
+def lane_id(queue: str, migration: str, registration: str, generation: int, round: int,
+            lane: int) -> str:
     """The id of lane slot ``lane`` of a generation in a round: a redelivered coordinator
     fans out the same ids, so it never doubles the lanes."""
-    return (f"bgl-{fragment(migration)}-{fragment(registration)}-g{generation}-r{round}"
-            f"-l{lane}")
+    return (f"{queue}:bgl-{fragment(migration)}-{fragment(registration)}-g{generation}"
+            f"-r{round}-l{lane}")
 
 
 def _has_ledger(installed: MigronautCelery) -> bool:
@@ -127,14 +131,15 @@ def enqueue_background(
     else:
         names = [str(row["migration"]) for row in engine.runnable()]
         stalled = set(engine.stalled(quiet_ms))
+    queue = installed.settings.background_queue_name
     sent: list[dict[str, Any]] = []
     for name in names:
         payload = _coordinator_payload(name, requested_by=requested_by, reason=reason)
-        if send_once(installed, "background", payload, coordinator_id(name)):
-            sent.append({"migration": name, "id": coordinator_id(name)})
+        if send_once(installed, "background", payload, coordinator_id(queue, name)):
+            sent.append({"migration": name, "id": coordinator_id(queue, name)})
         elif name in stalled:  # the chain the ledger calls live shows no sign of life
             state = engine.state(name) or {}
-            chain = takeover_id(name, int(state.get("round") or 0))
+            chain = takeover_id(queue, name, int(state.get("round") or 0))
             payload = _coordinator_payload(name, takeover=True, requested_by=requested_by,
                                            reason=reason)
             if send_once(installed, "background", payload, chain):

@@ -177,7 +177,8 @@ class Coordinator:
             payload = {"v": VERSION, "kind": "background-lane", "migration": name,
                        "registration": registration, "generation": generation,
                        "round": round_, "lane": lane}
-            task_id = lane_id(name, registration, generation, round_, lane)
+            task_id = lane_id(self.settings.background_queue_name, name, registration,
+                              generation, round_, lane)
             if send_once(self.installed, "background-lane", payload, task_id):
                 sent += 1
         return sent
