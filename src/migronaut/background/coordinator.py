@@ -35,7 +35,12 @@ if TYPE_CHECKING:
     from migronaut.background.planner import Plan
     from migronaut.background.requirements import Requirements
 
-__all__ = ["Answer", "Coordinator", "Step"]
+__all__ = ["ROUND_DRIVERS", "Answer", "Coordinator", "Step"]
+
+#: Drivers whose coordinators run as chains of queue tasks (reference background §3.1 step 5):
+#: a chain without a round is handed ``round + 1``; a chain whose round is not the stored one
+#: was superseded (a heal or a takeover started a newer chain) and stops.
+ROUND_DRIVERS = frozenset({"celery"})
 
 #: Up to this many partitions in a plan, a step counts them from the partitions themselves
 #: (one ``find``) and a closing pass rolls up those same documents instead of reading them again.
@@ -58,6 +63,8 @@ class Answer:
     error: str | None = None
     waits_for: list[str] | None = None
     retry_after_ms: int | None = None
+    #: the chain's round, for drivers that run coordinator chains (:data:`ROUND_DRIVERS`)
+    round: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         names = {"waits_for": "waitsFor", "retry_after_ms": "retryAfterMs"}
@@ -80,8 +87,11 @@ class _Stamp:
     carry it (the plan commit, the roll-up, the completion), else alone when the step ends (or
     raises) — one round trip less for a step that commits or closes a pass."""
 
-    def __init__(self, driver: str) -> None:
+    def __init__(self, driver: str, *, ref: str | None = None,
+                 round: int | None = None) -> None:
         self.driver = driver
+        self.ref = ref
+        self.round = round  # a new chain's round, written with the stamp (same lock, same step)
         self.pending = True
 
     def merge(self, set_fields: Mapping[str, Any] | None = None,
@@ -89,8 +99,11 @@ class _Stamp:
         """``set_fields`` and ``server_times`` with the stamp added while it is pending."""
         fields, times = dict(set_fields or {}), list(server_times)
         if self.pending:
-            fields["coordinator"] = {"kind": self.driver}
+            fields["coordinator"] = {"kind": self.driver,
+                                     **({"ref": self.ref} if self.ref else {})}
             times.append("coordinator.at")
+            if self.round is not None:
+                fields["round"] = self.round
         return fields, times
 
     def landed(self, written: bool) -> None:
@@ -115,13 +128,21 @@ class Coordinator:
         self._transactions: bool | None = None
 
     def coordinate(
-        self, name: str, *, driver: str = "local", cancellation: Cancellation | None = None
+        self, name: str, *, driver: str = "local", cancellation: Cancellation | None = None,
+        ref: str | None = None, round: int | None = None,
     ) -> Answer:
-        """One idempotent coordinator step under the ``background:<name>`` lock."""
-        return self.step(name, driver=driver, cancellation=cancellation).answer
+        """One idempotent coordinator step under the ``background:<name>`` lock.
+
+        ``ref`` names the driver's job (a task id), recorded in ``coordinator.ref``. ``round``
+        is the chain's round for :data:`ROUND_DRIVERS` (``None``: a new chain, handed the next
+        round); other drivers ignore it.
+        """
+        return self.step(name, driver=driver, cancellation=cancellation, ref=ref,
+                         round=round).answer
 
     def step(
-        self, name: str, *, driver: str = "local", cancellation: Cancellation | None = None
+        self, name: str, *, driver: str = "local", cancellation: Cancellation | None = None,
+        ref: str | None = None, round: int | None = None,
     ) -> Step:
         """:meth:`coordinate`, with the state and job the answer was decided on."""
         lock = MigrationLock(
@@ -137,7 +158,8 @@ class Coordinator:
             return Step(Answer("busy", retry_after_ms=max(1, self.engine.ttl_ms // 2)))
         try:
             with self.engine.telemetry.background_coordinate(name, driver=driver) as traced:
-                step = self._coordinate(name, driver, cancellation or Cancellation())
+                step = self._coordinate(name, driver, cancellation or Cancellation(), ref,
+                                        round)
                 answer = step.answer
                 traced.set({"migronaut.background.next": answer.next,
                             "migronaut.background.reason": answer.reason,
@@ -147,7 +169,8 @@ class Coordinator:
         finally:
             lock.release(run_failed=True)
 
-    def _coordinate(self, name: str, driver: str, cancellation: Cancellation) -> Step:
+    def _coordinate(self, name: str, driver: str, cancellation: Cancellation, ref: str | None,
+                    round: int | None) -> Step:
         state = self.engine.store.get(name)
         if state is None:
             return Step(Answer("done", status="unregistered"))
@@ -164,7 +187,16 @@ class Coordinator:
             if state["status"] == "blocked":
                 return Step(Answer("done", status="blocked",
                                    waits_for=list(state.get("waitsFor", []))))
-        stamp = _Stamp(driver)
+        written_round: int | None = None
+        if driver in ROUND_DRIVERS:
+            stored = int(state.get("round") or 0)
+            if round is not None and round != stored:
+                return Step(Answer("superseded", round=round), state)
+            if round is None:
+                round = written_round = stored + 1
+        else:
+            round = None
+        stamp = _Stamp(driver, ref=ref, round=written_round)
         try:
             step = self._run(name, state, cancellation, stamp)
         except BaseException:
@@ -172,6 +204,7 @@ class Coordinator:
                 self._write_stamp(name, stamp)
             raise
         self._write_stamp(name, stamp)
+        step.answer.round = round
         return step
 
     def _write_stamp(self, name: str, stamp: _Stamp) -> None:

@@ -27,10 +27,11 @@ from migronaut.background.driving import Driver
 from migronaut.background.handles import EngineHandles
 from migronaut.background.requirements import Requirements
 from migronaut.background.state_views import StateViews
+from migronaut.core.context import Cancellation
 
 if TYPE_CHECKING:
     from migronaut.background.job import BackgroundJob
-    from migronaut.core.context import Cancellation
+    from migronaut.background.lanes import SliceResult
 
 __all__ = ["EngineCore"]
 
@@ -67,10 +68,52 @@ class EngineCore(EngineHandles):
 
     # -- the coordinator ------------------------------------------------------------------
     def coordinate(
-        self, name: str, *, driver: str = "local", cancellation: Cancellation | None = None
+        self, name: str, *, driver: str = "local", cancellation: Cancellation | None = None,
+        ref: str | None = None, round: int | None = None,
     ) -> Answer:
-        """One idempotent coordinator step under the ``background:<name>`` lock."""
-        return self.coordinator.coordinate(name, driver=driver, cancellation=cancellation)
+        """One idempotent coordinator step under the ``background:<name>`` lock.
+
+        ``ref`` (a queue task id) is recorded as ``coordinator.ref``; ``round`` is a queue
+        chain's round (driver ``celery``: ``None`` starts a new chain, a stale round answers
+        ``superseded``) — see :meth:`Coordinator.coordinate`.
+        """
+        return self.coordinator.coordinate(name, driver=driver, cancellation=cancellation,
+                                           ref=ref, round=round)
+
+    # -- lanes ----------------------------------------------------------------------------
+    def run_slice(
+        self,
+        name: str,
+        *,
+        slice_ms: int | None = None,
+        cancellation: Cancellation | None = None,
+        ref: str | None = None,
+        state: Mapping[str, Any] | None = None,
+    ) -> SliceResult:
+        """One lane slice of ``name`` (reference background §4.1): claim, batches, settle.
+
+        ``state`` is the migration's state when the caller has just read it; ``ref`` (a queue
+        task id) prefixes the lease owner, so a lease says which task holds it. A migration
+        that is not being processed answers its outcome without loading the file; otherwise
+        ``CHECKSUM_MISMATCH``/``MIGRATION_FILE_NOT_FOUND`` when the file is not the pinned
+        one, and a failed slice raises after counting the failure on its partition.
+        """
+        import uuid
+
+        from migronaut.background.lanes import run_slice, settled_outcome
+
+        if state is None:
+            state = self.store.get(name)
+        settled = settled_outcome(state)
+        if settled is not None:
+            return settled
+        assert state is not None
+        owner = uuid.uuid4().hex if ref is None else f"{ref}:{uuid.uuid4().hex[:12]}"
+        return run_slice(
+            store=self.store, job=self.job(state), db=self.db, owner=owner, ttl_ms=self.ttl_ms,
+            cancellation=cancellation or Cancellation(), slice_ms=slice_ms, emit=self.emit,
+            logger=self.logger, telemetry=self.telemetry, state=state,
+        )
 
     def supports_transactions(self) -> bool:
         """Whether the server runs transactions (see :meth:`Coordinator.supports_transactions`)."""
@@ -177,6 +220,12 @@ class EngineCore(EngineHandles):
     def runnable(self) -> list[dict[str, Any]]:
         """Blocked/pending/running migrations a worker should serve, oldest first."""
         return self.views.runnable()
+
+    def stalled(self, quiet_ms: int, *, name: str | None = None,
+                coordinator: bool = True) -> list[str]:
+        """Running migrations with no live lease and no sign of life for ``quiet_ms`` (server
+        time) — what a queue's takeover restarts. See :meth:`StateViews.stalled`."""
+        return self.views.stalled(quiet_ms, name=name, coordinator=coordinator)
 
     # -- driving --------------------------------------------------------------------------
     def drive(

@@ -83,6 +83,7 @@ __all__ = [
     "_user_message",
     "_write_error_message",
     "run_slice",
+    "settled_outcome",
 ]
 
 #: what :mod:`~migronaut.background.watch` reuses from the batches, under its old names
@@ -145,16 +146,10 @@ def run_slice(
             state = store.get(name)
     except PyMongoError as error:
         raise wrap(name, error) from error
-    if state is None:
-        return SliceResult("cancelled")
-    status = state.get("status")
-    if status in ("paused", "cancelled", "failed"):
-        return SliceResult(str(status))
-    if int(state.get("schema") or 0) > SCHEMA:
-        return SliceResult("stale")
-    plan = state.get("plan") or {}
-    if status != "running" or state.get("phase") != "process" or not plan.get("token"):
-        return SliceResult("exhausted" if status == "completed" else "stale")
+    settled = settled_outcome(state)
+    if settled is not None:
+        return settled
+    assert state is not None
     if state.get("checksum") and state["checksum"] != job.checksum:
         raise ChecksumMismatchError(
             f"Background migration {name} changed on disk since it was registered "
@@ -176,6 +171,22 @@ def run_slice(
         if cancellation.cancelled:
             return SliceResult("stopped")
         raise wrap(name, error) from error
+
+
+def settled_outcome(state: Mapping[str, Any] | None) -> SliceResult | None:
+    """The outcome of a slice on a migration with nothing to claim now (unregistered, paused,
+    cancelled, failed, completed, not planned, newer schema), or ``None`` to go on and claim."""
+    if state is None:
+        return SliceResult("cancelled")
+    status = state.get("status")
+    if status in ("paused", "cancelled", "failed"):
+        return SliceResult(str(status))
+    if int(state.get("schema") or 0) > SCHEMA:
+        return SliceResult("stale")
+    plan = state.get("plan") or {}
+    if status != "running" or state.get("phase") != "process" or not plan.get("token"):
+        return SliceResult("exhausted" if status == "completed" else "stale")
+    return None
 
 
 class _Lane:

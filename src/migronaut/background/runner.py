@@ -42,7 +42,6 @@ from __future__ import annotations
 import random
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -356,8 +355,6 @@ class BackgroundRunner:
 
     def _slice(self, engine: BackgroundEngine, name: str) -> str | None:
         """One slice; its outcome, or ``None`` when the migration is not runnable any more."""
-        from migronaut.background.lanes import run_slice
-
         state = engine.store.get(name)
         if state is None or state.get("status") not in ("blocked", "pending", "running"):
             self._refresh_soon()
@@ -368,15 +365,11 @@ class BackgroundRunner:
         if isinstance(budget, int) and not isinstance(budget, bool):
             self._outage_budgets[name] = budget
         try:
-            job = engine.job(state)
+            result = engine.run_slice(name, slice_ms=self.slice_ms, cancellation=self._cancel,
+                                      state=state)
         except (ChecksumMismatchError, MigrationFileNotFoundError):
             # A deploy in progress: the coordinator answers wait/checksum (warned once).
             return "stale"
-        result = run_slice(
-            store=engine.store, job=job, db=engine.db, owner=uuid.uuid4().hex,
-            ttl_ms=engine.ttl_ms, cancellation=self._cancel, slice_ms=self.slice_ms,
-            emit=engine.emit, logger=engine.logger, telemetry=engine.telemetry,
-        )
         outcome = str(result.outcome)
         with self._lock:
             self._stats.slices += 1

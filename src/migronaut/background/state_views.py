@@ -112,4 +112,20 @@ class StateViews:
             })
         return out
 
-
+    def stalled(self, quiet_ms: int, *, name: str | None = None,
+                coordinator: bool = True) -> list[str]:
+        """``running`` migrations (or ``name``) with no live lease whose latest sign of life
+        is older than ``quiet_ms``, judged in server time (reference background §6.4
+        "Takeover"). Signs of life: ``lastProgressAt``, ``startedAt``, ``registeredAt`` and,
+        with ``coordinator``, ``coordinator.at`` (a queue chain asking whether its own lanes
+        are stranded leaves its own steps out)."""
+        signs = ["$lastProgressAt", "$startedAt", "$registeredAt"] + (
+            ["$coordinator.at"] if coordinator else [])
+        query: dict[str, Any] = {
+            "status": "running",
+            "$expr": {"$lt": [{"$max": signs}, {"$subtract": ["$$NOW", quiet_ms]}]},
+        }
+        if name is not None:
+            query["_id"] = name
+        quiet = [str(row["_id"]) for row in self.engine.store.states.find(query, {"_id": 1})]
+        return [found for found in quiet if not self.engine.store.live_leases(found)]

@@ -481,3 +481,15 @@ def _tty(out: Output) -> bool:
         return bool(out.stream_for(20).isatty())
     except (AttributeError, ValueError, OSError):
         return False
+
+
+def render_enqueued(jobs: Sequence[Mapping[str, Any]], out: Output) -> None:
+    """What ``background enqueue`` sent: one line per coordinator task."""
+    if not jobs:
+        out.info("✔ Nothing enqueued — no runnable background migration, or a live coordinator "
+                 "chain already serves each one")
+        return
+    for job in jobs:
+        kind = "a takeover coordinator" if job.get("takeover") else "a coordinator"
+        out.info(sanitize_terminal(f"⇉ {job.get('migration')}: {kind} queued "
+                                   f"(task {job.get('id')})"))

@@ -34,6 +34,7 @@ from migronaut.cli.render_background import (
     partition_json,
     render_control,
     render_dry_run,
+    render_enqueued,
     render_partitions,
     render_status,
     render_verify,
@@ -56,7 +57,7 @@ background = group(
     "background",
     help="Background migrations: long data rewrites worked in batches by lanes under leases. "
     "Actions: status, run, pause, resume, cancel, retry, repin, unlock, dry-run, verify, "
-    "watch, progress, work.",
+    "watch, progress, work, enqueue.",
     short_help="Background migrations: status, run, controls, workers.",
 )
 
@@ -641,3 +642,40 @@ def work(session: Session, lanes: str | None, poll: str | None) -> int:
 
     return session.run(serve, render=render_worker_stopped,
                        to_json=lambda result: {"worker": result}, mutating=True)
+
+
+# ------------------------------------------------------------------------------------ enqueue
+
+
+def _celery_extra() -> None:
+    """Refuse before connecting when the ``celery`` extra is not installed."""
+    try:
+        import celery  # noqa: F401
+    except ImportError:
+        raise ConfigInvalidError(
+            "background enqueue needs the celery extra: pip install 'migronaut[celery]'",
+            {"extra": "celery"},
+        ) from None
+
+
+@command("enqueue", parent=background,
+         short_help="Queue background work on Celery (a heal, or NAME).",
+         help="Send coordinator tasks to the Celery background queue (broker from the config's "
+         "celery table or MIGRONAUT_CELERY_BROKER_URL). Without NAME, a heal: one coordinator "
+         "per runnable background migration (a live coordinator chain absorbs its own), and a "
+         "takeover for a running one that looks stalled. With NAME, that migration's "
+         "coordinator (NOT_APPLIED when it is not registered).")
+@click.argument("name", required=False)
+@click.option("--reason", metavar="TEXT", help=_REASON_HELP)
+def enqueue(session: Session, name: str | None, reason: str | None) -> int:
+    _celery_extra()
+    options = session.options
+
+    def send(migrator: Migrator) -> list[dict[str, Any]]:
+        from migronaut.executors.celery import create_app, enqueue_background
+
+        _, installed = create_app(config=options.config_flags(), config_path=options.config)
+        return enqueue_background(installed, name, requested_by=_requested_by(), reason=reason,
+                                  engine=migrator.background)
+
+    return session.run(send, render=render_enqueued, to_json=lambda jobs: {"jobs": jobs})

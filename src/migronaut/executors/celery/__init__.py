@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from migronaut.executors.celery.background_producer import enqueue_background
 from migronaut.executors.celery.context import ConfigSource, WorkerContext
 from migronaut.executors.celery.installation import TASK_OPTIONS, MigronautCelery
 from migronaut.executors.celery.settings import resolve_settings
@@ -24,7 +25,7 @@ from migronaut.executors.celery.settings import resolve_settings
 if TYPE_CHECKING:
     from celery import Celery
 
-__all__ = ["MigronautCelery", "create_app", "install"]
+__all__ = ["MigronautCelery", "create_app", "enqueue_background", "install"]
 
 def _source(config: Mapping[str, Any] | None, config_path: str | os.PathLike[str] | None,
             cwd: str | os.PathLike[str] | None) -> ConfigSource:

@@ -1,14 +1,102 @@
 """Enqueueing background work: heals (one coordinator per runnable migration, takeovers for
-stalled ones) and one named migration (reference background §6.4 "Heals")."""
+stalled ones), one named migration, and the deduplicated sends the tasks fan out with
+(reference background §6.4 "Heals").
+
+Deduplication. Celery has no job ids that absorb a second send, so this module keeps a ledger in
+the result backend: before a task with a deterministic id is sent, its state is set to
+``QUEUED``; a send whose id is already live (``QUEUED``, ``RECEIVED``, ``STARTED``, ``RETRY``) is
+skipped. A chain that continues itself (``Task.retry``) keeps its id, so a live coordinator
+chain absorbs a heal and a live lane slot absorbs a second fan-out. The ledger is only an
+optimisation: correctness stays in MongoDB (the coordinator lock, rounds, leases), so a lost
+ledger (``FLUSHDB``) or a stale one (a killed worker's task left ``STARTED``) costs at most a
+duplicate task or a takeover with a new round — never a document migrated twice.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from migronaut.errors import NotAppliedError
+from migronaut.executors.celery.payloads import VERSION, fragment
+
 if TYPE_CHECKING:
+    from migronaut.background.engine import BackgroundEngine
     from migronaut.executors.celery.installation import MigronautCelery
 
-__all__ = ["enqueue_background"]
+__all__ = ["coordinator_id", "enqueue_background", "lane_id", "send_once", "takeover_id"]
+
+#: Result-backend states of a task that is queued, running or waiting for its countdown.
+LIVE_STATES = frozenset({"QUEUED", "RECEIVED", "STARTED", "RETRY"})
+QUEUED = "QUEUED"
+
+
+def coordinator_id(queue: str, migration: str) -> str:
+    """The id of a migration's coordinator chain on the background ``queue`` (a heal is
+    absorbed by a live one). Ids are namespaced by queue (queue names never hold ``:``): two
+    deployments sharing a result backend under queues of their own never absorb each other's
+    sends."""
+    return f"{queue}:bg-{fragment(migration)}"
+
+
+def takeover_id(queue: str, migration: str, round: int) -> str:
+    """The id of the takeover of a stalled chain of ``round`` (one takeover per round)."""
+    return f"{queue}:bg-{fragment(migration)}-t{round}"
+
+
+def lane_id(queue: str, migration: str, registration: str, generation: int, round: int,
+            lane: int) -> str:
+    """The id of lane slot ``lane`` of a generation in a round: a redelivered coordinator
+    fans out the same ids, so it never doubles the lanes."""
+    return (f"{queue}:bgl-{fragment(migration)}-{fragment(registration)}-g{generation}"
+            f"-r{round}-l{lane}")
+
+
+def _has_ledger(installed: MigronautCelery) -> bool:
+    return type(installed.app.backend).__name__ != "DisabledBackend"
+
+
+def is_live(installed: MigronautCelery, task_id: str) -> bool:
+    """Whether the ledger says ``task_id`` is queued, running or waiting for its countdown."""
+    if not _has_ledger(installed):
+        return False
+    return str(installed.app.AsyncResult(task_id).state) in LIVE_STATES
+
+
+def send_once(
+    installed: MigronautCelery, kind: str, payload: dict[str, Any], task_id: str, *,
+    countdown: float | None = None,
+) -> bool:
+    """Send a ``kind`` task with ``task_id`` on the background queue unless that id is live;
+    whether it was sent. The ``QUEUED`` mark is written before the send (a worker fast enough
+    to start it first must not have its ``STARTED`` overwritten) and forgotten if the send
+    fails."""
+    if is_live(installed, task_id):
+        return False
+    ledger = _has_ledger(installed)
+    if ledger:
+        installed.app.backend.store_result(task_id, None, QUEUED)
+    try:
+        installed.app.send_task(
+            installed.task_name(kind), args=[payload], task_id=task_id,
+            queue=installed.settings.background_queue_name, countdown=countdown)
+    except BaseException:
+        if ledger:
+            installed.app.backend.forget(task_id)
+        raise
+    return True
+
+
+def _coordinator_payload(migration: str, *, takeover: bool = False,
+                         requested_by: str | None = None,
+                         reason: str | None = None) -> dict[str, Any]:
+    payload: dict[str, Any] = {"v": VERSION, "kind": "background", "migration": migration}
+    if takeover:
+        payload["takeover"] = True
+    if requested_by:
+        payload["requestedBy"] = requested_by[:128]
+    if reason:
+        payload["reason"] = reason[:512]
+    return payload
 
 
 def enqueue_background(
@@ -18,9 +106,45 @@ def enqueue_background(
     stall_ms: int | None = None,
     requested_by: str | None = None,
     reason: str | None = None,
+    engine: BackgroundEngine | None = None,
 ) -> list[dict[str, Any]]:
     """Enqueue coordinators: for ``migration``, or (a heal) for every runnable one.
 
+    A live chain absorbs its migration's coordinator. A ``running`` migration with no live
+    lease and no sign of life for ``stall_ms`` (default the settings') also gets a takeover
+    coordinator, which starts a new round: the stranded chain is superseded at its next step.
+    ``engine`` is the background engine to read states through (default this thread's worker
+    engine). A named migration that is not registered is ``NOT_APPLIED``.
+
     Returns ``[{migration, id, takeover?}]``, one entry per coordinator task sent.
     """
-    return []
+    engine = engine if engine is not None else installed.context.engine()
+    quiet_ms = installed.settings.stall_ms if stall_ms is None else stall_ms
+    if migration is not None:
+        state = engine.state(migration)
+        if state is None:
+            raise NotAppliedError(
+                f"Background migration {migration} is not registered — run up first",
+                {"migration": migration})
+        names = [migration] if state.get("status") in ("blocked", "pending", "running") else []
+        stalled = set(engine.stalled(quiet_ms, name=migration))
+    else:
+        names = [str(row["migration"]) for row in engine.runnable()]
+        stalled = set(engine.stalled(quiet_ms))
+    queue = installed.settings.background_queue_name
+    sent: list[dict[str, Any]] = []
+    for name in names:
+        payload = _coordinator_payload(name, requested_by=requested_by, reason=reason)
+        if send_once(installed, "background", payload, coordinator_id(queue, name)):
+            sent.append({"migration": name, "id": coordinator_id(queue, name)})
+        elif name in stalled:  # the chain the ledger calls live shows no sign of life
+            state = engine.state(name) or {}
+            chain = takeover_id(queue, name, int(state.get("round") or 0))
+            payload = _coordinator_payload(name, takeover=True, requested_by=requested_by,
+                                           reason=reason)
+            if send_once(installed, "background", payload, chain):
+                engine.logger.warning(
+                    "⚠ %s looks stalled (no lease, no progress for %d ms) — a takeover "
+                    "coordinator is queued", name, quiet_ms)
+                sent.append({"migration": name, "id": chain, "takeover": True})
+    return sent

@@ -93,7 +93,7 @@ FIELDS: dict[str, dict[str, tuple[Check, bool]]] = {
     "background": {
         "migration": (MIGRATION, True), "round": (ROUND, False), "spawn": (COUNT, False),
         "takeover": (TRUE, False), "requestedBy": (REQUESTED_BY, False),
-        "reason": (REASON, False),
+        "reason": (REASON, False), "attempt": (COUNT, False),
     },
     "background-lane": {
         "migration": (MIGRATION, True), "registration": (TOKEN, True),

@@ -24,5 +24,13 @@ def connect(installed: MigronautCelery) -> None:
     def process_shutdown(**_: Any) -> None:
         installed.context.close()
 
+    def ready(**_: Any) -> None:
+        # a worker that starts heals: coordinators for what is runnable (a live chain absorbs
+        # its own), takeovers for what looks stalled
+        from migronaut.executors.celery.background_tasks import heal
+
+        heal(installed)
+
+    signals.worker_ready.connect(ready, weak=False)
     signals.worker_shutting_down.connect(shutting_down, weak=False)
     signals.worker_process_shutdown.connect(process_shutdown, weak=False)
