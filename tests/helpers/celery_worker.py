@@ -195,8 +195,17 @@ class CeleryProject:
                 "MIGRONAUT_CELERY_BACKGROUND_QUEUE": self.background_queue}
 
     def env(self, **extra: str) -> dict[str, str]:
-        """A worker's environment: the project's, this test's broker and queues, ``extra``."""
-        return {**self.base_env, **self.env_variables(), **extra}
+        """A worker's environment: the project's, this test's broker and queues, ``extra``.
+
+        A relative ``PYTHONPATH`` (``PYTHONPATH=src pytest``) is made absolute: workers start
+        in the project directory, where it would point nowhere and they would import another
+        checkout's migronaut."""
+        env = {**self.base_env, **self.env_variables(), **extra}
+        if env.get("PYTHONPATH"):
+            env["PYTHONPATH"] = os.pathsep.join(
+                str(Path(entry).resolve()) if entry else entry
+                for entry in env["PYTHONPATH"].split(os.pathsep))
+        return env
 
     def worker(self, *, queues: tuple[str, ...] | None = None, start: bool = True,
                **options: Any) -> CeleryWorker:
