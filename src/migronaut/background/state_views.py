@@ -91,6 +91,9 @@ class StateViews:
                 row["throttle"] = partition["throttle"]
             if partition.get("lastError"):
                 row["lastError"] = partition["lastError"]
+            for when in ("startedAt", "doneAt", "updatedAt"):  # throughput over time
+                if partition.get(when) is not None:
+                    row[when] = partition[when]
             out.append(row)
         return out
 

@@ -173,8 +173,8 @@ def _line(line: dict[str, Any], colour: bool) -> str:
     parts.append(sanitize_terminal(str(line.get("msg", ""))))
     data = line.get("data")
     if data:
-        from migronaut.cli.output import _json_default
+        from migronaut.core.results import json_default
 
-        parts.append(paint(sanitize_terminal(json.dumps(data, default=_json_default,
+        parts.append(paint(sanitize_terminal(json.dumps(data, default=json_default,
                                                         ensure_ascii=False)), DIM, colour))
     return "  ".join(parts)
