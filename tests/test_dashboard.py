@@ -285,7 +285,7 @@ def test_a_poll_is_one_small_query_round_whatever_the_partitions(
         assert client.get(f"/api/live/{NAME}").status_code == 200
     few = [(s.command, s.target) for s in sent]
     assert ("find", PARTITIONS) not in few  # no partition documents are read
-    assert len(few) <= 4, few  # the state, then three aggregates/counts
+    assert len(few) == 2, few  # the state, then one aggregate over its partitions
     db[PARTITIONS].insert_many([
         {"background": NAME, "generation": 1, "plan": "x", "seq": 1000 + i,
          "status": "pending", "counters": {"scanned": 0}} for i in range(40)])
@@ -359,3 +359,30 @@ def test_the_cli_warns_off_loopback_and_refuses_bad_flags(cli_process: Any, cli:
     assert "--port must be between 0 and 65535 (got '70000')" in bad.stderr
     bad_json = cli("dashboard", "--port", "x", "--json")
     assert bad_json.exit_code == 6 and bad_json.json["error"]["code"] == "CONFIG_INVALID"
+
+
+def test_the_one_aggregate_view_equals_the_per_migration_reads(settled: str, migrator: Migrator,
+                                                               db: Any) -> None:
+    """``background status`` reads every migration's partitions in one aggregate; its views are
+    the ones the separate reads (``count_by_status``, ``live_leases``, live totals) give —
+    with a live lease, an expired one and a generation not rolled up yet."""
+    import datetime as dt
+
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    first, second = db[PARTITIONS].find({"background": NAME}).sort("seq", 1).limit(2)
+    db[PARTITIONS].update_one({"_id": first["_id"]}, {"$set": {"lease": {
+        "slot": 0, "token": "t1", "owner": "w1", "host": "h", "pid": 1, "ttlMs": 60_000,
+        "renewedAt": now, "claimedAt": now}}})
+    db[PARTITIONS].update_one({"_id": second["_id"]}, {"$set": {"lease": {
+        "slot": 1, "token": "t2", "owner": "w2", "host": "h", "pid": 2, "ttlMs": 1_000,
+        "renewedAt": now - dt.timedelta(minutes=5), "claimedAt": now}}})
+    engine = migrator.background
+    state = engine.state(NAME)
+    assert state is not None and state["rolledGeneration"] < state["generation"]
+    with AUDIT.recording() as sent:
+        summarised = engine.status(NAME)[0]
+    assert len(sent) == 2  # the state, one aggregate
+    separate = engine.view(state)
+    assert summarised == separate
+    assert summarised["liveLeases"] == 1 and summarised["partitions"]["leased"] == 2
+    assert summarised["totals"]["scanned"] > 0

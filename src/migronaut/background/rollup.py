@@ -8,7 +8,7 @@ documents it names that are now at the target version.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from migronaut.background.state_fields import (
@@ -92,6 +92,20 @@ def _landed_intent(
     )
     return engine.db[str(spec["collection"])].count_documents(
         {"$and": [{"_id": {"$in": ids}}, at]})
+
+
+def summed_totals(state: Mapping[str, Any],
+                  summary: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """:func:`live_totals` from a :meth:`PartitionStore.summary` of the migration (no read)."""
+    totals = {k: int(v) for k, v in (state.get("totals") or {}).items()}
+    generation = int(state.get("generation", 0))
+    if generation and int(state.get("rolledGeneration", 0)) < generation:
+        for key in COUNTERS:
+            added = sum(int(row.get(key) or 0) for row in summary
+                        if row.get("generation") == generation)
+            if added:
+                totals[key] = totals.get(key, 0) + added
+    return totals
 
 
 def live_totals(engine: EngineHandles, state: Mapping[str, Any]) -> dict[str, int]:

@@ -7,10 +7,10 @@ closes add the counters of the generation not rolled up yet, so they never go ba
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from migronaut.background.rollup import live_totals
+from migronaut.background.rollup import live_totals, summed_totals
 
 if TYPE_CHECKING:
     from migronaut.background.handles import EngineHandles
@@ -27,11 +27,18 @@ class StateViews:
         self.requirements = requirements
 
     def status(self, name: str | None = None) -> list[dict[str, Any]]:
+        """The views of ``name`` (or of every migration): the states, then one aggregate over
+        their partitions — two reads whatever the number of migrations and partitions."""
         states = [self.engine.store.require(name)] if name else self.engine.store.all()
-        return [self.view(state) for state in states]
+        if not states:
+            return []
+        summary = self.engine.store.summary([state["_id"] for state in states])
+        return [self.view(state, summary.get(state["_id"], [])) for state in states]
 
-    def view(self, state: Mapping[str, Any]) -> dict[str, Any]:
-        """The ``BackgroundStatus`` view (reference background §6.2)."""
+    def view(self, state: Mapping[str, Any],
+             summary: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+        """The ``BackgroundStatus`` view (reference background §6.2); ``summary`` (the
+        migration's rows of :meth:`PartitionStore.summary`) saves its three partition reads."""
         name = state["_id"]
         spec = state.get("spec") or {}
         plan = state.get("plan") or None
@@ -43,20 +50,20 @@ class StateViews:
             "generation": state.get("generation", 0), "pass": state.get("pass", 0),
             "maxParallel": spec.get("maxParallel", 1),
             "transaction": bool(spec.get("transaction")),
-            "totals": live_totals(self.engine, state),
+            "totals": live_totals(self.engine, state) if summary is None
+            else summed_totals(state, summary),
             "failedDocuments": len(state.get("badIds") or []),
             "requires": list(state.get("requires") or []),
             "waitsFor": list(state.get("waitsFor") or []),
-            "liveLeases": self.engine.store.live_leases(name),
+            "liveLeases": self.engine.store.live_leases(name) if summary is None
+            else sum(int(row.get("live") or 0) for row in summary),
             "registeredAt": state.get("registeredAt"),
             "startedAt": state.get("startedAt"), "completedAt": state.get("completedAt"),
             "lastProgressAt": state.get("lastProgressAt"), "lastError": state.get("lastError"),
             "description": state.get("description"),
         }
         if plan:
-            view["partitions"] = self.engine.store.count_by_status(name, int(plan["generation"]),
-                                                                   plan["token"])
-            counts = view["partitions"]
+            view["partitions"] = counts = self._counts(name, plan, summary)
             counts["total"] = sum(v for k, v in counts.items() if k != "leased")
             view["plan"] = {k: plan[k] for k in ("method", "estimate", "atLeast", "partitions",
                                                   "degraded") if k in plan}
@@ -68,6 +75,21 @@ class StateViews:
         if state.get("previous"):
             view["previous"] = state["previous"]
         return {k: v for k, v in view.items() if v is not None}
+
+    def _counts(self, name: str, plan: Mapping[str, Any],
+                summary: Sequence[Mapping[str, Any]] | None) -> dict[str, int]:
+        """Partitions of the current plan by status, and how many are leased."""
+        if summary is None:
+            return self.engine.store.count_by_status(name, int(plan["generation"]), plan["token"])
+        counts = {s: 0 for s in ("pending", "running", "done", "failed", "cancelled",
+                                 "superseded")}
+        counts["leased"] = 0
+        for row in summary:
+            if row.get("generation") == int(plan["generation"]) and row.get("plan") == \
+                    plan["token"]:
+                counts[str(row["status"])] = int(row["n"])
+                counts["leased"] += int(row.get("leased") or 0)
+        return counts
 
     def partitions_view(self, name: str) -> list[dict[str, Any]]:
         self.engine.store.require(name)

@@ -19,8 +19,9 @@ from migronaut.core.results import iso, json_document, rows_json
 
 if TYPE_CHECKING:
     from migronaut.api import Migrator
+    from migronaut.core.results import StatusRow
 
-__all__ = ["CONTROLS", "Board", "derived_progress", "throughput"]
+__all__ = ["CONTROLS", "Board", "derived_progress", "migration_counts", "throughput"]
 
 #: The controls the dashboard offers (reference background §2.5), and the statuses each applies
 #: from (a button is shown only where it would change something).
@@ -109,6 +110,14 @@ def throughput(partitions: Sequence[Mapping[str, Any]], bars: int = THROUGHPUT_B
              "rate": round(documents / span, 1)} for i, documents in enumerate(buckets)]
 
 
+def migration_counts(rows: Sequence[StatusRow]) -> dict[str, int]:
+    """Migrations by status (``applied``, ``pending``, ``failed``)."""
+    counts = {"applied": 0, "pending": 0, "failed": 0}
+    for row in rows:
+        counts[row.status] = counts.get(row.status, 0) + 1
+    return counts
+
+
 class Board:
     """The dashboard's reads (and its one write, :meth:`control`) over one migrator."""
 
@@ -159,15 +168,16 @@ class Board:
     # -- pages ------------------------------------------------------------------------------
     def overview(self) -> dict[str, Any]:
         """Counts of the migrations, the lock, the last runs and every background migration."""
-        rows = self.status(checksums=False)
+        rows = self.migrator.status("all", checksums=False)
         lock = self.migrator.lock_status()
-        counts = {"applied": 0, "pending": 0, "failed": 0}
-        for row in rows:
-            counts[row["status"]] = counts.get(row["status"], 0) + 1
+        counts = migration_counts(rows)
+        applied = [row for row in rows if row.status == "applied"]
         return {
             "counts": counts, "total": len(rows),
-            "outstanding": [row for row in rows if row["status"] != "applied"],
-            "recent": [row for row in rows if row["status"] == "applied"][-5:][::-1],
+            # only the rows shown are shaped: on a 1,000-migration database the rest would cost
+            # more than the reads
+            "outstanding": json_document(rows_json([r for r in rows if r.status != "applied"])),
+            "recent": json_document(rows_json(applied[-5:][::-1])),
             "lock": json_document(lock.to_dict()),
             "lockAgeSeconds": lock.held_for_s, "lockTtlSeconds": (lock.ttl_ms or 0) / 1000,
             "runs": self.runs(OVERVIEW_RUNS),

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from migronaut.background.progress import number
-from migronaut.dashboard.board import derived_progress
+from migronaut.dashboard.board import derived_progress, migration_counts
 
 if TYPE_CHECKING:
     from migronaut.dashboard.board import Board
@@ -44,13 +44,10 @@ def _family(name: str, kind: str, help_text: str,
 
 def exposition(board: Board) -> str:
     """The whole scrape as text."""
-    rows = board.status(checksums=False)
+    by_status = migration_counts(board.migrator.status("all", checksums=False))
     lock = board.lock()
     views = board.background()["background"]
     now = dt.datetime.now(dt.UTC)
-    by_status = {"applied": 0, "pending": 0, "failed": 0}
-    for row in rows:
-        by_status[row["status"]] = by_status.get(row["status"], 0) + 1
     lines: list[str] = []
     lines += _family("migronaut_migrations", "gauge",
                      "Migrations on disk or in the changelog, by status.",
