@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -386,3 +387,27 @@ def test_the_one_aggregate_view_equals_the_per_migration_reads(settled: str, mig
     assert summarised == separate
     assert summarised["liveLeases"] == 1 and summarised["partitions"]["leased"] == 2
     assert summarised["totals"]["scanned"] > 0
+
+
+@pytest.mark.parametrize("missing", ["uvicorn", "starlette.applications"])
+def test_without_the_extra_the_command_says_how_to_install_it(
+        project: Any, cli: Any, db: Any, monkeypatch: pytest.MonkeyPatch, missing: str) -> None:
+    for loaded in [m for m in sys.modules if m.startswith("migronaut.dashboard")]:
+        monkeypatch.delitem(sys.modules, loaded)
+    monkeypatch.setitem(sys.modules, missing, None)  # an import of it now fails
+    result = cli("dashboard", "--port", "0", "--json")
+    assert result.exit_code == 6, result.stderr
+    error = result.json["error"]
+    assert error["code"] == "CONFIG_INVALID" and error["context"] == {"extra": "dashboard"}
+    assert "pip install 'migronaut[dashboard]'" in error["message"]
+    assert missing.split(".")[0] in error["message"]
+
+
+def test_help_and_import_do_not_load_the_dashboard() -> None:
+    probe = ("import migronaut; from migronaut.cli import main\n"
+             "try:\n    main(['dashboard', '--help'])\nexcept SystemExit:\n    pass\n"
+             "import sys; print([m for m in ('starlette', 'jinja2', 'uvicorn', "
+             "'migronaut.dashboard') if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout

@@ -13,7 +13,7 @@ import json
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, urlencode
 
 from migronaut.errors import ConfigInvalidError, MigronautError
 
@@ -167,10 +167,10 @@ class Dashboard:
         """A ``?token=`` visit: the token goes into an HttpOnly SameSite=Strict cookie and the
         browser is sent to the same URL without it (out of the address bar and history)."""
         if request.method == "GET" and response.status_code == 200:
-            query = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-            target = request.url.replace(query="&".join(f"{k}={v}" for k, v in query))
-            response = RedirectResponse(str(target.path) + (f"?{target.query}" if target.query
-                                                            else ""), status_code=303)
+            query = urlencode([(k, v) for k, v in request.query_params.multi_items()
+                               if k != "token"])
+            response = RedirectResponse(request.url.path + (f"?{query}" if query else ""),
+                                        status_code=303)
         response.set_cookie(TOKEN_COOKIE, self.guard.token or "", httponly=True,
                             samesite="strict", path=self.root(request))
         return response

@@ -75,10 +75,16 @@ def dashboard(session: Session, host: str, port: str | None, allow_controls: boo
     out = session.out
 
     def serve(migrator: Migrator) -> dict[str, Any]:
-        import uvicorn
-
-        from migronaut.dashboard import create_app
+        from migronaut.dashboard import create_app  # CONFIG_INVALID without the extra
         from migronaut.dashboard.guard import Guard
+
+        try:
+            import uvicorn
+        except ImportError as missing:
+            raise ConfigInvalidError(
+                f"the dashboard needs the 'dashboard' extra ({missing.name} is missing): "
+                "pip install 'migronaut[dashboard]'", {"extra": "dashboard"},
+            ) from missing
 
         token = Guard.new_token()
         app = create_app(migrator, allow_controls=allow_controls, token=token)
