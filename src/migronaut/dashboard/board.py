@@ -82,32 +82,42 @@ def derived_progress(view: Mapping[str, Any], now: dt.datetime) -> dict[str, Any
 
 def throughput(partitions: Sequence[Mapping[str, Any]], bars: int = THROUGHPUT_BARS,
                ) -> list[dict[str, Any]]:
-    """Documents read over time, from the stored partitions: each partition's read count
-    (``counters.scanned`` + ``processed``) placed at its ``doneAt`` (or, still open, its last
-    checkpoint ``updatedAt``), summed into ``bars`` equal spans from the first ``startedAt`` to
-    the last such time. ``[{at, documents, rate}]`` (``rate`` in documents per second)."""
-    points: list[tuple[dt.datetime, int]] = []
-    starts: list[dt.datetime] = []
+    """Documents read over time, from the stored partitions only.
+
+    Each partition's read count (``counters.scanned`` + ``processed``) is spread evenly over the
+    time it was worked, ``startedAt`` to ``doneAt`` (still open: to its last checkpoint,
+    ``updatedAt``); the spread is summed into ``bars`` equal spans from the first start to the
+    last end. ``[{at (end of the span), documents, rate (documents per second)}]``; empty until
+    something was read. Pauses inside a partition's interval are smoothed over — the stored
+    counters have no finer grain.
+    """
+    worked: list[tuple[dt.datetime, dt.datetime, int]] = []
     for row in partitions:
         counters = row.get("counters") or {}
         read = number(counters.get("scanned")) + number(counters.get("processed"))
-        when = _parse(row.get("doneAt")) or _parse(row.get("updatedAt"))
-        start = _parse(row.get("startedAt"))
-        if start:
-            starts.append(start)
-        if read and when:
-            points.append((when, read))
-    if not points:
+        end = _parse(row.get("doneAt")) or _parse(row.get("updatedAt"))
+        if read and end:
+            begin = _parse(row.get("startedAt")) or end
+            worked.append((min(begin, end), end, read))
+    if not worked:
         return []
-    first = min(starts + [when for when, _ in points])
-    last = max(when for when, _ in points)
+    first = min(begin for begin, _, _ in worked)
+    last = max(end for _, end, _ in worked)
     span = max((last - first).total_seconds(), 1.0) / bars
-    buckets = [0] * bars
-    for when, read in points:
-        index = min(bars - 1, int((when - first).total_seconds() / span))
-        buckets[index] += read
-    return [{"at": iso(first + dt.timedelta(seconds=span * (i + 1))), "documents": documents,
-             "rate": round(documents / span, 1)} for i, documents in enumerate(buckets)]
+    buckets = [0.0] * bars
+    for begin, end, read in worked:
+        low = (begin - first).total_seconds() / span
+        high = (end - first).total_seconds() / span
+        if high - low < 1e-9:  # an instant: all of it in one span
+            buckets[min(bars - 1, int(low))] += read
+            continue
+        for index in range(int(low), min(bars, int(high) + 1)):
+            overlap = min(high, index + 1) - max(low, index)
+            if overlap > 0:
+                buckets[index] += read * overlap / (high - low)
+    return [{"at": iso(first + dt.timedelta(seconds=span * (i + 1))),
+             "documents": round(documents, 1), "rate": round(documents / span, 1)}
+            for i, documents in enumerate(buckets)]
 
 
 def migration_counts(rows: Sequence[StatusRow]) -> dict[str, int]:
