@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from migronaut.background.progress import TERMINAL, number, partition_json
 from migronaut.core.results import iso, json_document, rows_json
+from migronaut.observability.history import run_log_json
 
 if TYPE_CHECKING:
     from migronaut.api import Migrator
@@ -149,10 +150,8 @@ class Board:
         return json_document([run.to_dict() for run in self.migrator.runs(limit)])
 
     def run_log(self, run_id: str) -> Any:
-        """``migronaut logs RUN_ID --json`` (``NOT_APPLIED``-free: an unknown id is
-        ``{"run": null, "lines": []}`` as the CLI prints it)."""
-        log = self.migrator.run_log(run_id)
-        return json_document(log.to_dict() if log is not None else {"run": None, "lines": []})
+        """``migronaut logs RUN_ID --json`` (an unknown id is ``CONFIG_INVALID``, as there)."""
+        return json_document(run_log_json(self.migrator.run_log(run_id)))
 
     def audit(self) -> Any:
         """``migronaut audit --json``."""

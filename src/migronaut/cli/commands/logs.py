@@ -52,7 +52,7 @@ def logs(
     level: str | None,
     limit: str | None,
 ) -> int:
-    from migronaut.observability.history import check_level, check_limit
+    from migronaut.observability.history import check_level, check_limit, run_log_json
 
     if run_id is not None and last:
         raise ConfigInvalidError("RUN_ID and --last cannot be combined",
@@ -77,7 +77,7 @@ def logs(
     return session.run(
         lambda migrator: migrator.run_log(run_id, migration=migration, level=level),
         render=render_run_log,
-        to_json=lambda log: log.to_dict() if log is not None else {"run": None, "lines": []},
+        to_json=run_log_json,
     )
 
 
