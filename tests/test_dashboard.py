@@ -354,6 +354,7 @@ def test_the_cli_warns_off_loopback_and_refuses_bad_flags(cli_process: Any, cli:
         assert process.stdout.readline().startswith("http://0.0.0.0:")
     finally:
         err = _stop(process)
+    assert process.returncode == 0, err
     assert "⚠ Listening on 0.0.0.0, not on loopback" in err
     bad = cli("dashboard", "--port", "70000")
     assert bad.exit_code == 6

@@ -89,9 +89,27 @@ def dashboard(session: Session, host: str, port: str | None, allow_controls: boo
         token = Guard.new_token()
         app = create_app(migrator, allow_controls=allow_controls, token=token)
         sock = bind(host, DEFAULT_PORT if number is None else number)
-        bound = sock.getsockname()[1]
+        # A stop from here on is a clean exit 0: before the server runs it is noted (and the
+        # server not started); while it runs uvicorn shuts down gracefully, then re-raises the
+        # signal under the handler it found — this one, which only notes it again.
+        stops: list[int] = []
+        previous = {sig: signal.signal(sig, lambda sig, frame: stops.append(sig))
+                    for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            url = _announce(host, sock.getsockname()[1], token)
+            server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+            if not stops:
+                server.run(sockets=[sock])
+        finally:
+            sock.close()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return {"url": url}
+
+    def _announce(host: str, port: int, token: str) -> str:
+        """Warn off loopback, print the URL (stdout's one line), say it is ready."""
         shown = f"[{host.strip('[]')}]" if ":" in host.strip("[]") else host
-        url = f"http://{shown}:{bound}/?token={token}"
+        url = f"http://{shown}:{port}/?token={token}"
         if not is_loopback(host):
             out.warn(f"⚠ Listening on {host}, not on loopback: anyone who can reach this host "
                      "and has the token can read the dashboard"
@@ -103,17 +121,6 @@ def dashboard(session: Session, host: str, port: str | None, allow_controls: boo
             out.result_line(url)
         out.note("Dashboard ready" + (" (controls on)" if allow_controls else "")
                  + " — press Ctrl-C to stop")
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-        # uvicorn handles SIGINT/SIGTERM itself (a graceful shutdown), then re-raises the signal
-        # under the handlers it found: ignoring them meanwhile makes a stop a clean exit 0.
-        stopping = (signal.SIGINT, signal.SIGTERM)
-        previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in stopping}
-        try:
-            server.run(sockets=[sock])
-        finally:
-            sock.close()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        return {"url": url}
+        return url
 
     return session.run(serve)
