@@ -19,6 +19,7 @@ with warnings.catch_warnings():  # Starlette 1.x suggests httpx2; httpx is what 
     from starlette.testclient import TestClient
 
 from helpers.background import NAME, PARTITIONS, STATES, register
+from helpers.engine import write_simple
 from helpers.wire_audit import AUDIT
 from migronaut import Migrator
 from migronaut.dashboard import create_app
@@ -412,3 +413,14 @@ def test_help_and_import_do_not_load_the_dashboard() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
+
+
+def test_the_overview_lists_fifty_outstanding_migrations_and_counts_the_rest(
+        project: Any, migrator: Migrator) -> None:
+    write_simple(project, *(f"{n:04d}_step" for n in range(60)))
+    page = TestClient(create_app(migrator)).get("/")
+    assert page.status_code == 200
+    assert page.text.count('class="status s-pending"') == 50
+    assert "… 10 more" in page.text and "0049_step.py" in page.text
+    assert "0050_step.py" not in page.text
+    assert re.search(r"<h2>Pending</h2><p class=\"big warn\">60</p>", page.text)

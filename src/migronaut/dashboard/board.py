@@ -34,6 +34,8 @@ CONTROLS: Mapping[str, tuple[str, ...]] = {
 }
 #: Runs listed on the overview.
 OVERVIEW_RUNS = 10
+#: Pending and failed migrations listed on the overview (the rest are counted).
+OUTSTANDING_SHOWN = 50
 #: Bars of the throughput chart.
 THROUGHPUT_BARS = 24
 #: Bad ids and errors shown on a migration's page (the state keeps ≤ 1001 and ≤ 20).
@@ -181,11 +183,13 @@ class Board:
         lock = self.migrator.lock_status()
         counts = migration_counts(rows)
         applied = [row for row in rows if row.status == "applied"]
+        outstanding = [row for row in rows if row.status != "applied"]
         return {
             "counts": counts, "total": len(rows),
             # only the rows shown are shaped: on a 1,000-migration database the rest would cost
             # more than the reads
-            "outstanding": json_document(rows_json([r for r in rows if r.status != "applied"])),
+            "outstanding": json_document(rows_json(outstanding[:OUTSTANDING_SHOWN])),
+            "outstandingCount": len(outstanding),
             "recent": json_document(rows_json(applied[-5:][::-1])),
             "lock": json_document(lock.to_dict()),
             "lockAgeSeconds": lock.held_for_s, "lockTtlSeconds": (lock.ttl_ms or 0) / 1000,
