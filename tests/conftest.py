@@ -149,11 +149,19 @@ SEARCH_DELAY = 0.2
 def search_uri() -> Iterator[str]:
     """The URI of a dev server in ``--search`` mode (Atlas's search-index commands, builds of
     ``2 * SEARCH_DELAY`` seconds), started the first time a test asks."""
+    yield from search_server(search_delay=SEARCH_DELAY)
+
+
+#: Seconds before the ``lagged_search_uri`` server lists a search-index create or update.
+SEARCH_LAG = 0.6
+
+
+def search_server(**options: Any) -> Iterator[str]:
     from migronaut.devserver import start_subprocess
     from migronaut.errors import MigronautError
 
     try:
-        server = start_subprocess(search=True, search_delay=SEARCH_DELAY)
+        server = start_subprocess(search=True, **options)
     except MigronautError as error:
         if os.environ.get(TEST_URI_VARIABLE, "").strip():  # a real server, maybe no mongoeco
             pytest.skip(f"cannot start the search dev server: {error.message}")
@@ -163,9 +171,43 @@ def search_uri() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def lagged_search_uri() -> Iterator[str]:
+    """A ``--search`` dev server whose ``$listSearchIndexes`` shows a create or an update only
+    ``SEARCH_LAG`` seconds later (``--search-lag``: Atlas's list is eventually consistent)."""
+    yield from search_server(search_delay=SEARCH_DELAY, search_lag=SEARCH_LAG)
+
+
+@pytest.fixture(scope="session")
 def search_client(search_uri: str) -> Iterator[MongoClient[dict[str, Any]]]:
     """A pymongo client on the ``--search`` dev server."""
     yield from _session_client(search_uri)
+
+
+@pytest.fixture(scope="session")
+def failpoint_uri() -> Iterator[str]:
+    """A server that serves mongod's ``configureFailPoint`` ``failCommand``:
+    ``MIGRONAUT_TEST_URI`` (a mongod started with ``enableTestCommands``; tests skip where it
+    refuses the command — ``helpers/failpoints.py``), else a dev server started with
+    ``--enable-test-commands``."""
+    configured = os.environ.get(TEST_URI_VARIABLE, "").strip()
+    if configured:
+        yield configured
+        return
+    from migronaut.devserver import start_subprocess
+    from migronaut.errors import MigronautError
+
+    try:
+        server = start_subprocess(test_commands=True)
+    except MigronautError as error:
+        pytest.fail(f"cannot start the failpoint dev server: {error.message}", pytrace=False)
+    with server:
+        yield server.uri
+
+
+@pytest.fixture(scope="session")
+def failpoint_client(failpoint_uri: str) -> Iterator[MongoClient[dict[str, Any]]]:
+    """A pymongo client on the ``failpoint_uri`` server."""
+    yield from _session_client(failpoint_uri)
 
 
 @pytest.fixture

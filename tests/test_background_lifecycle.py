@@ -641,7 +641,11 @@ def test_a_one_partition_migration_costs_few_commands_beyond_its_batches(
     """``drive`` of a migration planned as one partition: the plan and the close read the state
     they need once, the version index is listed once (coordinator and lane share it), nothing
     probes the collection's ``_id`` brackets or asks ``hello``, and the lane claims once — its
-    partition, with the document it wrote — and does not claim again once it is done."""
+    partition, with the document it wrote — and does not claim again once it is done.
+
+    Each step's driver record rides on the write the step makes (the plan commit, the roll-up):
+    no ``update`` of the state of its own; the close counts the partitions from the one read the
+    roll-up sums; the view returned reads its counts and live leases in one ``aggregate``."""
     import threading
 
     from pymongo import monitoring
@@ -676,7 +680,51 @@ def test_a_one_partition_migration_costs_few_commands_beyond_its_batches(
     assert ("hello", "") not in caller and ("find", "users") not in caller
     assert [c for c in sent if c[1] == "listIndexes"] == [("MainThread", "listIndexes", "users")]
     assert caller.count(("find", STATES)) <= 3  # each step's read, the unblock check
-    assert len(caller) <= 22
+    assert ("update", STATES) not in caller  # the coordinator stamp is never a write alone
+    assert caller.count(("find", PARTITIONS)) == 1  # the close: counted and rolled up from it
+    assert caller.count(("aggregate", PARTITIONS)) == 1  # the view: counts and live leases
+    assert len([c for c in caller if c[0] != "endSessions"]) <= 17  # 8 + 8 + the view
+    stored = state(db)
+    assert stored["coordinator"]["kind"] == "local" and stored["coordinator"]["at"]
+    assert view["coordinator"] == stored["coordinator"] and view["liveLeases"] == 0
     claims = [c for c in lane if c == ("findAndModify", PARTITIONS)]
-    assert lane[0] == ("findAndModify", PARTITIONS) and len(claims) == 1
+    assert lane[0] == ("findAndModify", PARTITIONS) and len(claims) == 1, lane
     assert ("find", PARTITIONS) not in lane  # no slot listing, no read-back of the claim
+
+
+def test_a_step_that_neither_commits_nor_closes_still_records_its_driver(
+    project: Any, cli: Any, db: Any
+) -> None:
+    """The coordinator stamp (reference background §3.1, 5) lands with every step that gets
+    past the blocked check: with the plan commit, alone when the step only answers ``process``
+    (a plan with open partitions), and alone when the step raises after it."""
+    from migronaut.background.coordinator import Coordinator
+    from migronaut.errors import ConfigInvalidError
+
+    seed(db, docs=30)
+    project.write_migration("0001_users_v1", background_file(extra_spec='"max_parallel": 1,'))
+    assert cli("up").exit_code == 0
+    with make_migrator(project) as migrator:
+        assert migrator.background.coordinate(B1, driver="cli").next == "process"  # commits
+        first = state(db)["coordinator"]
+        assert first["kind"] == "cli"
+        answer = migrator.background.coordinate(B1, driver="runner")  # open partitions: no write
+        assert answer.next == "process"
+        second = state(db)["coordinator"]
+        assert second["kind"] == "runner" and second["at"] >= first["at"]
+        assert state(db)["generation"] == 1  # nothing replanned
+
+    def refused(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise ConfigInvalidError("refused by the test")
+
+    db[STATES].update_one({"_id": B1}, {"$set": {"phase": "partition"}})  # plans again
+    original = Coordinator._plan_collection
+    Coordinator._plan_collection = refused  # type: ignore[method-assign]
+    try:
+        with make_migrator(project) as migrator, pytest.raises(ConfigInvalidError):
+            migrator.background.coordinate(B1, driver="inline")
+    finally:
+        Coordinator._plan_collection = original  # type: ignore[method-assign]
+    third = state(db)["coordinator"]
+    assert third["kind"] == "inline" and third["at"] >= second["at"]
+    assert state(db)["generation"] == 1  # the refused plan committed nothing

@@ -224,3 +224,51 @@ def _slack() -> Any:
     from datetime import timedelta
 
     return timedelta(seconds=5)
+
+
+# --------------------------------------------------------------------- counts in one read
+
+
+def test_counts_and_live_leases_answer_as_the_two_reads_they_replace(
+    db: Database[dict[str, Any]]
+) -> None:
+    """The status view's one ``aggregate`` gives the current plan's counts (leased: set,
+    expired or not) and the migration's live leases (any plan, judged by each lease's own TTL)
+    exactly as ``count_by_status`` and ``live_leases`` do; so does ``counted`` over the
+    partitions as read."""
+    store, token = planned(db, partitions=4)
+    live = claim(store, token, ttl_ms=60_000, max_parallel=3, owner="live")
+    expired = claim(store, token, ttl_ms=60_000, max_parallel=3, owner="expired")
+    assert isinstance(live, Lease) and isinstance(expired, Lease)
+    age(store, expired, 61_000)
+    pending = store.partitions.find_one({"background": NAME, "lease": {"$exists": False}})
+    assert pending is not None
+    store.partitions.update_one({"_id": pending["_id"]}, {"$set": {"status": "done"}})
+    # another plan's partition with a live lease, and another migration's: live counts the first
+    other = uuid.uuid4().hex
+    store.insert_plan(NAME, 1, other, [{"scope": {"kind": "step"}, "estimate": 0}])
+    store.partitions.update_one({"plan": other}, [{"$set": {"lease": {
+        "slot": 7, "token": "t", "owner": "o", "ttlMs": 60_000, "renewedAt": "$$NOW"}}}])
+    store.insert_plan("another.py", 1, token, [{"scope": {"kind": "step"}, "estimate": 0}])
+    store.partitions.update_one({"background": "another.py"}, [{"$set": {"lease": {
+        "slot": 0, "token": "t", "owner": "o", "ttlMs": 60_000, "renewedAt": "$$NOW"}}}])
+
+    counts, live_count = store.counts_and_live_leases(NAME, 1, token)
+    assert counts == store.count_by_status(NAME, 1, token) == {
+        "pending": 1, "running": 2, "done": 1, "failed": 0, "cancelled": 0, "superseded": 0,
+        "leased": 2}
+    assert live_count == store.live_leases(NAME) == 2
+    mine = [p for p in store.generation_partitions(NAME, 1) if p["plan"] == token]
+    assert store.counted(mine) == counts
+    assert len(store.generation_partitions(NAME, 1)) == 5  # every plan of the generation
+
+
+def test_counts_and_live_leases_of_a_plan_without_partitions_are_zero(
+    db: Database[dict[str, Any]]
+) -> None:
+    store, _ = planned(db, partitions=1)
+    counts, live_count = store.counts_and_live_leases(NAME, 1, "no-such-plan")
+    assert counts == store.counted([]) == {
+        "pending": 0, "running": 0, "done": 0, "failed": 0, "cancelled": 0, "superseded": 0,
+        "leased": 0}
+    assert live_count == 0

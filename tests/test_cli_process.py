@@ -238,6 +238,8 @@ def test_dev_server_without_the_extra_exits_6(
         (("--port", "70000"), "--port must be between 0 and 65535 (got '70000')"),
         (("--auth", "nopassword"), "--auth must be 'user:password'"),
         (("--standalone", "--sharded"), "--standalone and --sharded exclude each other"),
+        (("--search-lag", "soon"), "--search-lag must be a number of seconds (got 'soon')"),
+        (("--search-lag", "-1"), "--search-lag must be between 0 and 3600 seconds (got -1.0)"),
     ],
 )
 def test_dev_server_bad_flags_exit_6(cli: Any, args: tuple[str, ...], message: str) -> None:

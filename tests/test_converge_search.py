@@ -4,14 +4,20 @@ plain dev server, which answers 31082 like a mongod without mongot."""
 
 from __future__ import annotations
 
+import re
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pymongo import MongoClient
 
-from conftest import project_on
-from helpers.engine import make_migrator
+from conftest import SEARCH_DELAY, project_on, search_server
+from helpers.engine import captured_logger, make_migrator
+from helpers.wire_audit import AUDIT
 from migronaut import ConvergeFailedError
+from migronaut.observability.events import EVENTS
 
 MOVIES: dict[str, Any] = {"name": "movies", "search_indexes": [
     {"definition": {"mappings": {"fields": {"title": {"type": "string"}}}}},
@@ -168,3 +174,94 @@ def test_audit_search_check(sproject: Any, project: Any) -> None:
     assert unavailable.status == "fail" and "mongodb-atlas-local" in unavailable.detail
     skipped = search_check(project, [MOVIES], {"on_search_unavailable": "skip"})
     assert skipped.status == "warn" and "2 declared search index(es) skipped" in skipped.detail
+
+
+# ------------------------------------------------- the fixed-point check and a lagging list
+
+
+def project_on_server(tmp_path: Path, uri: str, monkeypatch: pytest.MonkeyPatch,
+                      request: pytest.FixtureRequest) -> Any:
+    """A project on another ``--search`` server; its database is dropped after the test."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    client: MongoClient[dict[str, Any]] = MongoClient(uri)
+    request.addfinalizer(client.close)
+    request.addfinalizer(lambda: client.drop_database(name))
+    (tmp_path / "lagged").mkdir()
+    return project_on(tmp_path / "lagged", uri, name, monkeypatch)
+
+
+@pytest.fixture
+def lproject(tmp_path: Path, lagged_search_uri: str, monkeypatch: pytest.MonkeyPatch,
+             request: pytest.FixtureRequest) -> Any:
+    """On a server that lists a search-index change ``SEARCH_LAG`` (0.6) seconds late."""
+    return project_on_server(tmp_path, lagged_search_uri, monkeypatch, request)
+
+
+@pytest.fixture(scope="module")
+def slow_list_uri() -> Iterator[str]:
+    """A ``--search`` server whose list lags longer than the check's retries (1.75 s)."""
+    yield from search_server(search_delay=SEARCH_DELAY, search_lag=5.0)
+
+
+def lists_after_submit(sent: list[Any], submit: str) -> int:
+    """``$listSearchIndexes`` reads of ``movies`` sent after the ``submit`` command: the
+    fixed-point check's reads."""
+    names = [s.command for s in sent if s.target == "movies"]
+    return names[names.index(submit):].count("aggregate")
+
+
+def test_the_fixed_point_check_reads_a_lagging_search_list_again(lproject: Any) -> None:
+    """§2.6.3: search rows were applied and the list still shows them to do — read again after
+    250, 500, 1000 ms; here the list catches up within them: no ``unstable``."""
+    with AUDIT.recording() as sent:
+        created = converge(lproject, [MOVIES])
+    assert rows(created) == {"default": ("create", "applied"), "vec": ("create", "applied")}
+    assert created.unstable is None and created.in_sync
+    assert lists_after_submit(sent, "createSearchIndexes") >= 2  # read again, at least once
+
+    changed = {**MOVIES, "search_indexes": [
+        {"definition": {"mappings": {"fields": {"title": {"type": "token"}}}}},
+        MOVIES["search_indexes"][1]]}
+    with AUDIT.recording() as sent:
+        updated = converge(lproject, [changed])
+    assert rows(updated)["default"] == ("modify", "applied")
+    assert updated.unstable is None and updated.in_sync
+    assert lists_after_submit(sent, "updateSearchIndex") >= 2
+
+
+def test_a_search_list_still_behind_after_the_retries_is_unstable(
+        tmp_path: Path, slow_list_uri: str, monkeypatch: pytest.MonkeyPatch,
+        request: pytest.FixtureRequest) -> None:
+    project = project_on_server(tmp_path, slow_list_uri, monkeypatch, request)
+    with captured_logger() as (logger, handler), AUDIT.recording() as sent:
+        result = converge(project, [MOVIES], {"logger": logger})
+    assert rows(result) == {"default": ("create", "applied"), "vec": ("create", "applied")}
+    assert result.unstable == tuple(
+        {"collection": "movies", "target": "searchIndex", "name": name, "action": "create"}
+        for name in ("default", "vec"))
+    assert result.in_sync is False
+    assert lists_after_submit(sent, "createSearchIndexes") == 4  # at 0, 0.25, 0.75, 1.75 s
+    warned = [r.getMessage() for r in handler.records if "still shows create" in r.getMessage()]
+    assert len(warned) == 2
+    assert all("every update makes the server rebuild the index" in line for line in warned)
+
+
+def test_every_event_converge_emits_is_declared_and_documented(sproject: Any) -> None:
+    """``EVENTS`` lists every ``converge:*`` event — those a converge with a wait emits, and
+    every one the converge modules name — and ``docs/observability.md`` documents each."""
+    seen: list[str] = []
+    with make_migrator(sproject, collections=[MOVIES]) as migrator:
+        migrator.on("*", lambda event: seen.append(event["event"]))
+        migrator.converge(wait_for_search_indexes=True)
+    emitted = {name for name in seen if name.startswith("converge:")}
+    assert emitted == {"converge:start", "converge:action", "converge:wait", "converge:end"}
+    assert emitted <= set(EVENTS)
+
+    import migronaut.commands as commands
+
+    source = "".join(path.read_text() for path in
+                     Path(commands.__file__).parent.glob("*converge*.py"))
+    named = set(re.findall(r'"(converge:[a-z]+)"', source))
+    assert emitted <= named <= set(EVENTS)
+    documented = (Path(__file__).parent.parent / "docs" / "observability.md").read_text()
+    assert [name for name in EVENTS if f"| `{name}` |" not in documented] == []

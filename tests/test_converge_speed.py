@@ -16,6 +16,7 @@ from typing import Any
 from pymongo import monitoring
 
 from helpers.engine import make_migrator
+from helpers.wire_audit import AUDIT, OWN_PREFIX, Sent
 from migronaut.commands.converge_read import MAX_IN_FLIGHT
 
 DECLARED = 50
@@ -108,3 +109,46 @@ def test_in_sync_check_sends_the_same_and_nothing_more(project: Any, db: Any) ->
     assert len({target for name, target in listener.started_commands
                 if name == "listIndexes"}) == DECLARED
     assert 1 < listener.peak <= MAX_IN_FLIGHT
+
+
+def _declared_reads(sent: list[Sent]) -> collections.Counter[tuple[str, str]]:
+    """What was sent about the user's collections: everything but the handshake, the server
+    info and migronaut's own state (the lock, the run record — ``_migronaut*``)."""
+    return collections.Counter(
+        (s.command, s.target) for s in sent
+        if s.command not in ("ping", "hello", "buildInfo", "endSessions")
+        and not s.target.startswith(OWN_PREFIX))
+
+
+def test_an_in_sync_converge_reads_exactly_what_check_reads(project: Any, db: Any) -> None:
+    """A real converge with nothing to do re-reads no collection (§2.3 step 8 re-plans before
+    work, and there is none): one ``listCollections`` and one ``listIndexes`` per collection,
+    the same commands as ``converge --check``."""
+    with make_migrator(project, collections=declared()) as migrator:
+        assert migrator.converge().changed > 0
+        with AUDIT.recording() as checked:
+            assert migrator.converge(dry_run=True).in_sync
+        with AUDIT.recording() as converged:
+            result = migrator.converge()
+    assert result.in_sync and result.changed == 0
+
+    expected = collections.Counter({("listCollections", "1"): 1, **{
+        ("listIndexes", f"c{i:02d}"): 1 for i in range(DECLARED)}})
+    assert _declared_reads(checked) == expected
+    assert _declared_reads(converged) == expected
+    assert any(s.target == "_migronaut_locks" for s in converged)  # a real, locked run
+
+
+def test_a_converge_with_work_still_re_reads_each_collection_before_its_turn(
+        project: Any, db: Any) -> None:
+    """The counterpart: once a step ran, every later collection is read again before its turn
+    (a collection changed meanwhile stops the run at ``replan``), and a collection that had
+    work once more after it (the fixed-point check)."""
+    for name in ("c00", "c01", "c02"):
+        db.create_collection(name)
+    with make_migrator(project, collections=declared()[:3]) as migrator, \
+            AUDIT.recording() as sent:
+        assert migrator.converge().changed == 9
+    listed = collections.Counter(s.target for s in sent if s.command == "listIndexes")
+    # the first read, then c00: verify; c01 and c02: re-plan + verify
+    assert listed == {"c00": 2, "c01": 3, "c02": 3}

@@ -345,3 +345,45 @@ def test_a_search_delay_out_of_range_is_config_invalid() -> None:
 
     with pytest.raises(ConfigInvalidError, match="--search-delay must be between 0 and 3600"):
         start_subprocess(search=True, search_delay=-1)
+
+
+def test_a_search_lag_out_of_range_is_config_invalid() -> None:
+    from migronaut.devserver import start_subprocess
+    from migronaut.errors import ConfigInvalidError
+
+    with pytest.raises(ConfigInvalidError, match="--search-lag must be between 0 and 3600"):
+        start_subprocess(search=True, search_lag=-1)
+
+
+def until(check: Callable[[], bool]) -> int:
+    """How many polls (50 ms apart, at most 10 s) until ``check`` holds."""
+    deadline = time.monotonic() + 10
+    polls = 0
+    while not check():
+        assert time.monotonic() < deadline, "not within 10 s"
+        polls += 1
+        time.sleep(0.05)
+    return polls
+
+
+def test_with_a_lag_the_list_shows_a_create_and_an_update_only_later(
+    lagged_search_uri: str,
+) -> None:
+    """``--search-lag``: the list is eventually consistent, as Atlas's is — a created index is
+    missing at first, an updated one shows its previous definition."""
+    client: MongoClient[dict[str, Any]] = MongoClient(lagged_search_uri)
+    name = f"s_{uuid.uuid4().hex[:12]}"
+    try:
+        coll = client[name].movies
+        client[name].create_collection("movies")
+        coll.create_search_index({"name": "plot", "definition": DYNAMIC})
+        assert list(coll.list_search_indexes()) == []  # created, not listed yet
+        assert until(lambda: bool(list(coll.list_search_indexes()))) > 0
+        new = {"mappings": {"dynamic": False, "fields": {"title": {"type": "string"}}}}
+        coll.update_search_index("plot", new)
+        assert listed(coll, "plot")["latestDefinition"] == DYNAMIC  # the previous one
+        assert until(lambda: listed(coll, "plot")["latestDefinition"] == new) > 0
+        assert listed(coll, "plot")["latestDefinitionVersion"]["version"] == 1
+    finally:
+        client.drop_database(name)
+        client.close()

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from conftest import project_on
 from helpers.engine import (
     Events,
     applied,
@@ -288,6 +289,15 @@ def _scenario_for(event: str, project: Any) -> tuple[dict[str, Any], Any]:
             return migrator.up("0001_a.py")
 
         return {}, skip
+    if event == "converge:wait":
+        def converge_and_wait(migrator: Any) -> Any:
+            result = migrator.converge()
+            assert result.changed == 2 and result.search["wait"]["outcome"] == "ready"
+            return []
+
+        return {"collections": [{"name": "c", "search_indexes": [
+            {"definition": {"mappings": {"dynamic": True}}}]}],
+            "wait_for_search_indexes": True}, converge_and_wait
     if event.startswith("converge:"):
         def converge(migrator: Any) -> Any:
             assert migrator.converge().changed == 2
@@ -320,8 +330,16 @@ def _scenario_for(event: str, project: Any) -> tuple[dict[str, Any], Any]:
 
 @pytest.mark.parametrize("event", [*EVENTS, "*"])
 def test_a_raising_listener_of_any_event_never_changes_the_run(
-    project: Any, db: Any, event: str
+    project: Any, db: Any, event: str, request: pytest.FixtureRequest, tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    if event == "converge:wait":  # only a server with Atlas Search builds search indexes
+        search_client = request.getfixturevalue("search_client")
+        (tmp_path / "search").mkdir()
+        project = project_on(tmp_path / "search", request.getfixturevalue("search_uri"),
+                             db.name, monkeypatch)
+        db = search_client[db.name]
+        request.addfinalizer(lambda: search_client.drop_database(db.name))
     settings, action = _scenario_for(event, project)
     called: list[str] = []
 

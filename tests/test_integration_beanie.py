@@ -162,3 +162,74 @@ def test_without_revisions_documents_are_stamped_and_saved_as_beanie_saves(
             {"text": "c", "__v": 1}]
 
     run(mongo_uri, db_name, body)
+
+
+def revisions(stored: list[dict[str, Any]]) -> dict[str, Any]:
+    return {doc["name"]: doc.get("__rev") for doc in stored}
+
+
+def test_query_level_updates_bump_the_revision(mongo_uri: str, db_name: str) -> None:
+    """``find(...).update``, ``update_many``, ``set``, ``inc``, ``find_one(...).update`` and
+    ``update_all`` bump ``__rev`` of every document they change — so a document loaded before
+    them is stale — unless the update writes the revision itself."""
+    async def body(raw: Any) -> None:
+        await Plan.insert_many([Plan(name="a"), Plan(name="b"), Plan(name="c")])
+        loaded = await Plan.find_one(Plan.name == "a")
+        assert loaded is not None and loaded.revision == 0
+
+        await Plan.find(Plan.name != "c").update({"$set": {"tier": "team"}})
+        await Plan.find(Plan.name == "a").update_many({"$set": {"tier": "gold"}})
+        await Plan.find(Plan.name == "a").set({Plan.tier: "silver"})
+        await Plan.find_one(Plan.name == "b").update({"$set": {"tier": "x"}})
+        await Plan.update_all({"$set": {"seen": True}})
+        stored = await raw.find({}).to_list()
+        assert revisions(stored) == {"a": 4, "b": 3, "c": 1}
+        assert {doc["name"]: doc["tier"] for doc in stored} == {
+            "a": "silver", "b": "x", "c": "pro"}
+
+        loaded.tier = "mine"
+        with pytest.raises(RevisionConflictError) as caught:
+            await loaded.save()  # loaded at 0, bumped by the query updates meanwhile
+        assert caught.value.context["actual"] == 4
+
+        await Plan.find(Plan.name == "c").update({"$set": {"__rev": 10}})  # written: kept
+        await Plan.find(Plan.name == "c").update([{"$set": {"tier": "piped"}}])  # pipeline
+        stored = await raw.find({"name": "c"}).to_list()
+        assert (stored[0]["__rev"], stored[0]["tier"]) == (11, "piped")
+
+    run(mongo_uri, db_name, body)
+
+
+def test_query_level_upserts_stamp_the_version_and_bulk_writers_bump(
+    mongo_uri: str, db_name: str
+) -> None:
+    async def body(raw: Any) -> None:
+        from beanie import BulkWriter
+
+        await Plan.find(Plan.name == "new").upsert(
+            {"$set": {"tier": "t"}}, on_insert=Plan(name="new"))  # inserts on_insert, stamped
+        await Plan.find_one(Plan.name == "raw").update(
+            {"$set": {"tier": "r"}}, upsert=True)  # the server inserts
+        assert await raw.find({}, {"_id": 0}).sort("name", 1).to_list() == [
+            {"name": "new", "tier": "pro", "__v": 2, "__rev": 0},
+            {"name": "raw", "tier": "r", "__v": 2, "__rev": 1}]
+
+        async with BulkWriter() as writer:
+            await Plan.find(Plan.name == "new").update({"$set": {"tier": "bulk"}},
+                                                       bulk_writer=writer)
+            await Plan.find_one(Plan.name == "raw").update({"$set": {"tier": "bulk"}},
+                                                           bulk_writer=writer)
+        assert revisions(await raw.find({}).to_list()) == {"new": 1, "raw": 2}
+
+    run(mongo_uri, db_name, body)
+
+
+def test_without_revisions_query_updates_are_left_as_written(mongo_uri: str,
+                                                             db_name: str) -> None:
+    async def body(raw: Any) -> None:
+        await Note(text="a").insert()
+        await Note.find(Note.text == "a").update({"$set": {"text": "b"}})
+        assert await raw.database.notes.find({}, {"_id": 0}).to_list() == [
+            {"text": "b", "__v": 1}]
+
+    run(mongo_uri, db_name, body)

@@ -177,3 +177,31 @@ def test_without_revisions_documents_are_stamped_and_saved_as_mongoengine_saves(
     loaded.save()
     Note.objects(pk=note.pk).update(set__text="c")
     assert list(db.notes.find({}, {"_id": 0})) == [{"text": "c", "__v": 1}]
+
+
+def test_raw_updates_bump_the_revision_unless_they_write_it(raw: Any) -> None:
+    """``__raw__`` operator documents and pipelines bump ``__rev`` like keyword updates — so a
+    document loaded before them is stale — and a raw operator upsert is stamped on insert."""
+    Plan(name="a").save()
+    Plan(name="b").save()
+    loaded = Plan.objects.get(name="a")
+    assert Plan.objects(name__in=["a", "b"]).update(__raw__={"$set": {"tier": "x"}}) == 2
+    Plan.objects(name="a").update_one(__raw__={"$set": {"tier": "y"}, "$unset": {"gone": ""}})
+    Plan.objects(name="a").update(__raw__=[{"$set": {"tier": "piped"}}])
+    Plan.objects(name="a").modify(__raw__={"$set": {"tier": "z"}})
+    Plan.objects(name="b").update(__raw__={"$set": {"__rev": 10}})  # written: kept
+    Plan.objects(name="b").update(set__revision=20, __raw__={"$set": {"tier": "kw"}})
+    Plan.objects(name="c").update_one(__raw__={"$set": {"tier": "new"}}, upsert=True)
+    assert list(raw.find({}, {"_id": 0}).sort("name", 1)) == [
+        {"name": "a", "tier": "z", "__v": 2, "__rev": 4},
+        {"name": "b", "tier": "kw", "__v": 2, "__rev": 20},
+        {"name": "c", "tier": "new", "__v": 2, "__rev": 1}]
+
+    loaded.tier = "mine"
+    assert conflict_of(loaded.save)["actual"] == 4
+
+
+def test_without_revisions_raw_updates_are_left_as_written(raw: Any) -> None:
+    note = Note(text="a").save()
+    Note.objects(pk=note.pk).update(__raw__={"$set": {"text": "b"}})
+    assert list(raw.database.notes.find({}, {"_id": 0})) == [{"text": "b", "__v": 1}]

@@ -125,3 +125,14 @@ def test_error_to_dict_hides_results_unless_asked() -> None:
 )
 def test_sanitize_terminal_strips_control_sequences(raw: str, clean: str) -> None:
     assert sanitize_terminal(raw) == clean
+
+
+def test_key_values_of_a_driver_error_document_are_masked_outbound() -> None:
+    text = ("E11000 duplicate key error, full error: {'keyPattern': {'email': 1}, "
+            "'keyValue': {'email': 'alice@example.com', 'tags': {'a': 'x'}}, 'code': 11000}")
+    out = redact(text, outbound=True)
+    assert "alice@example.com" not in out and "'a': 'x'" not in out
+    assert "'keyValue': { **** }, 'code': 11000}" in out
+    assert "'keyPattern': {'email': 1}" in out  # the index, not a value: kept
+    assert redact(text) == text  # inbound (logs) unchanged
+    assert redact('"keyValue": {"email": "a@b"', outbound=True) == '"keyValue": { **** }'

@@ -9,7 +9,9 @@ when Atlas could not build its definition (:mod:`migronaut._devserver_search_def
 update moves the index back through the same states while the previous definition stays
 queryable (``statusDetail[].mainIndex``, the new one being ``stagedIndex``); a drop leaves it
 ``DELETING`` for ``delay`` seconds, its name not free yet. Re-sending the definition an index
-already has changes nothing (Atlas does not retry an unchanged definition).
+already has changes nothing (Atlas does not retry an unchanged definition). With a ``lag``,
+``$listSearchIndexes`` is eventually consistent as Atlas's is: a created index is listed, and an
+updated one lists its new definition, only ``lag`` seconds after the command.
 
 Without ``--search`` the server answers these like a ``mongod`` without Search:
 :func:`not_enabled` (31082 ``SearchNotEnabled``). Indexes live as long as the server process —
@@ -22,7 +24,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -91,17 +93,20 @@ class _Index:
     latest: _Version
     serving: _Version | None = None  # the last definition built READY
     dropped_since: float | None = None
+    previous: _Version | None = None  # what the list shows while ``latest`` lags
 
 
 class SearchIndexes:
     """The search indexes of every collection, and the commands that read and change them.
 
     ``delay`` is the time (seconds) a build spends in each of ``PENDING`` and ``BUILDING``, and a
-    dropped index in ``DELETING``; 0 makes every change take effect at once.
+    dropped index in ``DELETING``; 0 makes every change take effect at once. ``lag`` is the time
+    before the list shows a create or an update.
     """
 
-    def __init__(self, delay: float = 1.0, clock: Clock = time.monotonic) -> None:
-        self.delay, self._clock = delay, clock
+    def __init__(self, delay: float = 1.0, clock: Clock = time.monotonic, *,
+                 lag: float = 0.0) -> None:
+        self.delay, self._clock, self.lag = delay, clock, lag
         self._by_collection: dict[tuple[str, str], list[_Index]] = {}
 
     # -- commands ------------------------------------------------------------------------------
@@ -137,6 +142,7 @@ class SearchIndexes:
         elif dict(command["definition"]) != index.latest.definition:
             self._settle(db, coll)
             definition = copy.deepcopy(dict(command["definition"]))
+            index.previous = index.latest
             index.latest = _Version(index.latest.number + 1, definition, now,
                                     definition_problem(index.type, definition))
         return {"ok": 1.0}
@@ -205,7 +211,7 @@ class SearchIndexes:
         listed = []
         if await self._exists(db, coll, run):
             now = self._clock()
-            listed = [self._document(index, now) for index in self._settle(db, coll)
+            listed = [self._document(index, now) for index in self._listed(db, coll, now)
                       if spec.get("name", index.name) == index.name
                       and spec.get("id", index.id) == index.id]
         documents = apply_pipeline(listed, rest) if rest else listed
@@ -252,6 +258,18 @@ class SearchIndexes:
             kept.append(index)
         self._by_collection[(db, coll)] = kept
         return kept
+
+    def _listed(self, db: str, coll: str, now: float) -> list[_Index]:
+        """The indexes as the (eventually consistent) list shows them: a change younger than
+        ``lag`` is not visible yet — a new index is missing, an updated one shows its previous
+        definition."""
+        shown = []
+        for index in self._settle(db, coll):
+            if now - index.latest.since >= self.lag:
+                shown.append(index)
+            elif index.previous is not None:
+                shown.append(replace(index, latest=index.previous))
+        return shown
 
     def _document(self, index: _Index, now: float) -> dict[str, Any]:
         """The index as Atlas's ``$listSearchIndexes`` lists it."""

@@ -20,6 +20,10 @@ migronaut, its tests and the official clients depend on it:
 * **Atlas Search index commands** (``createSearchIndexes``, ``updateSearchIndex``,
   ``dropSearchIndex``, ``$listSearchIndexes``): served like Atlas with ``search``
   (:mod:`migronaut._devserver_search`), refused like a ``mongod`` without Search otherwise (31082);
+* **test failpoint** (``--enable-test-commands`` only): mongod's ``configureFailPoint`` with its
+  ``failCommand`` failpoint (:mod:`migronaut._devserver_failpoints`), so failure paths are
+  reached over the wire; without the flag the command is unknown (59), as on a production mongod
+  (mongoeco's own failpoint, which would also fail this layer's internal reads, is never reached);
 * ``standalone``: ``startTransaction`` is refused like a standalone ``mongod`` (error 20);
 * ``sharded``: ``hello`` answers like a ``mongos`` and a ``find``'s ``min``/``max`` index bounds
   are applied as a filter (mongoeco ignores them).
@@ -44,6 +48,8 @@ from migronaut._devserver_catalog import (
     with_collection_collation,
 )
 from migronaut._devserver_collmod import CollMod, check_validator, set_collection_options
+from migronaut._devserver_failpoints import COMMAND as CONFIGURE_FAIL_POINT
+from migronaut._devserver_failpoints import FailCommand
 from migronaut._devserver_search import SearchIndexes, is_search_request, not_enabled
 from migronaut._mongod_rules import Violation, check_batch_size, check_command, is_nested_spec
 from migronaut.errors import ConfigInvalidError
@@ -70,9 +76,11 @@ _NOT_ON_MONGOS: Final = (
 
 
 def install(server: Any, *, strict: bool, standalone: bool, sharded: bool,
-            search: SearchIndexes | None = None) -> None:
+            search: SearchIndexes | None = None, fail_command: FailCommand | None = None
+            ) -> None:
     """Put the layer in front of ``server``'s command executor (before it starts); ``search``
-    serves the search-index commands (``None``: refused as by a ``mongod`` without Search)."""
+    serves the search-index commands (``None``: refused as by a ``mongod`` without Search);
+    ``fail_command`` serves ``configureFailPoint`` (``None``: an unknown command)."""
     from bson.int64 import Int64
     from mongoeco.errors import OperationFailure
 
@@ -113,15 +121,19 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool,
             searching = is_search_request(name, body)
             if searching and search is None:
                 raise _refused(not_enabled())
-            if name == "collMod" or searching:  # served here: a context mongoeco accepts
+            served = name == "collMod" or searching or (
+                fail_command is not None and name == CONFIGURE_FAIL_POINT)
+            if served:  # served here: a context mongoeco accepts
                 carrier = {key: body[key] for key in body if key in _INTERNAL_KEYS}
                 context = prepare({"ping": 1, **carrier}, **options)
                 command = {key: body[key] for key in body if key not in _INTERNAL_KEYS}
                 return dataclasses.replace(context, command_name=name,
                                            command_document=command)
             aside = _split_index_specs(body) if name == "createIndexes" else None
-            if isinstance(name, str) and surface is not None and \
-                    not surface.supports_command(name):
+            unknown = name == CONFIGURE_FAIL_POINT or (  # mongoeco's own, served without a flag
+                isinstance(name, str) and surface is not None
+                and not surface.supports_command(name))
+            if unknown:
                 raise OperationFailure(f"no such command: '{name}'", code=59,
                                        details={"codeName": "CommandNotFound"})
             if aside is not None:
@@ -136,6 +148,13 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool,
         aside = aside_by_context.pop(id(context), {})
         if not isinstance(command, dict):
             return await original(context)
+        if fail_command is not None:
+            try:
+                if name == CONFIGURE_FAIL_POINT:
+                    return fail_command.configure(command, context.db_name)
+                fail_command.check(name, getattr(context, "connection", None))
+            except Refused as refusal:
+                raise _refused(refusal) from None
         if standalone and (getattr(context, "raw_body", None) or {}).get("startTransaction"):
             raise OperationFailure(_STANDALONE_TXN_MESSAGE, code=20)
         if sharded and name == "find":

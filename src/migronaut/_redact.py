@@ -43,7 +43,9 @@ _MECH_SECRET = re.compile(
     r"(?P<value>[^,&;\s#]*)",
     re.IGNORECASE,
 )
-_DUP_KEY = re.compile(r"(dup key: )\{[^}]*\}")
+#: Where a duplicate-key error quotes the values: ``dup key: {…}`` in the server's message and
+#: ``keyValue: {…}`` in the error document a driver error repeats.
+_DUP_KEY = re.compile(r"(?:dup key: |['\"]?keyValue['\"]?\s*:\s*)(?=\{)")
 
 # C0 controls (except \t and \n) and the C1 block, plus whole escape sequences (CSI/OSC/DCS/...).
 _ESCAPES = re.compile(
@@ -66,8 +68,29 @@ def redact(text: str, *, outbound: bool = False) -> str:
         lambda m: m["key"] + _MECH_SECRET.sub(lambda n: n["key"] + MASK, m["value"]), out
     )
     if outbound:
-        out = _DUP_KEY.sub(r"\1{ " + MASK + " }", out)
+        out = _mask_dup_keys(out)
     return out
+
+
+def _mask_dup_keys(text: str) -> str:
+    """Each ``{…}`` after a :data:`_DUP_KEY` marker (nested braces included) becomes
+    ``{ **** }``; an unbalanced one is masked to the end of the text."""
+    parts, at = [], 0
+    for found in _DUP_KEY.finditer(text):
+        start = found.end()
+        if start < at:
+            continue
+        depth, end = 0, len(text)
+        for index in range(start, len(text)):
+            char = text[index]
+            depth += (char == "{") - (char == "}")
+            if depth == 0:
+                end = index + 1
+                break
+        parts += [text[at:start], "{ " + MASK + " }"]
+        at = end
+    parts.append(text[at:])
+    return "".join(parts)
 
 
 def redact_value(value: Any) -> Any:

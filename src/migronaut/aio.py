@@ -189,6 +189,7 @@ class AsyncMigrator:
     unlock = _threaded(Migrator.unlock)
     create = _threaded(Migrator.create)
     next_batch = _threaded(Migrator.next_batch)
+    plan_sequence = _threaded(Migrator.plan_sequence)
     import_changelog = _threaded(Migrator.import_changelog)
     baseline = _threaded(Migrator.baseline)
     audit = _threaded(Migrator.audit)

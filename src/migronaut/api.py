@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from pymongo.database import Database
 
     from migronaut.background.engine import BackgroundEngine
+    from migronaut.commands.sequence import SequencePlan
     from migronaut.commands.status import StatusFilter
     from migronaut.core.changelog import Changelog
     from migronaut.core.config import Config
@@ -229,7 +230,16 @@ class Migrator:
         return audit(self._ws, self)
 
     def next_batch(self) -> int:
+        """The batch the next bulk ``up`` will use (a peek: nothing is reserved)."""
         return self._ws.connection.changelog.max_batch() + 1
+
+    def plan_sequence(self, file: str | None = None, *, to: str | None = None) -> SequencePlan:
+        """What a bulk ``up`` (or ``up(file)``) amounts to as single-file runs — for a queue
+        that applies them one job each (``up(name, ordered=True, batch=, checksum=)``). Read-only;
+        stops before a migration that waits for background migrations (``waiting``)."""
+        from migronaut.commands.sequence import plan_sequence
+
+        return plan_sequence(self._ws, self._background, file, to=to)
 
     def generate_id(self) -> str:
         return self._ws.project.generate_id()
@@ -252,8 +262,16 @@ class Migrator:
            force: bool = False, no_lock: bool = False, strict: bool | None = None,
            batch: int | None = None, requested_by: str | None = None, reason: str | None = None,
            on_background_pending: Literal["error", "stop"] = "error",
-           converge: bool | None = None) -> list[RunResult]:
+           converge: bool | None = None, ordered: bool = False,
+           checksum: str | None = None) -> list[RunResult]:
         """Apply pending migrations (or one named file) in name order, under the lock.
+
+        Sequenced single-file runs (a queue splitting one logical run into one call per file):
+        ``batch`` labels the file's batch (several calls can share :meth:`next_batch`);
+        ``ordered=True`` keeps the bulk run's guarantees — the file must be of the sequence,
+        every earlier file applied (else ``MIGRATION_BLOCKED``), strict and out-of-order checks
+        as in a bulk ``up``; ``checksum`` pins the file to the content planned (else
+        ``CHECKSUM_MISMATCH`` with ``context.planned``).
 
         A migration whose ``requires`` are not done fails the run with ``BACKGROUND_PENDING``;
         with ``on_background_pending="stop"`` the run ends cleanly before it instead (event
@@ -267,14 +285,18 @@ class Migrator:
         """
         return migrate.up(self._ws, file, to=to, step=step, force=force, no_lock=no_lock,
                           strict=strict, batch=batch, requested_by=requested_by, reason=reason,
-                          on_background_pending=on_background_pending, converge=converge)
+                          on_background_pending=on_background_pending, converge=converge,
+                          ordered=ordered, checksum=checksum)
 
     def down(self, file: str | None = None, *, steps: int | None = None,
              batch: int | None = None, to: str | None = None, no_lock: bool = False,
-             requested_by: str | None = None, reason: str | None = None) -> list[RunResult]:
-        """Revert the last batch (or a file, ``steps``, a ``batch``, everything after ``to``)."""
+             requested_by: str | None = None, reason: str | None = None,
+             ordered: bool = False) -> list[RunResult]:
+        """Revert the last batch (or a file, ``steps``, a ``batch``, everything after ``to``);
+        ``ordered=True`` with a file refuses (``MIGRATION_BLOCKED``) unless it is the newest
+        applied migration."""
         return migrate.down(self._ws, file, steps=steps, batch=batch, to=to, no_lock=no_lock,
-                            requested_by=requested_by, reason=reason)
+                            requested_by=requested_by, reason=reason, ordered=ordered)
 
     def redo(self, file: str | None = None, *, no_lock: bool = False,
              requested_by: str | None = None, reason: str | None = None) -> list[RunResult]:

@@ -9,8 +9,15 @@ from __future__ import annotations
 from typing import Any
 
 from migronaut.executors.celery import MigronautCelery, create_app, install
+from migronaut.executors.celery.producer import (
+    QueueHandle,
+    enqueue_converge,
+    enqueue_down,
+    enqueue_up,
+)
 
-__all__ = ["MigronautCelery", "create_app", "install"]
+__all__ = ["MigronautCelery", "QueueHandle", "create_app", "enqueue_converge", "enqueue_down",
+           "enqueue_up", "install"]
 
 
 def __getattr__(name: str) -> Any:

@@ -16,7 +16,8 @@ Invariants:
 It is a development convenience, never a production store (see ``docs/`` for its known limits).
 
 Run it directly with ``python -m migronaut.devserver --port N [--path F] [--auth user:pass]
-[--standalone | --sharded] [--no-strict] [--search [--search-delay S]]``.
+[--standalone | --sharded] [--no-strict] [--search [--search-delay S] [--search-lag S]]
+[--enable-test-commands]``.
 """
 
 from __future__ import annotations
@@ -108,6 +109,8 @@ def serve(
     strict: bool = True,
     search: bool = False,
     search_delay: float = DEFAULT_SEARCH_DELAY,
+    search_lag: float = 0.0,
+    test_commands: bool = False,
     on_ready: Callable[[str], None],
 ) -> None:
     """Serve a MongoDB-compatible endpoint until SIGINT or SIGTERM, then close it and return.
@@ -119,7 +122,10 @@ def serve(
     ``config`` database, the data lives on one node); ``strict`` (the default) refuses what
     ``mongod`` refuses, with its codes (see :mod:`migronaut._devserver_wire`); ``search`` answers
     Atlas's search-index commands like Atlas, each build spending ``search_delay`` seconds in
-    ``PENDING`` and again in ``BUILDING`` (see :mod:`migronaut._devserver_search`). ``on_ready`` is
+    ``PENDING`` and again in ``BUILDING``, and listing a submitted change only ``search_lag``
+    seconds later (see :mod:`migronaut._devserver_search`); ``test_commands`` serves mongod's
+    ``configureFailPoint`` ``failCommand`` (a test aid, see
+    :mod:`migronaut._devserver_failpoints`). ``on_ready`` is
     called once with the connection URI (it carries the password: redact it before printing).
     Must run in the main thread, which receives the signals.
     """
@@ -137,6 +143,7 @@ def serve(
         from mongoeco.engines import SQLiteEngine
         from mongoeco.wire import AsyncMongoEcoProxyServer, WireAuthUser
 
+        from migronaut._devserver_failpoints import FailCommand
         from migronaut._devserver_search import SearchIndexes
         from migronaut._devserver_wire import install
     except ImportError as error:
@@ -146,6 +153,7 @@ def serve(
             f"--port must be between 0 and 65535 (got {port})", {"flag": "--port"}
         )
     check_search_delay(search_delay)
+    check_search_delay(search_lag, "--search-lag")
     if auth is not None and not (auth[0] and auth[1]):
         raise ConfigInvalidError("dev server auth needs a non-empty user and password")
     if path is not None:
@@ -167,7 +175,8 @@ def serve(
             auth_users=users,
         )
         install(server, strict=strict, standalone=standalone, sharded=sharded,
-                search=SearchIndexes(search_delay) if search else None)
+                search=SearchIndexes(search_delay, lag=search_lag) if search else None,
+                fail_command=FailCommand() if test_commands else None)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         installed = _install_signal_handlers(loop, stop)
@@ -195,12 +204,12 @@ def serve(
     asyncio.run(run())
 
 
-def check_search_delay(seconds: float) -> None:
-    """Refuse a ``--search-delay`` that is negative, not finite or over an hour."""
+def check_search_delay(seconds: float, flag: str = "--search-delay") -> None:
+    """Refuse a ``--search-delay`` (or ``--search-lag``) that is negative, not finite or over
+    an hour."""
     if not 0 <= seconds <= 3600:  # also refuses NaN
         raise ConfigInvalidError(
-            f"--search-delay must be between 0 and 3600 seconds (got {seconds})",
-            {"flag": "--search-delay"},
+            f"{flag} must be between 0 and 3600 seconds (got {seconds})", {"flag": flag},
         )
 
 
@@ -313,6 +322,8 @@ def start_subprocess(
     strict: bool = True,
     search: bool = False,
     search_delay: float | None = None,
+    search_lag: float | None = None,
+    test_commands: bool = False,
     timeout: float = 30.0,
 ) -> DevServerProcess:
     """Start ``python -m migronaut.devserver`` and wait (up to ``timeout`` s) for its URI line.
@@ -320,8 +331,8 @@ def start_subprocess(
     ``python`` defaults to :func:`default_python`. That interpreter must have
     ``migronaut[embedded]`` installed. Raises :class:`ConfigInvalidError` when the server refuses
     its options or its interpreter, :class:`ConnectionFailedError` when it fails otherwise or does
-    not print its URI in time. ``search``/``search_delay``: Atlas Search index commands served
-    (see :func:`serve`).
+    not print its URI in time. ``search``/``search_delay``/``search_lag``: Atlas Search index
+    commands served; ``test_commands``: the ``failCommand`` failpoint (see :func:`serve`).
     """
     interpreter = python or default_python()
     argv = [interpreter, "-m", "migronaut.devserver", "--port", str(port)]
@@ -337,6 +348,10 @@ def start_subprocess(
         argv.append("--search")
     if search_delay is not None:
         argv += ["--search-delay", repr(float(search_delay))]
+    if search_lag is not None:
+        argv += ["--search-lag", repr(float(search_lag))]
+    if test_commands:
+        argv.append("--enable-test-commands")
     shown = list(argv)  # for error messages: the password masked
     if auth is not None:
         argv += ["--auth", f"{auth[0]}:{auth[1]}"]
@@ -452,6 +467,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"time a search index build spends PENDING, then BUILDING "
         f"({DEFAULT_SEARCH_DELAY:g})",
     )
+    parser.add_argument(
+        "--search-lag", type=float, default=0.0, metavar="SECONDS",
+        help="time before $listSearchIndexes shows a submitted change (0: at once; Atlas's "
+        "list is eventually consistent)",
+    )
+    parser.add_argument(
+        "--enable-test-commands", dest="test_commands", action="store_true",
+        help="serve mongod's configureFailPoint failCommand (a test aid, never for real data)",
+    )
     args = parser.parse_args(argv)
 
     def announce(uri: str) -> None:
@@ -469,6 +493,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             strict=args.strict,
             search=args.search,
             search_delay=args.search_delay,
+            search_lag=args.search_lag,
+            test_commands=args.test_commands,
             on_ready=announce,
         )
     except MigronautError as error:

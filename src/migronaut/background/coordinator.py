@@ -15,8 +15,9 @@ partitions.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -36,6 +37,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Answer", "Coordinator", "Step"]
 
+#: Up to this many partitions in a plan, a step counts them from the partitions themselves
+#: (one ``find``) and a closing pass rolls up those same documents instead of reading them again.
+_READ_PARTITIONS_UP_TO = 16
 #: The statuses :meth:`PartitionStore.count_by_status` reports, all zero.
 _NO_PARTITIONS = ("pending", "running", "done", "failed", "cancelled", "superseded", "leased")
 
@@ -68,6 +72,38 @@ class Step(NamedTuple):
     answer: Answer
     state: dict[str, Any] | None = None
     job: BackgroundJob | None = None
+
+
+class _Stamp:
+    """A step's record of its driver, ``coordinator: {kind, at}`` (reference background §3.1,
+    5), written once per step that gets that far: by the step's first compare-and-set that can
+    carry it (the plan commit, the roll-up, the completion), else alone when the step ends (or
+    raises) — one round trip less for a step that commits or closes a pass."""
+
+    def __init__(self, driver: str) -> None:
+        self.driver = driver
+        self.pending = True
+
+    def merge(self, set_fields: Mapping[str, Any] | None = None,
+              server_times: Sequence[str] = ()) -> tuple[dict[str, Any], list[str]]:
+        """``set_fields`` and ``server_times`` with the stamp added while it is pending."""
+        fields, times = dict(set_fields or {}), list(server_times)
+        if self.pending:
+            fields["coordinator"] = {"kind": self.driver}
+            times.append("coordinator.at")
+        return fields, times
+
+    def landed(self, written: bool) -> None:
+        """The write that carried :meth:`merge`'s fields matched (or not)."""
+        if written:
+            self.pending = False
+
+
+def _merged(stamp: _Stamp | None, set_fields: Mapping[str, Any],
+            server_times: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    if stamp is None:
+        return dict(set_fields), list(server_times)
+    return stamp.merge(set_fields, server_times)
 
 
 class Coordinator:
@@ -128,8 +164,26 @@ class Coordinator:
             if state["status"] == "blocked":
                 return Step(Answer("done", status="blocked",
                                    waits_for=list(state.get("waitsFor", []))))
-        self.engine.store.update_state(name, {}, {"coordinator": {"kind": driver}},
-                                       server_times=["coordinator.at"])
+        stamp = _Stamp(driver)
+        try:
+            step = self._run(name, state, cancellation, stamp)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self._write_stamp(name, stamp)
+            raise
+        self._write_stamp(name, stamp)
+        return step
+
+    def _write_stamp(self, name: str, stamp: _Stamp) -> None:
+        """The step's driver record, when no write of the step carried it."""
+        if stamp.pending:
+            set_fields, server_times = stamp.merge()
+            self.engine.store.update_state(name, {}, set_fields, server_times=server_times)
+            stamp.landed(True)
+
+    def _run(self, name: str, state: dict[str, Any], cancellation: Cancellation,
+             stamp: _Stamp) -> Step:
+        """The step from loading the job on (reference §3.1, 6–9)."""
         try:
             job = self.engine.job(state)
         except (ChecksumMismatchError, MigrationFileNotFoundError) as error:
@@ -165,14 +219,14 @@ class Coordinator:
                     # plan takes their documents again)
                     roll_up(self.engine, state, closing=False)
                     state = self.engine.store.require(name)
-                committed = self._plan_pass(state, job)  # phase 'replan': the same pass
+                committed = self._plan_pass(state, job, stamp)  # 'replan': the same pass
                 if isinstance(committed, Answer):
                     return Step(committed, None, job)
                 fresh, planned = committed
                 continue
             if state.get("phase") != "process" or not plan or plan.get("match") != \
                     self._match_hash(job):
-                committed = self._plan_pass(state, job)
+                committed = self._plan_pass(state, job, stamp)
                 if isinstance(committed, Answer):
                     return Step(committed, None, job)
                 fresh, planned = committed
@@ -188,7 +242,7 @@ class Coordinator:
                 state = self._move(name, "plan") or self.engine.store.require(name)
                 if state["status"] not in ("pending", "running"):
                     return Step(Answer("done", status=state["status"]), state, job)
-            counts = self._counts(state, planned)
+            counts, partitions = self._counts(state, planned)
             open_count = counts["pending"] + counts["running"]
             if open_count:
                 leased = counts["leased"]
@@ -197,14 +251,18 @@ class Coordinator:
                 return Step(Answer("process", lanes=lanes, generation=state["generation"],
                                    registration=state["registration"], counts=counts,
                                    retry_after_ms=5000), state, job)
-            closed = self._finalize(state, job)
+            closed = self._finalize(state, job, stamp, partitions)
             if closed is not None:
                 return closed
             planned = None
         return Step(Answer("wait", reason="passes", retry_after_ms=1000), None, job)
 
-    def _counts(self, state: Mapping[str, Any], planned: int | None) -> dict[str, int]:
-        """The current plan's partitions by status, expired leases reclaimed first.
+    def _counts(
+        self, state: Mapping[str, Any], planned: int | None
+    ) -> tuple[dict[str, int], list[dict[str, Any]] | None]:
+        """The current plan's partitions by status, expired leases reclaimed first; with a
+        small plan, also the generation's partitions as read (for the roll-up, when they are
+        all closed: the same read, not a second one).
 
         A plan this step just committed has ``planned`` pending partitions and no lease: nothing
         to read. Otherwise expired leases are reaped only when some partition is leased (a lease
@@ -213,17 +271,29 @@ class Coordinator:
         if planned is not None:
             counts = dict.fromkeys(_NO_PARTITIONS, 0)
             counts["pending"] = planned
-            return counts
+            return counts, None
         name, plan = state["_id"], state["plan"]
-        counts = self.engine.store.count_by_status(name, state["generation"], plan["token"])
+        small = int(plan.get("partitions") or 0) <= _READ_PARTITIONS_UP_TO
+        counts, partitions = self._read_counts(name, state["generation"], plan["token"], small)
         if counts["leased"]:
             reaped = self.engine.store.reap_expired_leases(name)
             if reaped:
                 self.engine.logger.debug("%s: reclaimed %d expired lease(s)", name, reaped)
                 self.engine.telemetry.leases_reclaimed(reaped)
-                counts = self.engine.store.count_by_status(name, state["generation"],
-                                                           plan["token"])
-        return counts
+                counts, partitions = self._read_counts(name, state["generation"], plan["token"],
+                                                       small)
+        return counts, partitions
+
+    def _read_counts(
+        self, name: str, generation: int, token: str, small: bool
+    ) -> tuple[dict[str, int], list[dict[str, Any]] | None]:
+        """:meth:`PartitionStore.count_by_status`, or for a small plan the generation's
+        partitions (one ``find``) counted here the same way."""
+        store = self.engine.store
+        if not small:
+            return store.count_by_status(name, generation, token), None
+        partitions = store.generation_partitions(name, generation)
+        return store.counted(p for p in partitions if p.get("plan") == token), partitions
 
     def _match_hash(self, job: BackgroundJob) -> str:
         from migronaut.background.spec import match_hash
@@ -257,9 +327,10 @@ class Coordinator:
         return committed if isinstance(committed, Answer) else None
 
     def _plan_pass(
-        self, state: Mapping[str, Any], job: BackgroundJob
+        self, state: Mapping[str, Any], job: BackgroundJob, stamp: _Stamp | None = None
     ) -> Answer | tuple[dict[str, Any], int]:
-        """:meth:`plan_pass`; committed, the state as written and the plan's partition count."""
+        """:meth:`plan_pass`; committed, the state as written and the plan's partition count.
+        The commit carries the step's ``stamp`` when it is still to be written."""
         name = state["_id"]
         replan = state.get("phase") == "replan"
         new_pass = int(state.get("pass", 0)) + (0 if replan else 1)
@@ -283,12 +354,15 @@ class Coordinator:
         }
         plan_doc = {**meta, "token": token, "generation": generation,
                     "partitions": len(plan.partitions), "match": self._match_hash(job)}
-        committed = self.engine.store.commit_plan(
-            name, expect,
+        set_fields, server_times = _merged(
+            stamp,
             {"generation": generation, "plan": plan_doc, "phase": "process", "pass": new_pass},
-            server_times=["plan.at", "lastProgressAt"] + ([] if state.get("startedAt")
-                                                           else ["startedAt"]),
+            ["plan.at", "lastProgressAt"] + ([] if state.get("startedAt") else ["startedAt"]),
         )
+        committed = self.engine.store.commit_plan(name, expect, set_fields,
+                                                  server_times=server_times)
+        if stamp is not None:
+            stamp.landed(committed is not None)
         if committed is None:
             self.engine.store.drop_plan(name, token)
             return Answer("wait", reason="plan-race", retry_after_ms=1000)
@@ -351,12 +425,21 @@ class Coordinator:
                 forget(coll, str(job.spec.get("field", "__v")))
         return coll.count_documents(match, limit=1)
 
-    def _finalize(self, state: Mapping[str, Any], job: BackgroundJob) -> Step | None:
-        """Close the current pass: roll up once, fail, complete or plan another pass."""
+    def _finalize(self, state: Mapping[str, Any], job: BackgroundJob,
+                  stamp: _Stamp | None = None,
+                  partitions: list[dict[str, Any]] | None = None) -> Step | None:
+        """Close the current pass: roll up once, fail, complete or plan another pass (the
+        roll-up or the completion carries the step's ``stamp`` when it is still to be written;
+        ``partitions``: the generation's, just read under this step's lock)."""
         name = state["_id"]
         generation = int(state["generation"])
         if int(state.get("rolledGeneration", 0)) < generation:
-            state = roll_up(self.engine, state) or self.engine.store.require(name)
+            set_fields, server_times = _merged(stamp, {}, [])
+            rolled = roll_up(self.engine, state, set_fields=set_fields,
+                             server_times=server_times, partitions=partitions)
+            if stamp is not None:
+                stamp.landed(rolled is not None)
+            state = rolled or self.engine.store.require(name)
         if int(state.get("failedPartitions") or 0):
             error = (f"{state['failedPartitions']} partition(s) failed: "
                      f"{state.get('lastError') or 'unknown error'}")
@@ -364,14 +447,17 @@ class Coordinator:
             return Step(Answer("done", status="failed", error=error), None, job)
         remaining = self._remaining(state, job) if job.mode != "step" else 0
         if remaining == 0:
+            set_fields, server_times = _merged(stamp, {"phase": "process"}, ["completedAt"])
             moved = self.engine.store.move(
                 name, "complete", expect={"generation": generation},
-                set_fields={"phase": "process"}, server_times=["completedAt"])
+                set_fields=set_fields, server_times=server_times)
             if moved is None and state["status"] == "pending":
                 self._move(name, "plan")
                 moved = self.engine.store.move(
                     name, "complete", expect={"generation": generation},
-                    set_fields={"phase": "process"}, server_times=["completedAt"])
+                    set_fields=set_fields, server_times=server_times)
+            if stamp is not None:
+                stamp.landed(moved is not None)
             if moved is None:
                 return None
             self.engine.store.drop_generations_below(name, generation)

@@ -32,6 +32,25 @@ __all__ = ["Lease", "PartitionStore"]
 _OPEN = ["pending", "running"]
 #: ``[renewedAt, now − the lease's own ttlMs]``: compared ``$gte`` a lease is live, ``$lt`` stale.
 _LEASE_AGE = ["$lease.renewedAt", {"$subtract": ["$$NOW", "$lease.ttlMs"]}]
+#: A live lease: renewed within its own TTL, judged in server time.
+_LIVE_LEASE: dict[str, Any] = {"lease": {"$exists": True}, "$expr": {"$gte": _LEASE_AGE}}
+#: Partitions by status, with how many of each hold a lease (expired or not).
+_BY_STATUS: dict[str, Any] = {"$group": {
+    "_id": "$status", "n": {"$sum": 1},
+    "leased": {"$sum": {"$cond": [{"$ifNull": ["$lease", False]}, 1, 0]}},
+}}
+_STATUSES = ("pending", "running", "done", "failed", "cancelled", "superseded")
+
+
+def _status_counts(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """``{status: n, …, leased: n}`` from :data:`_BY_STATUS` rows (every status present)."""
+    counts = dict.fromkeys(_STATUSES, 0)
+    leased = 0
+    for row in rows:
+        counts[row["_id"]] = row["n"]
+        leased += row["leased"]
+    counts["leased"] = leased
+    return counts
 
 
 @dataclass
@@ -115,19 +134,44 @@ class PartitionStore:
             self.partitions.delete_many({"background": name, "generation": {"$lt": generation}})
 
     def count_by_status(self, name: str, generation: int, token: str) -> dict[str, int]:
-        counts = {s: 0 for s in ("pending", "running", "done", "failed", "cancelled",
-                                 "superseded")}
         pipeline: list[dict[str, Any]] = [
             {"$match": {"background": name, "generation": generation, "plan": token}},
-            {"$group": {"_id": "$status", "n": {"$sum": 1},
-                        "leased": {"$sum": {"$cond": [{"$ifNull": ["$lease", False]}, 1, 0]}}}},
+            _BY_STATUS,
         ]
-        leased = 0
-        for row in self.partitions.aggregate(pipeline):
-            counts[row["_id"]] = row["n"]
-            leased += row["leased"]
-        counts["leased"] = leased
-        return counts
+        return _status_counts(self.partitions.aggregate(pipeline))
+
+    @staticmethod
+    def counted(partitions: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+        """:meth:`count_by_status` of partitions already read (the same statuses and
+        ``leased``: a lease that is set, expired or not)."""
+        rows: dict[Any, dict[str, Any]] = {}
+        for partition in partitions:
+            row = rows.setdefault(partition.get("status"), {"_id": partition.get("status"),
+                                                            "n": 0, "leased": 0})
+            row["n"] += 1
+            if partition.get("lease") is not None:
+                row["leased"] += 1
+        return _status_counts(rows.values())
+
+    def generation_partitions(self, name: str, generation: int) -> list[dict[str, Any]]:
+        """Every partition of ``generation`` (all plans), as stored."""
+        return list(self.partitions.find({"background": name, "generation": generation}))
+
+    def counts_and_live_leases(
+        self, name: str, generation: int, token: str
+    ) -> tuple[dict[str, int], int]:
+        """:meth:`count_by_status` and :meth:`live_leases` in one ``aggregate`` (a status view
+        needs both: one round trip instead of two, the same two matches under a ``$facet``)."""
+        pipeline: list[dict[str, Any]] = [
+            {"$match": {"background": name}},
+            {"$facet": {
+                "counts": [{"$match": {"generation": generation, "plan": token}}, _BY_STATUS],
+                "live": [{"$match": _LIVE_LEASE}, {"$count": "n"}],
+            }},
+        ]
+        row = next(iter(self.partitions.aggregate(pipeline)), None) or {}
+        live = row.get("live") or [{}]
+        return _status_counts(row.get("counts") or []), int(live[0].get("n", 0))
 
     def summary(self, names: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
         """Per migration of ``names``, one row per ``(generation, plan, status)`` of its
@@ -138,7 +182,7 @@ class PartitionStore:
             "_id": {"background": "$background", "generation": "$generation", "plan": "$plan",
                     "status": "$status"},
             "n": {"$sum": 1},
-            "leased": {"$sum": {"$cond": [{"$ifNull": ["$lease", False]}, 1, 0]}},
+            "leased": _BY_STATUS["$group"]["leased"],
             "live": {"$sum": {"$cond": [{"$ifNull": ["$lease", False]},
                                         {"$cond": [{"$gte": _LEASE_AGE}, 1, 0]}, 0]}},
         }
@@ -151,6 +195,14 @@ class PartitionStore:
             ident = row.pop("_id")
             out.setdefault(ident["background"], []).append({**ident, **row})
         return out
+
+    @staticmethod
+    def summary_counts(rows: Iterable[Mapping[str, Any]], generation: int,
+                       token: str) -> dict[str, int]:
+        """:meth:`count_by_status` from one migration's :meth:`summary` rows."""
+        return _status_counts(
+            {"_id": row["status"], "n": row["n"], "leased": row["leased"]} for row in rows
+            if row.get("generation") == generation and row.get("plan") == token)
 
     def list_partitions(self, name: str) -> list[dict[str, Any]]:
         cursor = self.partitions.find({"background": name})
@@ -168,9 +220,7 @@ class PartitionStore:
 
     def live_leases(self, name: str) -> int:
         """Leases renewed within their own TTL, judged in server time."""
-        return self.partitions.count_documents(
-            {"background": name, "lease": {"$exists": True}, "$expr": {"$gte": _LEASE_AGE}}
-        )
+        return self.partitions.count_documents({"background": name, **_LIVE_LEASE})
 
     def reap_expired_leases(self, name: str) -> int:
         """Remove leases not renewed within their own TTL (server time); a reclaim each.

@@ -8,7 +8,7 @@ documents it names that are now at the target version.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from migronaut.background.state_fields import (
@@ -26,7 +26,9 @@ __all__ = ["live_totals", "roll_up"]
 
 def roll_up(
     engine: EngineHandles, state: Mapping[str, Any], *, closing: bool = True,
-    counters_only: bool = False,
+    counters_only: bool = False, set_fields: Mapping[str, Any] | None = None,
+    server_times: Sequence[str] = (),
+    partitions: Iterable[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any] | None:
     """Add the current generation's partition counters into ``totals``, once (CAS on
     ``rolledGeneration``); the state as written, ``None`` when it was rolled up already.
@@ -36,6 +38,9 @@ def roll_up(
     found at the target. ``closing`` (a pass closes) also records failed partitions, which
     fail the migration; a superseded plan's do not. ``counters_only`` leaves the failed ids
     and document errors alone (``retry --from-start`` has just cleared them).
+    ``set_fields`` and ``server_times`` ride along in the same write (a coordinator step's
+    driver record), so they land exactly when the roll-up does. ``partitions``: the
+    generation's partitions when the caller has just read them (under the coordinator lock).
     """
     name = state["_id"]
     generation = int(state["generation"])
@@ -45,8 +50,9 @@ def roll_up(
     doc_errors: list[Any] = list(state.get("docErrors") or [])
     failed = 0
     last_error: str | None = None
-    for partition in engine.store.partitions.find({"background": name,
-                                                   "generation": generation}):
+    if partitions is None:
+        partitions = engine.store.generation_partitions(name, generation)
+    for partition in partitions:
         for key, value in (partition.get("counters") or {}).items():
             if value:
                 totals[key] = totals.get(key, 0) + int(value)
@@ -65,14 +71,15 @@ def roll_up(
             failed += 1
             last_error = last_error or partition.get("lastError")
     inc = {f"totals.{k}": v for k, v in totals.items() if v}
-    fields: dict[str, Any] = {"rolledGeneration": generation}
+    fields: dict[str, Any] = {**(set_fields or {}), "rolledGeneration": generation}
     if not counters_only:
         fields.update({"badIds": bad_ids[: MAX_BAD_IDS + 1],
                        "docErrors": doc_errors[-DOC_ERRORS_KEPT:]})
     if failed and closing:
         fields.update({"failedPartitions": failed, "lastError": last_error})
     return engine.store.update_state_returning(
-        name, {"rolledGeneration": {"$lt": generation}}, state_update(fields, inc=inc))
+        name, {"rolledGeneration": {"$lt": generation}},
+        state_update(fields, server_times, inc=inc))
 
 
 def _landed_intent(

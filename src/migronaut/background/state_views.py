@@ -38,7 +38,7 @@ class StateViews:
     def view(self, state: Mapping[str, Any],
              summary: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
         """The ``BackgroundStatus`` view (reference background §6.2); ``summary`` (the
-        migration's rows of :meth:`PartitionStore.summary`) saves its three partition reads."""
+        migration's rows of :meth:`PartitionStore.summary`) saves its two partition reads."""
         name = state["_id"]
         spec = state.get("spec") or {}
         plan = state.get("plan") or None
@@ -55,15 +55,15 @@ class StateViews:
             "failedDocuments": len(state.get("badIds") or []),
             "requires": list(state.get("requires") or []),
             "waitsFor": list(state.get("waitsFor") or []),
-            "liveLeases": self.engine.store.live_leases(name) if summary is None
-            else sum(int(row.get("live") or 0) for row in summary),
+            "liveLeases": None,  # below, with the partition counts
             "registeredAt": state.get("registeredAt"),
             "startedAt": state.get("startedAt"), "completedAt": state.get("completedAt"),
             "lastProgressAt": state.get("lastProgressAt"), "lastError": state.get("lastError"),
             "description": state.get("description"),
         }
-        if plan:
-            view["partitions"] = counts = self._counts(name, plan, summary)
+        counts, view["liveLeases"] = self._partition_facts(name, plan, summary)
+        if plan and counts is not None:
+            view["partitions"] = counts
             counts["total"] = sum(v for k, v in counts.items() if k != "leased")
             view["plan"] = {k: plan[k] for k in ("method", "estimate", "atLeast", "partitions",
                                                   "degraded") if k in plan}
@@ -76,20 +76,22 @@ class StateViews:
             view["previous"] = state["previous"]
         return {k: v for k, v in view.items() if v is not None}
 
-    def _counts(self, name: str, plan: Mapping[str, Any],
-                summary: Sequence[Mapping[str, Any]] | None) -> dict[str, int]:
-        """Partitions of the current plan by status, and how many are leased."""
-        if summary is None:
-            return self.engine.store.count_by_status(name, int(plan["generation"]), plan["token"])
-        counts = {s: 0 for s in ("pending", "running", "done", "failed", "cancelled",
-                                 "superseded")}
-        counts["leased"] = 0
-        for row in summary:
-            if row.get("generation") == int(plan["generation"]) and row.get("plan") == \
-                    plan["token"]:
-                counts[str(row["status"])] = int(row["n"])
-                counts["leased"] += int(row.get("leased") or 0)
-        return counts
+    def _partition_facts(
+        self, name: str, plan: Mapping[str, Any] | None,
+        summary: Sequence[Mapping[str, Any]] | None,
+    ) -> tuple[dict[str, int] | None, int]:
+        """The current plan's partitions by status (with ``leased``; ``None`` without a plan)
+        and the live leases: from ``summary`` when given, else in one aggregate (one count
+        without a plan)."""
+        store = self.engine.store
+        if summary is not None:
+            live = sum(int(row.get("live") or 0) for row in summary)
+            if not plan:
+                return None, live
+            return store.summary_counts(summary, int(plan["generation"]), plan["token"]), live
+        if not plan:
+            return None, store.live_leases(name)
+        return store.counts_and_live_leases(name, int(plan["generation"]), plan["token"])
 
     def partitions_view(self, name: str) -> list[dict[str, Any]]:
         self.engine.store.require(name)

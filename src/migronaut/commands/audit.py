@@ -44,7 +44,7 @@ def _collections_check(ws: Workspace) -> AddedCheck:
     drift is a warning (collections.md §4.2), fixed by ``migronaut converge``."""
 
     def run(facts: AuditFacts) -> AuditCheck | None:
-        from migronaut.commands.converge import plan_declared
+        from migronaut.commands.converge_plan import plan_declared
         from migronaut.core.results import AuditCheck
         from migronaut.declared.sources import load_definitions
         from migronaut.errors import ConfigInvalidError

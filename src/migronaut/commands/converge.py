@@ -1,50 +1,54 @@
 """``converge``: make the declared collections, validators and indexes exist as declared
 (collections.md §2.2, §2.3, §2.6, §2.8, §2.9).
 
-The dry run reads and plans (no lock, no events, no history). The real run is a locked run
-(:mod:`migronaut.core.locked_run`, ``command: 'converge'``) that reads everything, plans, refuses
-any conflict before the first write, then per collection re-reads and re-plans, applies the
-steps (:mod:`migronaut.commands.converge_apply`) and re-plans once more (the fixed-point check).
+The dry run reads and plans (:mod:`migronaut.commands.converge_plan`; no lock, no events, no
+history). The real run is a locked run (:mod:`migronaut.core.locked_run`, ``command:
+'converge'``) that reads everything, plans, refuses any conflict before the first write, then
+for each collection that has work re-reads and re-plans, applies the steps
+(:mod:`migronaut.commands.converge_apply`) and re-plans once more (the fixed-point check), and
+reports (:mod:`migronaut.commands.converge_report`).
 
 Invariants: options are checked before anything is resolved or connected; a conflict anywhere
 refuses the whole run before any write; a re-plan that introduces a conflict or a destructive
-row stops before touching that collection; every row of a result is settled; a failure after
-``converge:start`` still produces ``converge:end``, a history entry and ``context.converge``.
+row stops before touching that collection; a converge with nothing to do reads exactly what
+its dry run reads; every row of a result is settled; a failure after ``converge:start`` still
+produces ``converge:end``, a history entry and ``context.converge``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from migronaut.commands.converge_apply import StepFailed, apply_step
-from migronaut.commands.converge_read import (
-    ServerFacts,
-    primary,
-    read_live,
-    read_one,
-    server_facts,
+from migronaut.commands.converge_options import ConvergeOptions, validate_converge_options
+from migronaut.commands.converge_plan import (
+    plan_all,
+    plan_declared,
+    plan_options,
+    search_result,
+    warn_search,
+)
+from migronaut.commands.converge_read import read_one
+from migronaut.commands.converge_report import (
+    action_counts,
+    closing_lines,
+    history,
+    record_history,
 )
 from migronaut.core.locked_run import check_between, locked_run
-from migronaut.declared.plan import (
-    CollectionPlan,
-    ConvergeResult,
-    PlanRow,
-)
-from migronaut.declared.planner import PlanOptions, plan_collection
-from migronaut.declared.search_build import search_summary
-from migronaut.declared.search_plan import UNAVAILABLE, SearchAvailability
+from migronaut.declared.plan import CollectionPlan, ConvergeResult, PlanRow
+from migronaut.declared.planner import plan_collection
+from migronaut.declared.search_plan import UNAVAILABLE
 from migronaut.declared.sources import load_definitions
 from migronaut.errors import (
-    ConfigInvalidError,
     ConvergeFailedError,
     MigrationBlockedError,
     MigronautError,
     describe_exception,
 )
-from migronaut.observability.converge_history import ConvergeHistory
 
 if TYPE_CHECKING:
     from pymongo.database import Database
@@ -53,46 +57,15 @@ if TYPE_CHECKING:
     from migronaut.core.workspace import Workspace
     from migronaut.declared.definition import CollectionDefinition
 
-__all__ = ["ConvergeOptions", "converge", "converge_history", "converge_in_run", "plan_declared",
-           "validate_converge_options"]
+__all__ = ["VERIFY_RETRY_DELAYS", "ConvergeOptions", "converge", "converge_history",
+           "converge_in_run", "plan_declared", "validate_converge_options"]
 
 _LABELS = {"index": "index", "validator": "validator", "collection": "collection",
            "searchIndex": "search index"}
 _DONE = {"create": "Created", "modify": "Modified", "recreate": "Rebuilt", "drop": "Dropped"}
-
-
-@dataclass(frozen=True)
-class ConvergeOptions:
-    """The call's options (§2.2); ``trigger`` is ``converge`` or ``up``."""
-
-    dry_run: bool = False
-    prune: bool = False
-    no_lock: bool = False
-    ordered: bool = False
-    rebuild_unique: bool = False
-    wait_for_search_indexes: bool | None = None
-    requested_by: str | None = None
-    reason: str | None = None
-    trigger: str = "converge"
-
-
-def validate_converge_options(options: ConvergeOptions) -> None:
-    """Every check that needs no config and no connection (``CONFIG_INVALID``)."""
-    for key in ("dry_run", "prune", "no_lock", "ordered", "rebuild_unique"):
-        if not isinstance(getattr(options, key), bool):
-            raise ConfigInvalidError(f"{key} must be a boolean", {"option": key})
-    wait = options.wait_for_search_indexes
-    if wait is not None and not isinstance(wait, bool):
-        raise ConfigInvalidError("wait_for_search_indexes must be a boolean",
-                                 {"option": "wait_for_search_indexes"})
-    if options.dry_run and wait:
-        raise ConfigInvalidError("wait_for_search_indexes cannot be combined with dry_run",
-                                 {"option": "wait_for_search_indexes"})
-    for key, limit in (("requested_by", 128), ("reason", 512)):
-        value = getattr(options, key)
-        if value is not None and (not isinstance(value, str) or len(value) > limit):
-            raise ConfigInvalidError(f"{key} must be a string of at most {limit} characters",
-                                     {"option": key})
+#: Seconds the fixed-point check waits before reading a collection again while its search
+#: list still shows a change it just applied: Atlas lists search indexes eventually (§2.6.3).
+VERIFY_RETRY_DELAYS = (0.25, 0.5, 1.0)
 
 
 def converge_history(ws: Workspace, limit: int = 20) -> list[dict[str, Any]]:
@@ -102,12 +75,7 @@ def converge_history(ws: Workspace, limit: int = 20) -> list[dict[str, Any]]:
     check_limit(limit)
     with ws.slot.busy():
         ws.connection.connect()
-        return _history(ws).entries(limit)
-
-
-def _history(ws: Workspace) -> ConvergeHistory:
-    collection = ws.connection.db[ws.project.config.converge_log_collection]
-    return ConvergeHistory(collection, ws.project.logger)
+        return history(ws).entries(limit)
 
 
 def converge(ws: Workspace, options: ConvergeOptions) -> ConvergeResult:
@@ -137,82 +105,10 @@ def converge(ws: Workspace, options: ConvergeOptions) -> ConvergeResult:
     return box[0]
 
 
-def plan_declared(ws: Workspace, definitions: Sequence[CollectionDefinition],
-                  options: ConvergeOptions | None = None, *, warn: bool = False
-                  ) -> ConvergeResult:
-    """The dry-run result over a connected workspace: reads and plans only (no lock, no
-    events) — shared by ``converge --dry-run`` and the audit's drift check; ``warn`` logs the
-    run's search warnings (skipped indexes, ignored server options)."""
-    plans, (_, search, _) = _plan_all(ws, definitions, options or ConvergeOptions(dry_run=True))
-    if warn:
-        _warn_search(ws, plans, search)
-    return ConvergeResult.planned(plans, _summary(definitions, plans, search))
-
-
 def converge_in_run(ws: Workspace, run: Run, definitions: Sequence[CollectionDefinition],
                     options: ConvergeOptions) -> ConvergeResult:
     """A real converge inside a locked run someone else holds (its own, or ``up``'s — §2.11)."""
     return _Converge(ws, run, definitions, options).run()
-
-
-def _plan_options(options: ConvergeOptions, facts: ServerFacts,
-                  search: SearchAvailability) -> PlanOptions:
-    return PlanOptions(prune=options.prune, rebuild_unique=options.rebuild_unique,
-                       capabilities=facts.capabilities, search=search)
-
-
-def _search_availability(ws: Workspace, definitions: Sequence[CollectionDefinition],
-                         facts: ServerFacts) -> tuple[SearchAvailability, bool]:
-    """``(availability, read search lists?)``: probed once per run, only when some definition
-    declares search indexes (§7.4)."""
-    from migronaut.commands.converge_search import probe_search
-
-    on_unavailable = ws.project.config.on_search_unavailable
-    probed = probe_search(primary(ws.connection.db), definitions, facts.capabilities.version,
-                          on_unavailable)
-    if probed is None:
-        return SearchAvailability(True, on_unavailable), False
-    return probed, probed.available
-
-
-def _plan_all(ws: Workspace, definitions: Sequence[CollectionDefinition],
-              options: ConvergeOptions
-              ) -> tuple[list[CollectionPlan], tuple[ServerFacts, SearchAvailability, bool]]:
-    db = ws.connection.db
-    facts = server_facts(db)
-    search, read_search = _search_availability(ws, definitions, facts)
-    live = read_live(db, definitions, mongos=facts.mongos, search=read_search)
-    plan_options = _plan_options(options, facts, search)
-    plans = [plan_collection(d, live[d.name], plan_options) for d in definitions]
-    return plans, (facts, search, read_search)
-
-
-def _warn_search(ws: Workspace, plans: Sequence[CollectionPlan],
-                 search: SearchAvailability) -> None:
-    """Once per run: the skipped search indexes (Search unavailable, ``skip``) and the
-    server-only options the comparison ignored (§7.3 step 3, §7.4)."""
-    logger = ws.project.logger
-    rows = [(plan.name, row) for plan in plans for row in plan.actions
-            if row.target == "searchIndex"]
-    skipped = sum(1 for _, row in rows if row.action == "skip" and row.reason == UNAVAILABLE)
-    if skipped:
-        logger.warning("⚠ %s: %d declared search index(es) skipped (on_search_unavailable = "
-                       "skip)", UNAVAILABLE, skipped)
-    ignored = sorted({f'{name} search index "{row.name}": {path}' for name, row in rows
-                      for path in row.ignored or ()})
-    if ignored:
-        logger.warning("⚠ Ignoring option(s) only the server sets (not declared): %s",
-                       "; ".join(ignored))
-
-
-def _summary(definitions: Sequence[CollectionDefinition], plans: Sequence[CollectionPlan],
-             search: SearchAvailability, wait: Mapping[str, Any] | None = None
-             ) -> dict[str, Any] | None:
-    """``result.search`` — present whenever a definition declares search indexes (§7.7)."""
-    if all(d.search_indexes is None for d in definitions):
-        return None
-    return search_summary(plans, available=search.available, evidence=search.evidence,
-                          wait=wait)
 
 
 def _describe_conflict(collection: str, row: PlanRow) -> str:
@@ -223,12 +119,9 @@ def _describe_conflict(collection: str, row: PlanRow) -> str:
     return f"{collection} {what}: {row.reason}"
 
 
-def _counts(plans: Sequence[CollectionPlan]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for plan in plans:
-        for row in plan.actions:
-            counts[row.action] = counts.get(row.action, 0) + 1
-    return counts
+def _still_searching(plan: CollectionPlan) -> bool:
+    """A search-index row of ``plan`` still shows a change."""
+    return any(row.target == "searchIndex" and row.is_change for row in plan.actions)
 
 
 class _Converge:
@@ -245,6 +138,7 @@ class _Converge:
         self.plans: list[CollectionPlan] = []
         self.unstable: list[dict[str, Any]] = []
         self.search_wait: dict[str, Any] | None = None
+        self.stepped = False  #: a step was started since the first read
         self.started = time.monotonic()
         self.started_at = time.time()
 
@@ -253,10 +147,11 @@ class _Converge:
     def run(self) -> ConvergeResult:
         if self.options.ordered:
             self._check_ordered()
-        self.plans, (facts, search, read_search) = _plan_all(
-            self.ws, self.definitions, self.options)
-        _warn_search(self.ws, self.plans, search)
-        self.facts, self.search, self.read_search = facts, search, read_search
+        planned = plan_all(self.ws, self.definitions, self.options)
+        warn_search(self.ws, planned.plans, planned.search)
+        self.plans = planned.plans
+        self.facts, self.search, self.read_search = (planned.facts, planned.search,
+                                                     planned.read_search)
         self.emit("converge:start", trigger=self.options.trigger,
                   collections=len(self.definitions))
         try:
@@ -317,7 +212,7 @@ class _Converge:
         live = read_one(self.db, definition, mongos=self.facts.mongos,
                         search=self.read_search, phase=phase)
         return plan_collection(definition, live,
-                               _plan_options(self.options, self.facts, self.search))
+                               plan_options(self.options, self.facts, self.search))
 
     def _replan(self, index: int, definition: CollectionDefinition) -> None:
         """Re-read and re-plan a collection right before its turn (§2.3 step 8)."""
@@ -339,7 +234,10 @@ class _Converge:
         self.plans[index] = fresh
 
     def _collection(self, index: int, definition: CollectionDefinition) -> None:
-        if index > 0:
+        """One collection's turn (§2.3 step 8): re-read and re-planned when it has work, or
+        when earlier steps of the run took time since the first read. Otherwise the first
+        read is still fresh, so a converge with nothing to do reads what its dry run reads."""
+        if index > 0 and (self.plans[index].steps or self.stepped):
             self._replan(index, definition)
         plan = self.plans[index]
         for row in plan.actions:
@@ -365,6 +263,7 @@ class _Converge:
         self.logger.log(level, "… %s %s %s on %s", first.action, _LABELS[first.target],
                         first.name, plan.name)
         began = time.monotonic()
+        self.stepped = True
         try:
             outcome = apply_step(self.db, plan.name, step, first.action)
         except StepFailed as failed:
@@ -395,6 +294,11 @@ class _Converge:
         plan = self.plans[index]
         kept = {row.id for row in plan.actions if row.reason == "backs the shard key"}
         again = self._plan_one(definition, "apply")
+        if any(row.target == "searchIndex" and row.status == "applied" for row in plan.actions):
+            for delay in VERIFY_RETRY_DELAYS:  # the search list may lag what was just applied
+                if not _still_searching(again) or self.run_.cancellation.wait(delay):
+                    break
+                again = self._plan_one(definition, "apply")
         builds = {row.name: row.build for row in again.actions
                   if row.target == "searchIndex" and row.build is not None}
         for row in plan.actions:
@@ -407,8 +311,10 @@ class _Converge:
                      "action": row.action, **({"reason": row.reason} if row.reason else {})}
             self.unstable.append(entry)
             self.logger.warning('⚠ %s %s "%s" still shows %s after converging — the server '
-                                "stores it differently from its declaration", plan.name,
-                                _LABELS[row.target], row.name, row.action)
+                                "stores it differently from its declaration%s", plan.name,
+                                _LABELS[row.target], row.name, row.action,
+                                " (every update makes the server rebuild the index)"
+                                if row.target == "searchIndex" else "")
 
     def _wait_searches(self) -> None:
         """``wait_for_search_indexes`` (§7.8): after everything was applied, lock released."""
@@ -453,74 +359,18 @@ class _Converge:
         return ConvergeResult(dry_run=False, changed=applied, in_sync=in_sync,
                               collections=tuple(self.plans),
                               unstable=tuple(self.unstable) if self.unstable else None,
-                              search=_summary(self.definitions, self.plans, self.search,
-                                              self.search_wait))
+                              search=search_result(self.definitions, self.plans, self.search,
+                                                   self.search_wait))
 
     def _finish(self, result: ConvergeResult, error: BaseException | None) -> None:
         """Closing lines, history entry and ``converge:end`` (§2.3 step 10)."""
         duration = int((time.monotonic() - self.started) * 1000)
         described = describe_exception(error) if error is not None else None
         if error is None:
-            touched = sum(1 for plan in self.plans if any(
-                row.status == "applied" for row in plan.actions))
-            if result.changed:
-                self.logger.info("✔ Converged %d change(s) in %d of %d collection(s) in %dms",
-                                 result.changed, touched, len(self.plans), duration)
-            else:
-                self.logger.info("✔ Collections already match their declarations")
-            kept = sum(1 for plan in self.plans for row in plan.actions
-                       if row.action == "keep" and row.reason == "not declared")
-            if kept:
-                self.logger.info("%d undeclared index(es) kept — converge with prune to drop "
-                                 "them", kept)
-            _report_builds(self.logger, result)
-        if result.changed > 0 or error is not None:
-            self._record(result, error, described, duration)
+            closing_lines(self.logger, self.plans, result, duration)
+        record_history(self.ws, self.run_, self.options, result, started_at=self.started_at,
+                       duration_ms=duration, error=described)
         self.emit("converge:end", trigger=self.options.trigger, success=error is None,
                   durationMs=duration, changed=result.changed, inSync=result.in_sync,
-                  counts=_counts(self.plans), result=result.to_dict(),
+                  counts=action_counts(self.plans), result=result.to_dict(),
                   **({"error": described} if described else {}))
-
-    def _record(self, result: ConvergeResult, error: BaseException | None,
-                described: str | None, duration: int) -> None:
-        from datetime import UTC, datetime
-
-        config = self.ws.project.config
-        actions = [{"collection": plan.name, **row.to_dict()} for plan in self.plans
-                   for row in plan.actions
-                   if row.status in ("applied", "failed") or row.action == "conflict"]
-        entry: dict[str, Any] = {
-            "runId": self.run_.id, "executedBy": self.run_.executed_by,
-            "environment": config.resolved_environment, "trigger": self.options.trigger,
-            "startedAt": datetime.fromtimestamp(self.started_at, UTC),
-            "finishedAt": datetime.now(UTC), "durationMs": duration,
-            "success": error is None, "changed": result.changed, "actions": actions,
-        }
-        for key, value in (("error", described), ("requestedBy", self.options.requested_by),
-                           ("reason", self.options.reason)):
-            if value is not None:
-                entry[key] = value
-        if result.unstable:
-            entry["unstable"] = [dict(item) for item in result.unstable]
-        _history(self.ws).record(entry)
-
-
-def _report_builds(logger: Any, result: ConvergeResult) -> None:
-    """Closing lines for builds (§7.7): a note for those still building, a warning per STALE
-    and per FAILED index."""
-    entries = list((result.search or {}).get("notReady") or ())
-    building = [e for e in entries if e["status"] not in ("FAILED", "STALE")]
-    if building:
-        logger.info("%d search index(es) still building: %s — set wait_for_search_indexes "
-                    "(--wait-search) to wait for them", len(building),
-                    ", ".join(f'{e["collection"]} "{e["name"]}"' for e in building))
-    for entry in entries:
-        if entry["status"] in ("FAILED", "STALE"):
-            what = "FAILED to build" if entry["status"] == "FAILED" else \
-                "is STALE (queryable, but no longer replicating)"
-            logger.warning('⚠ %s search index "%s" %s%s', entry["collection"], entry["name"],
-                           what, f': {entry["message"]}' if entry.get("message") else "")
-
-
-def result_json(result: ConvergeResult) -> Mapping[str, Any]:
-    return result.to_dict()

@@ -136,7 +136,7 @@ def _rebuild(db: Database[Any], collection: str, step: Rebuild) -> dict[str, Any
             if connection_trouble(error):
                 raise _Restored(error, {"restored": False, "uncertain": True,
                                         "dropped": dropped}) from error
-            problems = []
+            problems, lost = [], []
             for old in step.drops:
                 if old["name"] in created:
                     continue
@@ -144,19 +144,25 @@ def _rebuild(db: Database[Any], collection: str, step: Rebuild) -> dict[str, Any
                     _create_indexes(db, collection, [old])
                 except PyMongoError as again:
                     problems.append(f"{old['name']}: {_cause(again)}")
+                    lost.append(str(old["name"]))
             facts: dict[str, Any] = {"restored": not problems, "dropped": dropped}
             if problems:
                 facts["restoreError"] = "; ".join(problems)
-            raise _Restored(error, facts) from error
+            raise _Restored(error, facts, lost) from error
         created.append(str(spec["name"]))
     return None
 
 
 class _Restored(Exception):
-    def __init__(self, cause: PyMongoError, facts: dict[str, Any]) -> None:
+    """A rebuild's create failed: the restore facts of the error, and the dropped indexes that
+    could not be put back (``lost``)."""
+
+    def __init__(self, cause: PyMongoError, facts: dict[str, Any],
+                 lost: list[str] | None = None) -> None:
         super().__init__(str(cause))
         self.cause = cause
         self.facts = facts
+        self.lost = lost or []
 
 
 def _convert_unique(db: Database[Any], collection: str, step: ConvertUnique) -> None:
@@ -250,14 +256,15 @@ def apply_step(db: Database[Any], collection: str, step: Step, action: str) -> S
     except (PyMongoError, _Restored) as caught:
         facts: dict[str, Any] = {}
         error: BaseException = caught
+        lost: list[str] = []
         if isinstance(caught, _Restored):
-            facts, error = caught.facts, caught.cause
-        raise _failure(collection, step, action, error, facts) from error
+            facts, error, lost = caught.facts, caught.cause, caught.lost
+        raise _failure(collection, step, action, error, facts, lost) from error
     return outcome
 
 
 def _failure(collection: str, step: Step, action: str, error: BaseException,
-             facts: dict[str, Any]) -> StepFailed:
+             facts: dict[str, Any], lost: list[str] | None = None) -> StepFailed:
     target, label = describe(step)
     cause = _cause(error)
     code = error.code if isinstance(error, OperationFailure) else None
@@ -271,11 +278,16 @@ def _failure(collection: str, step: Step, action: str, error: BaseException,
     if hint:
         message += f" — {hint}"
     if facts.get("uncertain"):
-        message += " — the connection failed mid-build; nothing was restored (the server may " \
-                   "still be building): check the indexes before converging again"
+        dropped = ", ".join(f'"{name}"' for name in facts.get("dropped") or ())
+        message += (f" — the connection failed mid-build, after dropping {dropped}; nothing was "
+                    "restored (the server may still be building): list the indexes of "
+                    f"{collection} once it answers, then converge again")
     elif "restored" in facts:
+        missing = ", ".join(f'"{name}"' for name in lost or ())
         message += (" — the dropped index was restored" if facts["restored"]
-                    else f" — restoring the dropped index failed ({facts.get('restoreError')})")
+                    else f" — restoring the dropped index failed ({facts.get('restoreError')}):"
+                    f" {collection} has no index {missing} now; fix the cause and converge "
+                    "again, or create it by hand")
     context: dict[str, Any] = {"phase": "apply", "collection": collection, "target": target,
                                "name": step.rows[0][1] if step.rows else collection,
                                "action": action, "cause": cause, **facts}

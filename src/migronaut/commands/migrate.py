@@ -60,12 +60,15 @@ def up(
     reason: str | None,
     on_background_pending: Literal["error", "stop"],
     converge: bool | None = None,
+    ordered: bool = False,
+    checksum: str | None = None,
 ) -> list[RunResult]:
     """Apply pending migrations (or one named file) in name order, under the lock; a bulk
     ``up`` converges the declared collections afterwards in the same run when ``converge`` (or,
     unset, ``converge_after_up``) says so (:mod:`migronaut.commands.up_converge`)."""
     validate_up_options(file, to=to, step=step, batch=batch, force=force,
-                        requested_by=requested_by, reason=reason, converge=converge)
+                        requested_by=requested_by, reason=reason, converge=converge,
+                        ordered=ordered, checksum=checksum)
     check_on_background_pending(on_background_pending)
     ws.waiting = []
     ws.last_converge = None
@@ -77,7 +80,8 @@ def up(
         run.stop_when_waiting = on_background_pending == "stop"
         try:
             _up(ws, run, file, to=to, step=step, force=force, batch=batch,
-                strict=ws.project.config.strict if strict is None else strict)
+                strict=ws.project.config.strict if strict is None else strict,
+                ordered=ordered, checksum=checksum)
         finally:
             ws.waiting = list(run.waiting)
         if after is not None:
@@ -97,13 +101,14 @@ def up(
 
 def _up(
     ws: Workspace, run: Run, file: str | None, *, to: str | None, step: bool, force: bool,
-    batch: int | None, strict: bool,
+    batch: int | None, strict: bool, ordered: bool = False, checksum: str | None = None,
 ) -> None:
     project = ws.project
     logger = project.logger
     plan = plan_up(ws.connection.changelog, project.files(), project.directory, file=file,
                    to=to, force=force, strict=strict,
-                   on_out_of_order=project.config.on_out_of_order, checksum=project.checksum)
+                   on_out_of_order=project.config.on_out_of_order, checksum=project.checksum,
+                   ordered=ordered, planned_checksum=checksum)
     project.warn_out_of_order(plan.late, plan.newest_applied)
     if not plan.targets:
         logger.info("Nothing to migrate")
@@ -148,13 +153,16 @@ def down(
     no_lock: bool,
     requested_by: str | None,
     reason: str | None,
+    ordered: bool = False,
 ) -> list[RunResult]:
-    """Revert the last batch (or a file, ``steps``, a ``batch``, everything after ``to``)."""
+    """Revert the last batch (or a file, ``steps``, a ``batch``, everything after ``to``);
+    ``ordered`` (with a file): only the newest applied migration."""
     validate_down_options(file, steps=steps, batch=batch, to=to,
-                          requested_by=requested_by, reason=reason)
+                          requested_by=requested_by, reason=reason, ordered=ordered)
 
     def work(run: Run) -> None:
-        records = plan_down(ws.connection.changelog, file=file, steps=steps, batch=batch, to=to)
+        records = plan_down(ws.connection.changelog, file=file, steps=steps, batch=batch, to=to,
+                            ordered=ordered)
         check_forward_only(records)
         if not records:
             ws.project.logger.info("Nothing to rollback")

@@ -33,7 +33,15 @@ if TYPE_CHECKING:
     from migronaut.core.results import RunResult
     from migronaut.observability.telemetry import Telemetry
 
-__all__ = ["Startable", "check_startup_options", "run_at_startup"]
+__all__ = ["Startable", "Stopper", "check_startup_options", "retry_while_lock_held",
+           "run_at_startup"]
+
+
+class Stopper(Protocol):
+    """What stops a lock wait between polls: a ``threading.Event`` or a
+    :class:`~migronaut.core.context.Cancellation` (``wait`` returns ``True`` once stopped)."""
+
+    def wait(self, timeout: float | None = ...) -> bool: ...
 
 
 class Startable(Protocol):
@@ -65,6 +73,38 @@ class Startable(Protocol):
 
 
 Target = TypeVar("Target", bound=Startable)
+Result = TypeVar("Result")
+
+
+class _Waiter(Protocol):
+    """What a lock wait reads from the migrator: its config, logger and telemetry."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def logger(self) -> logging.Logger: ...
+
+    @property
+    def telemetry(self) -> Telemetry: ...
+
+
+def retry_while_lock_held(
+    migrator: _Waiter,
+    attempt: Callable[[], Result],
+    *,
+    timeout_ms: int | None,
+    poll_interval_ms: int = 500,
+    stop_event: Stopper | None = None,
+) -> Result:
+    """``attempt()`` (a locked run), retried while it is refused with ``LOCK_ALREADY_HELD``
+    (reference core §5.5): the wait is bounded by stall time (``timeout_ms``, default
+    ``max(90 s, 1.5 × the holder's TTL)``, re-armed while the holder's heartbeat advances); a
+    timeout re-raises the refusal with ``context.timedOut``; ``stop_event`` aborts between polls
+    (``RUN_ABORTED``). A lock document nobody can read is never waited on."""
+    wait = _LockWait(migrator, timeout_ms=timeout_ms, poll_interval_ms=poll_interval_ms,
+                     stop_event=stop_event)
+    return wait.call(attempt, wait_for_lock=True)
 
 
 def check_startup_options(
@@ -105,24 +145,10 @@ def run_at_startup(
         migrator.connect()
         wait = _LockWait(migrator, timeout_ms=lock_wait_timeout_ms,
                          poll_interval_ms=lock_poll_interval_ms, stop_event=stop_event)
-        attempts = 0
-        while True:
-            attempts += 1
-            if stop_event is not None and stop_event.is_set():
-                raise wait.aborted(attempts)
-            attempted = time.monotonic()
-            try:
-                applied = migrator.up(no_lock=no_lock,
-                                      on_background_pending=on_background_pending)
-                break
-            except LockAlreadyHeldError as refused:
-                if on_lock_held != "wait" or refused.context.get("problems"):
-                    raise  # a lock document nobody can read frees only by `unlock`: no wait
-                wait.pause(refused, attempts)
-            except MigronautError:
-                wait.record("failed", attempted)  # the attempt after the wait failed otherwise
-                raise
-        wait.record("acquired", attempted)
+        applied = wait.call(lambda: migrator.up(no_lock=no_lock,
+                                                on_background_pending=on_background_pending),
+                            wait_for_lock=on_lock_held == "wait")
+        attempts = wait.attempts
         waiting = list(migrator._waiting)
         return MigrationSummary(
             applied=applied,
@@ -156,9 +182,10 @@ class _LockWait:
     """One start-up's wait for a peer's lock: polls backing off (jittered, at most 5 s), bounded
     by stall time (the budget is re-armed whenever the holder's heartbeat advances)."""
 
-    def __init__(self, migrator: Startable, *, timeout_ms: int | None, poll_interval_ms: int,
-                 stop_event: threading.Event | None) -> None:
+    def __init__(self, migrator: _Waiter, *, timeout_ms: int | None, poll_interval_ms: int,
+                 stop_event: Stopper | None) -> None:
         self.migrator = migrator
+        self.attempts = 0
         self.timeout_ms = timeout_ms
         self.stop_event = stop_event
         self.started = time.monotonic()
@@ -166,6 +193,26 @@ class _LockWait:
         self.deadline: float | None = None
         self.last_seen: Any = None
         self.delay = poll_interval_ms / 1000
+
+    def call(self, attempt: Callable[[], Result], *, wait_for_lock: bool) -> Result:
+        """``attempt()``, repeated after a pause while the lock is held (``wait_for_lock``)."""
+        while True:
+            self.attempts += 1
+            if self.stop_event is not None and self.stop_event.wait(0):
+                raise self.aborted(self.attempts)
+            attempted = time.monotonic()
+            try:
+                result = attempt()
+            except LockAlreadyHeldError as refused:
+                if not wait_for_lock or refused.context.get("problems"):
+                    raise  # a lock document nobody can read frees only by `unlock`: no wait
+                self.pause(refused, self.attempts)
+                continue
+            except MigronautError:
+                self.record("failed", attempted)  # the attempt after the wait failed otherwise
+                raise
+            self.record("acquired", attempted)
+            return result
 
     def record(self, outcome: str, ended: float | None = None) -> None:
         """The wait's telemetry (only when there was a wait)."""

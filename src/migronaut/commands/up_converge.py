@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from migronaut.commands.converge import ConvergeOptions
+    from migronaut.commands.converge_options import ConvergeOptions
     from migronaut.core.config import Config
     from migronaut.core.run import Run
     from migronaut.core.workspace import Workspace
@@ -57,7 +57,7 @@ class AfterUp:
 def after_up(ws: Workspace, *, file: str | None, to: str | None, converge: bool | None,
              requested_by: str | None, reason: str | None) -> AfterUp | None:
     """The converge this ``up`` ends with, its definitions already loaded — or ``None``."""
-    from migronaut.commands.converge import ConvergeOptions
+    from migronaut.commands.converge_options import ConvergeOptions
     from migronaut.declared.sources import load_definitions
 
     config = ws.project.config

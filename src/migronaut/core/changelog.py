@@ -135,6 +135,14 @@ class Changelog:
         found = list(cursor.sort("name", -1).limit(1))
         return found[0]["name"] if found else None
 
+    def applied_later_than(self, record: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Applied records newer than ``record`` in revert order (``appliedAt`` desc, name
+        desc): what an ordered single-file revert must wait for."""
+        at, name = record.get("appliedAt"), record["name"]
+        query = {"status": APPLIED, "name": {"$ne": name},
+                 "$or": [{"appliedAt": {"$gt": at}}, {"appliedAt": at, "name": {"$gt": name}}]}
+        return list(self.collection.find(query, {"_id": 0, "name": 1}).sort(_NEWEST_FIRST))
+
     def applied_after(self, name: str) -> list[dict[str, Any]]:
         query = {"status": APPLIED, "name": {"$gt": name}}
         return list(self.collection.find(query, {"_id": 0}).sort("name", 1))

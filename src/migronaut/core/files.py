@@ -231,7 +231,14 @@ class ChecksumCache:
 
 
 _module_lock = threading.Lock()
-_module_cache: dict[Path, ModuleType] = {}
+#: path -> (module, the file's (mtime_ns, size, inode) when it was compiled): a file changed on
+#: disk since (a long-lived worker, a migration fixed in place) is compiled again, so the code
+#: that runs is always the code whose checksum is recorded.
+_module_cache: dict[Path, tuple[ModuleType, tuple[int, int, int]]] = {}
+
+
+def _stamp_key(stamp: os.stat_result) -> tuple[int, int, int]:
+    return stamp.st_mtime_ns, stamp.st_size, stamp.st_ino
 
 
 def _module_name(path: Path) -> str:
@@ -259,8 +266,14 @@ def _load_resolved(
     """:func:`load_module` of a path already resolved; the bytes it compiles also fill
     ``checksums`` (one read of the file for both)."""
     with _module_lock:
-        if not reload and path in _module_cache:
-            return _module_cache[path]
+        cached = None if reload else _module_cache.get(path)
+        if cached is not None:
+            try:
+                current = _stamp_key(os.stat(path))
+            except OSError:
+                current = None
+            if current == cached[1]:
+                return cached[0]
         module_name = name or _module_name(path)
         spec = importlib.util.spec_from_file_location(module_name, path)
         if spec is None or spec.loader is None:
@@ -280,7 +293,7 @@ def _load_resolved(
         except BaseException:
             sys.modules.pop(module_name, None)
             raise
-        _module_cache[path] = module
+        _module_cache[path] = (module, _stamp_key(stamp))
         return module
 
 

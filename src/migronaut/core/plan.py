@@ -6,8 +6,9 @@ or a preview (reference core §4.7). Every decision reads ``status: 'applied'`` 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from migronaut.errors import (
     ChecksumMismatchError,
     ConfigInvalidError,
     IrreversibleMigrationError,
+    MigrationBlockedError,
     MigrationFileNotFoundError,
     MigrationInvalidNameError,
     NotAppliedError,
@@ -48,6 +50,7 @@ Checksum = Callable[[str], str | None]
 #: The largest batch number or step count a selector takes: a 32-bit integer, so a number no
 #: BSON integer can hold never reaches the server as a raw encoding error.
 MAX_SELECTOR = 2**31 - 1
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def _positive_int(value: Any, option: str) -> int | None:
@@ -88,14 +91,31 @@ def validate_actor(requested_by: Any, reason: Any) -> None:
             )
 
 
+def _ordered(ordered: Any, file: Any) -> None:
+    if not isinstance(ordered, bool):
+        raise ConfigInvalidError(f"ordered must be a boolean (got {ordered!r})",
+                                 {"option": "ordered"})
+    if ordered and file is None:
+        raise ConfigInvalidError("ordered requires a migration file", {"option": "ordered"})
+
+
 def validate_up_options(
     file: Any, *, to: Any = None, step: bool = False, batch: Any = None, force: bool = False,
-    requested_by: Any = None, reason: Any = None, converge: Any = None,
+    requested_by: Any = None, reason: Any = None, converge: Any = None, ordered: Any = False,
+    checksum: Any = None,
 ) -> None:
     """Pure checks that run before any config load or connection."""
     _bare(file, "file")
     _bare(to, "--to")
     _positive_int(batch, "batch")
+    _ordered(ordered, file)
+    if checksum is not None:
+        if not isinstance(checksum, str) or not _SHA256.fullmatch(checksum):
+            raise ConfigInvalidError("checksum must be 64 lower-case hex characters (a SHA-256)",
+                                     {"option": "checksum"})
+        if file is None:
+            raise ConfigInvalidError("checksum requires a migration file",
+                                     {"option": "checksum"})
     if converge is not None:
         if not isinstance(converge, bool):
             raise ConfigInvalidError("converge must be a boolean", {"option": "converge"})
@@ -114,9 +134,10 @@ def validate_up_options(
 
 def validate_down_options(
     file: Any, *, steps: Any = None, batch: Any = None, to: Any = None,
-    requested_by: Any = None, reason: Any = None,
+    requested_by: Any = None, reason: Any = None, ordered: Any = False,
 ) -> None:
     _bare(file, "file")
+    _ordered(ordered, file)
     _bare(to, "--to")
     _positive_int(steps, "--steps")
     _positive_int(batch, "--batch")
@@ -151,32 +172,36 @@ def plan_up(
     strict: bool,
     on_out_of_order: str,
     checksum: Checksum,
+    ordered: bool = False,
+    planned_checksum: str | None = None,
 ) -> UpPlan:
+    """The targets of ``up``. A single-file run skips the bulk checks unless ``ordered``
+    (reference core §11.7): then the file must be of the sequence, every earlier file applied
+    (else ``MIGRATION_BLOCKED``), and the strict and out-of-order checks apply as in a bulk run.
+    ``planned_checksum`` pins the file's content to what the producer planned."""
     if file is not None:
         resolve_file(directory, file)
         record = changelog.get(file)
-        if record and record.get("status") == "applied":
-            return UpPlan([file], {file: record})
-        return UpPlan([file])
-
-    if strict and not force:
-        applied = changelog.applied()
-        applied_names = {r["name"] for r in applied}
-        on_disk = set(files)  # a set: one lookup per applied record, not a scan of the files
-        for record in applied:
-            name = record["name"]
-            if not is_valid_name(name) or name not in on_disk:
-                continue
-            actual = checksum(name)
-            expected = record.get("checksum")
-            if actual is not None and expected and actual != expected:
+        applied = bool(record and record.get("status") == "applied")
+        plan = UpPlan([file], {file: record} if record and applied else {})
+        if ordered:
+            if file not in files:
+                raise MigrationFileNotFoundError(
+                    f"Not a migration of the sequence: {file}", {"filename": file})
+            if not applied or force:
+                plan = _ordered_single(changelog, files, file, plan, force=force, strict=strict,
+                                       on_out_of_order=on_out_of_order, checksum=checksum)
+        if planned_checksum is not None:
+            actual = checksum(file)
+            if actual != planned_checksum:
                 raise ChecksumMismatchError(
-                    f"Checksum mismatch for {name}",
-                    {"name": name, "expected": expected, "actual": actual},
-                )
-    else:
-        applied_names = set(changelog.applied_names())
+                    f"Checksum mismatch for {file}: the file is not the one planned",
+                    {"name": file, "expected": planned_checksum, "actual": actual,
+                     "planned": True})
+        return plan
 
+    applied_names = _applied_names(changelog, files, strict=strict and not force,
+                                   checksum=checksum)
     pending = [name for name in files if name not in applied_names]
     if to is not None:
         if to not in files:
@@ -185,6 +210,35 @@ def plan_up(
             pending = []
         else:
             pending = [name for name in pending if name <= to]
+    newest, late = _late(applied_names, pending, on_out_of_order)
+    return UpPlan(pending, late=late, newest_applied=newest)
+
+
+def _applied_names(changelog: Changelog, files: Sequence[str], *, strict: bool,
+                   checksum: Checksum) -> set[str]:
+    """The applied names; under ``strict``, first every applied file's checksum against disk
+    (the first drift is ``CHECKSUM_MISMATCH``)."""
+    if not strict:
+        return set(changelog.applied_names())
+    applied = changelog.applied()
+    on_disk = set(files)  # a set: one lookup per applied record, not a scan of the files
+    for record in applied:
+        name = record["name"]
+        if not is_valid_name(name) or name not in on_disk:
+            continue
+        actual = checksum(name)
+        expected = record.get("checksum")
+        if actual is not None and expected and actual != expected:
+            raise ChecksumMismatchError(
+                f"Checksum mismatch for {name}",
+                {"name": name, "expected": expected, "actual": actual},
+            )
+    return {r["name"] for r in applied}
+
+
+def _late(applied_names: Collection[str], pending: Sequence[str],
+          on_out_of_order: str) -> tuple[str | None, list[str]]:
+    """The newest applied name and the pending names sorting before it (``error``: refused)."""
     newest = max(applied_names) if applied_names else None
     late = [name for name in pending if newest is not None and name < newest]
     if late and on_out_of_order == "error":
@@ -193,7 +247,27 @@ def plan_up(
             + ", ".join(late),
             {"names": late, "newestApplied": newest},
         )
-    return UpPlan(pending, late=late if on_out_of_order == "warn" else [], newest_applied=newest)
+    return newest, late if on_out_of_order == "warn" else []
+
+
+def _ordered_single(
+    changelog: Changelog, files: Sequence[str], file: str, plan: UpPlan, *, force: bool,
+    strict: bool, on_out_of_order: str, checksum: Checksum,
+) -> UpPlan:
+    """An ordered single-file ``up``: the bulk run's guarantees for one file of the sequence."""
+    applied_names = _applied_names(changelog, files, strict=strict and not force,
+                                   checksum=checksum)
+    earlier = [name for name in files if name < file and name not in applied_names]
+    if earlier:
+        failed = [r["name"] for r in changelog.records_named(earlier)
+                  if r.get("status") == "failed"]
+        raise MigrationBlockedError(
+            f"{file} is blocked: {len(earlier)} earlier migration(s) still pending: "
+            + ", ".join(earlier[:10]) + (", …" if len(earlier) > 10 else ""),
+            {"name": file, "direction": "up", "blockedBy": earlier, "failed": failed})
+    newest, late = _late(applied_names - {file}, [] if file in applied_names else [file],
+                         on_out_of_order)
+    return replace(plan, late=late, newest_applied=newest)
 
 
 def plan_down(
@@ -203,12 +277,16 @@ def plan_down(
     steps: int | None,
     batch: int | None,
     to: str | None,
+    ordered: bool = False,
 ) -> list[dict[str, Any]]:
-    """The applied records to revert, in execution order."""
+    """The applied records to revert, in execution order. An ``ordered`` single-file revert
+    refuses (``MIGRATION_BLOCKED``) while a migration applied after it is still applied."""
     if file is not None:
         record = changelog.get(file)
         if not record or record.get("status") != "applied":
             raise NotAppliedError(f"Migration is not applied: {file}", {"filename": file})
+        if ordered:
+            _check_newest(changelog, record)
         return [record]
     if steps is not None:
         return changelog.last_applied(steps)
@@ -222,6 +300,15 @@ def plan_down(
         target_batch = batch if batch is not None else changelog.last_batch()
         selected = changelog.by_batch(target_batch) if target_batch is not None else []
     return sorted(selected, key=lambda r: r["name"], reverse=True)
+
+
+def _check_newest(changelog: Changelog, record: dict[str, Any]) -> None:
+    later = [r["name"] for r in changelog.applied_later_than(record)]
+    if later:
+        raise MigrationBlockedError(
+            f"{record['name']} is blocked: {len(later)} migration(s) applied after it are still "
+            "applied: " + ", ".join(later[:10]) + (", …" if len(later) > 10 else ""),
+            {"name": record["name"], "direction": "down", "blockedBy": later, "failed": []})
 
 
 def _require_batches(changelog: Changelog) -> None:

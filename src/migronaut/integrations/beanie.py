@@ -6,9 +6,14 @@ collection. Its documents are stamped with ``current`` and revision 0 on ``inser
 (:func:`~migronaut.versioning.areplace_with_revision`) and by ``update``/``set``/``inc`` as a
 guarded update, both at the revision it was loaded with, so a stale write raises
 :class:`~migronaut.errors.RevisionConflictError` with its reason; and every document read from the
-database goes through the collection's upcaster first. Query-level writes
-(``Model.find(...).update(...)``, bulk writers, ``Model.get_pymongo_collection()``) are not
-covered: add :func:`~migronaut.versioning.bump_revision` to them yourself.
+database goes through the collection's upcaster first. Query-level updates
+(``Model.find(...).update(...)``, ``update_many``, ``set``, ``inc``, ``upsert``,
+``Model.find_one(...).update(...)``, ``Model.update_all``) bump the revision unless they write
+it, and an upsert stamps the version of the document it inserts — through Beanie's own hook, the
+document's ``_find_many_query_class``/``_find_one_query_class``, whose update queries are
+:class:`VersionedUpdateMany`/:class:`VersionedUpdateOne`; this holds with a bulk writer too.
+Writes through ``Model.get_pymongo_collection()`` are not covered: add
+:func:`~migronaut.versioning.bump_revision` to them yourself.
 
 Invariant: the stored form (with ``_id``) is the only input upcast — a document built in code is
 new, whatever its fields say.
@@ -21,6 +26,8 @@ from typing import Any, ClassVar, Self
 
 from beanie import Document, WriteRules
 from beanie.odm.actions import EventTypes, wrap_with_actions
+from beanie.odm.queries.find import FindMany, FindOne
+from beanie.odm.queries.update import UpdateMany, UpdateOne
 from beanie.odm.utils.dump import get_dict
 from beanie.odm.utils.encoder import Encoder
 from beanie.odm.utils.self_validation import validate_self_before
@@ -31,13 +38,61 @@ from pymongo.results import InsertManyResult
 from migronaut.integrations._common import Contract, merge_updates
 from migronaut.versioning.shapes import Shapes
 from migronaut.versioning.upcaster import Newer, Step
-from migronaut.versioning.updates import refuse
+from migronaut.versioning.updates import refuse, stamp_update, update_kind, writes_field
 from migronaut.versioning.writers import (
     afind_one_and_update_with_revision,
     areplace_with_revision,
 )
 
-__all__ = ["VersionedDocument", "versioned_document"]
+__all__ = ["VersionedDocument", "VersionedUpdateMany", "VersionedUpdateOne",
+           "versioned_document"]
+
+
+def _stamped(document_model: Any, update: Any, upsert: bool) -> Any:
+    """``update`` (as Beanie sends it) with the revision bumped unless it writes it, and — for
+    an upsert — the version set on insert unless it writes it."""
+    contract: Contract | None = getattr(document_model, "_migronaut", None)
+    if contract is None or not update:
+        return update
+    kind = update_kind(update)
+    if kind == "replacement":
+        return update
+    revision = contract.spec.revision_field
+    if revision is not None and not writes_field(update, kind, revision):
+        update = stamp_update(update, kind, revision_field=revision, field="", version=None)
+    version = contract.spec.field
+    if upsert and kind == "operator" and not writes_field(update, kind, version):
+        update = {**update, "$setOnInsert": {**update.get("$setOnInsert", {}),
+                                             version: contract.spec.current}}
+    return update
+
+
+class VersionedUpdateMany(UpdateMany):
+    """``Model.find(...).update(...)`` and its kin: every update bumps the revision."""
+
+    @property
+    def update_query(self) -> dict[str, Any]:
+        query: dict[str, Any] = _stamped(self.document_model, super().update_query,
+                                         bool(self.pymongo_kwargs.get("upsert")))
+        return query
+
+
+class VersionedUpdateOne(UpdateOne):
+    """``Model.find_one(...).update(...)`` and its kin: every update bumps the revision."""
+
+    @property
+    def update_query(self) -> dict[str, Any]:
+        query: dict[str, Any] = _stamped(self.document_model, super().update_query,
+                                         bool(self.pymongo_kwargs.get("upsert")))
+        return query
+
+
+class _FindMany(FindMany):  # type: ignore[type-arg]
+    UpdateQueryType = VersionedUpdateMany
+
+
+class _FindOne(FindOne):  # type: ignore[type-arg]
+    UpdateQueryType = VersionedUpdateOne
 
 
 class VersionedDocument(Document):
@@ -46,6 +101,8 @@ class VersionedDocument(Document):
     Beanie's own ``ignore_revision`` concerns its ``revision_id`` only, never this guard."""
 
     _migronaut: ClassVar[Contract]
+    _find_many_query_class: ClassVar[type] = _FindMany
+    _find_one_query_class: ClassVar[type] = _FindOne
     #: Whether this object is in the database: loaded from it, or inserted by us.
     _stored: bool = PrivateAttr(default=False)
 

@@ -7,10 +7,11 @@ replace (:func:`~migronaut.versioning.replace_with_revision`) and by ``update`` 
 update, at the revision it was loaded with — a stale write raises
 :class:`~migronaut.errors.RevisionConflictError` with its reason. Every document read from the
 database goes through the collection's upcaster (``_from_son``). Query-set writes
-(``Model.objects(...).update(...)``, ``update_one``, ``modify``, ``upsert_one``) bump the revision,
-and an upsert stamps the version on insert. ``pre_save``, ``pre_save_post_validation`` and
-``post_save`` are sent as MongoEngine sends them. Not covered: ``__raw__`` updates and writes
-through ``_get_collection()`` — add :func:`~migronaut.versioning.bump_revision` yourself.
+(``Model.objects(...).update(...)``, ``update_one``, ``modify``, ``upsert_one``), ``__raw__``
+updates (operator documents and pipelines) included, bump the revision unless they write it,
+and an operator upsert stamps the version on insert. ``pre_save``, ``pre_save_post_validation``
+and ``post_save`` are sent as MongoEngine sends them. Not covered: writes through
+``_get_collection()`` — add :func:`~migronaut.versioning.bump_revision` yourself.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from mongoengine.queryset import transform
 from migronaut.integrations._common import REVISION, VERSION, Contract
 from migronaut.versioning.shapes import Shapes
 from migronaut.versioning.upcaster import Newer, Step
+from migronaut.versioning.updates import stamp_update, update_kind, writes_field
 from migronaut.versioning.writers import (
     find_one_and_update_with_revision,
     replace_with_revision,
@@ -42,9 +44,11 @@ class VersionedQuerySet(QuerySet):  # type: ignore[misc]
 
     def _stamped(self, update: dict[str, Any], upsert: bool) -> dict[str, Any]:
         contract: Contract = self._document._migronaut
-        if contract.guarded and "__raw__" not in update and not _writes(update, REVISION):
+        if "__raw__" in update:
+            return {**update, "__raw__": _stamped_raw(contract, update, upsert)}
+        if contract.guarded and not _writes(update, REVISION):
             update = {**update, f"inc__{REVISION}": 1}
-        if upsert and "__raw__" not in update and not _writes(update, VERSION):
+        if upsert and not _writes(update, VERSION):
             update = {**update, f"set_on_insert__{VERSION}": contract.spec.current}
         return update
 
@@ -60,6 +64,25 @@ class VersionedQuerySet(QuerySet):  # type: ignore[misc]
         if options.get("remove"):
             return super().modify(upsert, *args, **options, **update)
         return super().modify(upsert, *args, **options, **self._stamped(update, upsert))
+
+
+def _stamped_raw(contract: Contract, update: Mapping[str, Any], upsert: bool) -> Any:
+    """A ``__raw__`` update (stored field names) stamped like keyword updates: the revision
+    bumped unless the raw update or the keywords beside it write it; an operator upsert gets
+    the version on insert. A raw replacement is left alone (MongoEngine refuses it)."""
+    raw = update["__raw__"]
+    kind = update_kind(raw)
+    if kind == "replacement":
+        return raw
+    revision, version = contract.spec.revision_field, contract.spec.field
+    if revision is not None and not writes_field(raw, kind, revision) and \
+            not _writes(update, REVISION):
+        raw = stamp_update(raw, kind, revision_field=revision, field="", version=None)
+    if upsert and kind == "operator" and not writes_field(raw, kind, version) and \
+            not _writes(update, VERSION):
+        raw = {**raw, "$setOnInsert": {**raw.get("$setOnInsert", {}),
+                                       version: contract.spec.current}}
+    return raw
 
 
 class _Versioned:

@@ -15,6 +15,8 @@ __all__ = ["EVENTS", "EventBus", "Listener"]
 
 Listener = Callable[[dict[str, Any]], Any]
 
+#: Every event a migrator emits besides the ``background:*`` ones; payloads are documented in
+#: ``docs/observability.md`` (converge's in collections.md §2.8 and §7.8).
 EVENTS = (
     "run:start",
     "run:end",
@@ -28,6 +30,7 @@ EVENTS = (
     "lock:lost",
     "converge:start",
     "converge:action",
+    "converge:wait",
     "converge:end",
 )
 

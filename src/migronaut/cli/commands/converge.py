@@ -71,7 +71,10 @@ def converge(
     wait_search: bool | None, no_lock: bool,
 ) -> int:
     from migronaut.cli.render_converge import render_history, render_plan
-    from migronaut.commands.converge import ConvergeOptions, validate_converge_options
+    from migronaut.commands.converge_options import (
+        ConvergeOptions,
+        validate_converge_options,
+    )
     from migronaut.observability.converge_history import check_limit
 
     if limit is not None and not history:

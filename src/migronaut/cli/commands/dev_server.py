@@ -42,9 +42,15 @@ _CONFIG_FLAGS = (("uri", "--uri"), ("db", "--db"), ("dir", "--dir"), ("config", 
               "PENDING → BUILDING → READY, --search-delay seconds each).")
 @click.option("--search-delay", metavar="SECONDS",
               help="With --search: seconds a build spends PENDING, then BUILDING (default 1).")
+@click.option("--search-lag", metavar="SECONDS",
+              help="With --search: seconds before the search-index list shows a create or an "
+              "update, as Atlas's eventually consistent list does (default 0).")
+@click.option("--enable-test-commands", "test_commands", is_flag=True,
+              help="Serve mongod's configureFailPoint failCommand (for testing failure paths).")
 def dev_server(
     session: Session, port: str | None, data_path: str | None, auth: str | None,
     standalone: bool, sharded: bool, strict: bool, search: bool, search_delay: str | None,
+    search_lag: str | None, test_commands: bool,
 ) -> int:
     from migronaut import devserver
 
@@ -53,7 +59,8 @@ def dev_server(
     if given:
         raise ConfigInvalidError(
             f"{given[0]} does not apply to dev-server: it reads no configuration (its options "
-            "are --port, --path, --auth, --standalone, --sharded, --no-strict, --search)",
+            "are --port, --path, --auth, --standalone, --sharded, --no-strict, --search, "
+            "--enable-test-commands)",
             {"option": given[0]},
         )
     number = parse_int(port, "--port")
@@ -61,16 +68,8 @@ def dev_server(
         raise ConfigInvalidError(
             f"--port must be between 0 and 65535 (got {port!r})", {"option": "--port"}
         )
-    delay = devserver.DEFAULT_SEARCH_DELAY
-    if search_delay is not None:
-        try:
-            delay = float(search_delay)
-        except ValueError:
-            raise ConfigInvalidError(
-                f"--search-delay must be a number of seconds (got {search_delay!r})",
-                {"option": "--search-delay"},
-            ) from None
-        devserver.check_search_delay(delay)
+    delay = _seconds(search_delay, "--search-delay", devserver.DEFAULT_SEARCH_DELAY)
+    lag = _seconds(search_lag, "--search-lag", 0.0)
     credentials = devserver.parse_auth(auth) if auth is not None else None
     out = session.out
 
@@ -82,6 +81,8 @@ def dev_server(
         where = f"data in {data_path}" if data_path else "in memory"
         if search:
             where += ", Atlas Search index commands served"
+        if test_commands:
+            where += ", test failpoint served"
         out.note(f"Dev server ready ({where}) — press Ctrl-C to stop")
 
     try:
@@ -95,6 +96,8 @@ def dev_server(
             strict=strict,
             search=search,
             search_delay=delay,
+            search_lag=lag,
+            test_commands=test_commands,
             on_ready=ready,
         )
     except ConfigInvalidError as error:
@@ -106,3 +109,18 @@ def dev_server(
             ) from error
         raise
     return 0
+
+
+def _seconds(value: str | None, flag: str, default: float) -> float:
+    """A ``--search-delay``/``--search-lag`` value: a number of seconds in 0–3600."""
+    from migronaut import devserver
+
+    if value is None:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ConfigInvalidError(f"{flag} must be a number of seconds (got {value!r})",
+                                 {"option": flag}) from None
+    devserver.check_search_delay(seconds, flag)
+    return seconds

@@ -35,6 +35,15 @@ def _source(config: Mapping[str, Any] | None, config_path: str | os.PathLike[str
     )
 
 
+def _transport_options(visibility_timeout_s: int) -> dict[str, Any]:
+    """Redis: a message unacked by a dead worker comes back after the visibility timeout; the
+    sweep that brings it back runs about every 100 s by default — sooner for a short timeout."""
+    options: dict[str, Any] = {"visibility_timeout": visibility_timeout_s}
+    if visibility_timeout_s < 300:
+        options.update(unacked_restore_interval=1, unacked_restore_throttle=1)
+    return options
+
+
 def install(
     app: Celery,
     *,
@@ -91,7 +100,7 @@ def create_app(
         result_serializer="json",
         accept_content=["json"],
         broker_connection_retry_on_startup=True,
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        broker_transport_options=_transport_options(settings.visibility_timeout_s),
         result_backend_transport_options={"visibility_timeout": settings.visibility_timeout_s},
         task_default_queue=settings.queue,
         task_queues=(Queue(settings.queue),  # type: ignore[no-untyped-call]

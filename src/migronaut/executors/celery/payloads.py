@@ -51,6 +51,13 @@ def _bool(value: Any) -> str | None:
     return None if isinstance(value, bool) else "must be true or false"
 
 
+def _sha256(value: Any) -> str | None:
+    if (not isinstance(value, str) or len(value) != 64
+            or any(c not in "0123456789abcdef" for c in value)):
+        return "must be 64 lower-case hex characters (a SHA-256)"
+    return None
+
+
 #: The checks everyone shares; a kind's allow-list picks from them.
 MIGRATION: Check = _migration
 ROUND: Check = _int(1, 2**31 - 1)
@@ -61,10 +68,28 @@ REASON: Check = _text(512)
 TOKEN: Check = _text(128)
 BOOL: Check = _bool
 TRUE: Check = _true
+BATCH: Check = _int(1, 2**31 - 1)
+CHECKSUM: Check = _sha256
 
-#: kind -> {field: (check, required)}. The migration queue's kinds are added by
-#: :mod:`~migronaut.executors.celery.migration_tasks`' payload table.
+#: kind -> {field: (check, required)}. The migration queue's kinds: ``up`` (one file, ordered,
+#: with its batch and planned checksum — or a bulk ``up`` to ``to``), ``down`` (one file or the
+#: last batch), ``converge`` (never ``prune``: pruning comes only from the worker's definitions)
+#: and the periodic ``sync``; then the background queue's.
 FIELDS: dict[str, dict[str, tuple[Check, bool]]] = {
+    "up": {
+        "migration": (MIGRATION, False), "to": (MIGRATION, False), "batch": (BATCH, False),
+        "ordered": (BOOL, False), "checksum": (CHECKSUM, False), "groupId": (TOKEN, False),
+        "requestedBy": (REQUESTED_BY, False), "reason": (REASON, False),
+    },
+    "down": {
+        "migration": (MIGRATION, False), "ordered": (BOOL, False), "groupId": (TOKEN, False),
+        "requestedBy": (REQUESTED_BY, False), "reason": (REASON, False),
+    },
+    "converge": {
+        "ordered": (BOOL, False), "groupId": (TOKEN, False),
+        "requestedBy": (REQUESTED_BY, False), "reason": (REASON, False),
+    },
+    "sync": {"requestedBy": (REQUESTED_BY, False), "reason": (REASON, False)},
     "background": {
         "migration": (MIGRATION, True), "round": (ROUND, False), "spawn": (COUNT, False),
         "takeover": (TRUE, False), "requestedBy": (REQUESTED_BY, False),

@@ -67,7 +67,7 @@ _RANGES: dict[str, tuple[int, int]] = {
     "max_lane_retries": (0, 100),
     "sync_interval_s": (1, 86_400 * 7),
     "lock_wait_timeout_ms": (1, 2**31 - 1),
-    "visibility_timeout_s": (60, 86_400 * 7),
+    "visibility_timeout_s": (5, 86_400 * 7),
 }
 _NULLABLE = {"broker_url", "result_backend", "background_queue", "verify_interval_ms",
              "sync_interval_s", "lock_wait_timeout_ms"}

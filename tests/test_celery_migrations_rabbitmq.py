@@ -1,0 +1,79 @@
+"""The migration queue with RabbitMQ as the broker (results in the test's Redis database): the
+happy path, and a worker killed in the middle of ``up`` — RabbitMQ hands the unacknowledged
+message back as soon as the dead worker's connection closes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from helpers.celery_worker import (
+    RABBIT_URL,
+    CeleryProject,
+    queue_names,
+    redis_client,
+    require_rabbitmq,
+    workers,
+)
+from helpers.queue_migrations import A, B, C, records, until, waiting_on, write_marking
+from migronaut.celery import enqueue_up
+
+
+@pytest.fixture
+def rabbit_project(project: Any, redis_db: int,
+                   monkeypatch: pytest.MonkeyPatch) -> Iterator[CeleryProject]:
+    """``project`` served through Celery with RabbitMQ as the broker; the test's queues are
+    deleted at the end."""
+    require_rabbitmq()
+    from kombu import Connection
+
+    redis_client(redis_db).flushdb()
+    queue, background = queue_names()
+    celery = CeleryProject(project.path, project.env(), RABBIT_URL,
+                           f"redis://127.0.0.1:6379/{redis_db}", queue, background)
+    for name, value in celery.env_variables().items():
+        monkeypatch.setenv(name, value)
+    try:
+        yield celery
+    finally:
+        celery.kill_all()
+        with Connection(RABBIT_URL) as connection:
+            channel = connection.default_channel
+            for name in (queue, background):
+                channel.queue_delete(name)
+        redis_client(redis_db).flushdb()
+
+
+def test_up_through_rabbitmq(project: Any, rabbit_project: CeleryProject, db: Any) -> None:
+    for name in (A, B, C):
+        write_marking(project, name)
+    with workers(rabbit_project.worker(concurrency=2)):
+        app, _ = rabbit_project.app()
+        assert app.conf.broker_url.startswith("amqp://")
+        results = enqueue_up(app).wait(90)
+    assert [r["results"][0]["status"] for r in results] == ["applied"] * 3
+    assert {r["status"] for r in records(db).values()} == {"applied"}
+    assert sorted(d["name"] for d in db.marks.find()) == [A, B, C]
+
+
+def test_a_worker_killed_mid_up_comes_back_through_rabbitmq(
+    project: Any, rabbit_project: CeleryProject, db: Any
+) -> None:
+    rabbit_project.base_env["MIGRONAUT_LOCK_TTL"] = "5"
+    go, started = project.path / "go", project.path / "started"
+    write_marking(project, A, waiting_on(go, started))
+    write_marking(project, B)
+    first = rabbit_project.worker(concurrency=1)
+    with workers(first):
+        app, _ = rabbit_project.app()
+        handle = enqueue_up(app)
+        until(started.exists, what="the up job to start")
+        first.kill()
+        started.unlink()
+        go.write_text("go")
+        with workers(rabbit_project.worker(concurrency=1)):
+            results = handle.wait(150)
+    assert [r["results"][0]["status"] for r in results] == ["applied", "applied"]
+    assert sorted(d["name"] for d in db.marks.find()) == [A, B]  # exactly once each
