@@ -5,6 +5,7 @@
         [--profile]
     .venv-3.13/bin/python bench/run.py --scale [--scale-sizes N,N,...]
     .venv-3.13/bin/python bench/run.py --converge [--converge-collections N] [--markdown]
+    .venv-3.13/bin/python bench/run.py --dashboard [--markdown]
 
 Run it with the interpreter of an environment where migronaut is installed (``.venv-3.13``, the
 one ``bash scripts/test.sh`` creates, also has the dev server's ``mongoeco``). It
@@ -31,6 +32,9 @@ documents, fewer repeats): a smoke run, not the figures the targets are judged o
 ``--converge`` runs only the converge section (issue 12): migronaut's ``converge`` beside Beanie's
 ``init_beanie`` and MongoEngine's ``ensure_indexes`` over 50 collections (``_converge_report.py``,
 ``_converge_scenarios.py``).
+``--dashboard`` runs only the dashboard section (issue 14): the overview's server time over
+1,000 applied and 20 background migrations (``_dashboard_report.py``; needs the ``dashboard``
+extra).
 ``--profile`` adds one cProfile pass (CPU clock) per background variant, written to
 ``bench/results/profile-*.txt``.
 """
@@ -978,6 +982,9 @@ def main(argv: list[str] | None = None) -> int:
                              "MongoEngine's `ensure_indexes` over --converge-collections")
     parser.add_argument("--converge-collections", type=int, default=50, metavar="N",
                         help="collections of the converge section (default: 50)")
+    parser.add_argument("--dashboard", action="store_true",
+                        help="run only the dashboard section: server time of the overview over "
+                             "1,000 applied and 20 background migrations")
     args = parser.parse_args(argv)
     missing = [name for name in ("migronaut", "pymongo") if importlib.util.find_spec(name) is None]
     if missing:
@@ -1004,6 +1011,8 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:
             parser.error("--scale-sizes must be comma-separated integers")
         return run_scale(command, scale_sizes, 1 if args.quick else 3, args.markdown)
+    if args.dashboard:
+        return run_dashboard(command, args.markdown)
     if args.converge:
         if args.converge_collections < 1:
             parser.error("--converge-collections must be at least 1")
@@ -1125,6 +1134,18 @@ def run_converge(command: str, n: int, markdown: bool) -> int:
         return (*grid(report.HEADERS, lines), notes, {"collections": n, "figures": figures})
 
     return run_section("converge", command, markdown, measure)
+
+
+def run_dashboard(command: str, markdown: bool) -> int:
+    """``--dashboard``: the overview's server time (issue 14)."""
+    import _dashboard_report as report
+
+    def measure(server: Server) -> tuple[str, str, list[str], dict[str, Any]]:
+        figures = report.measure_dashboard(server.uri)
+        lines, notes = report.dashboard_table(figures)
+        return (*grid(report.HEADERS, lines), notes, {"figures": figures})
+
+    return run_section("dashboard", command, markdown, measure)
 
 
 def run_section(name: str, command: str, markdown: bool,

@@ -12,6 +12,19 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=scripts/_python.sh
 source scripts/_python.sh
 
+# The dashboard's browser tests drive Debian's headless Chromium (tests/test_dashboard_browser.py);
+# install it when missing and we may (root, apt-get present). Without it those tests skip, or
+# fail under MIGRONAUT_TEST_REQUIRE_TOOLS.
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    _log "apt-get install chromium chromium-driver (browser tests)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null \
+      || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
+           apt-get install -y -q chromium chromium-driver >/dev/null; } \
+      || _log "could not install chromium: the browser tests will skip (or fail in CI)"
+  fi
+fi
+
 py313=$(find_python 3.13)
 py311=$(find_python 3.11)
 ensure_venv .venv-3.13 "$py313" embedded,dev

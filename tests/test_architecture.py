@@ -19,7 +19,7 @@ LAYERS = (
     ("migronaut._mongod_rules", 0), ("migronaut.core", 1), ("migronaut.declared", 1),
     ("migronaut.observability", 1), ("migronaut.versioning", 1),
     ("migronaut.background", 2), ("migronaut.commands", 3), ("migronaut.api", 4),
-    ("migronaut.aio", 4), ("migronaut.integrations", 2),
+    ("migronaut.aio", 4), ("migronaut.integrations", 2), ("migronaut.dashboard", 5),
 )
 
 

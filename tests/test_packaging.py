@@ -66,6 +66,12 @@ def test_the_wheel_holds_the_package_its_licence_and_its_metadata(dist: Path) ->
         licence = wheel.read(f"{info}/licenses/LICENSE").decode()
     assert {name for name in names if name.endswith(".py")} == modules()
     assert "migronaut/py.typed" in names
+    shipped = {p.relative_to(PACKAGE.parent).as_posix() for p in (PACKAGE / "dashboard").rglob("*")
+               if p.is_file() and p.suffix in (".html", ".js", ".css")}
+    assert shipped >= {"migronaut/dashboard/templates/overview.html",
+                       "migronaut/dashboard/static/dashboard.js",
+                       "migronaut/dashboard/static/dashboard.css"}
+    assert shipped <= set(names), "the dashboard's templates and assets ship in the wheel"
     assert_no_junk(names)
     assert licence == (ROOT / "LICENSE").read_text("utf-8")
     assert licence.startswith("MIT License") and "The migronaut authors" in licence

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from migronaut.background.state_fields import DOC_ERRORS_KEPT, MAX_BAD_IDS, literal
+from migronaut.background.state_fields import COUNTERS, DOC_ERRORS_KEPT, MAX_BAD_IDS, literal
 from migronaut.errors import LockLostError
 
 if TYPE_CHECKING:
@@ -172,6 +172,37 @@ class PartitionStore:
         row = next(iter(self.partitions.aggregate(pipeline)), None) or {}
         live = row.get("live") or [{}]
         return _status_counts(row.get("counts") or []), int(live[0].get("n", 0))
+
+    def summary(self, names: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+        """Per migration of ``names``, one row per ``(generation, plan, status)`` of its
+        partitions: ``n``, ``leased``, ``live`` (leases renewed within their own TTL, server
+        time) and the summed counters — what :meth:`count_by_status`, :meth:`live_leases` and
+        the live totals read, for every migration in one aggregate (``background status``)."""
+        group: dict[str, Any] = {
+            "_id": {"background": "$background", "generation": "$generation", "plan": "$plan",
+                    "status": "$status"},
+            "n": {"$sum": 1},
+            "leased": _BY_STATUS["$group"]["leased"],
+            "live": {"$sum": {"$cond": [{"$ifNull": ["$lease", False]},
+                                        {"$cond": [{"$gte": _LEASE_AGE}, 1, 0]}, 0]}},
+        }
+        for key in COUNTERS:
+            group[key] = {"$sum": {"$ifNull": [f"$counters.{key}", 0]}}
+        out: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+        for row in self.partitions.aggregate([
+            {"$match": {"background": {"$in": list(names)}}}, {"$group": group},
+        ]):
+            ident = row.pop("_id")
+            out.setdefault(ident["background"], []).append({**ident, **row})
+        return out
+
+    @staticmethod
+    def summary_counts(rows: Iterable[Mapping[str, Any]], generation: int,
+                       token: str) -> dict[str, int]:
+        """:meth:`count_by_status` from one migration's :meth:`summary` rows."""
+        return _status_counts(
+            {"_id": row["status"], "n": row["n"], "leased": row["leased"]} for row in rows
+            if row.get("generation") == generation and row.get("plan") == token)
 
     def list_partitions(self, name: str) -> list[dict[str, Any]]:
         cursor = self.partitions.find({"background": name})

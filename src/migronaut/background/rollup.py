@@ -101,6 +101,20 @@ def _landed_intent(
         {"$and": [{"_id": {"$in": ids}}, at]})
 
 
+def summed_totals(state: Mapping[str, Any],
+                  summary: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """:func:`live_totals` from a :meth:`PartitionStore.summary` of the migration (no read)."""
+    totals = {k: int(v) for k, v in (state.get("totals") or {}).items()}
+    generation = int(state.get("generation", 0))
+    if generation and int(state.get("rolledGeneration", 0)) < generation:
+        for key in COUNTERS:
+            added = sum(int(row.get(key) or 0) for row in summary
+                        if row.get("generation") == generation)
+            if added:
+                totals[key] = totals.get(key, 0) + added
+    return totals
+
+
 def live_totals(engine: EngineHandles, state: Mapping[str, Any]) -> dict[str, int]:
     """Rolled-up totals plus the counters of the generation not rolled up yet (a read)."""
     totals = {k: int(v) for k, v in (state.get("totals") or {}).items()}

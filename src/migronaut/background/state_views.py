@@ -7,10 +7,10 @@ closes add the counters of the generation not rolled up yet, so they never go ba
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from migronaut.background.rollup import live_totals
+from migronaut.background.rollup import live_totals, summed_totals
 
 if TYPE_CHECKING:
     from migronaut.background.handles import EngineHandles
@@ -27,11 +27,18 @@ class StateViews:
         self.requirements = requirements
 
     def status(self, name: str | None = None) -> list[dict[str, Any]]:
+        """The views of ``name`` (or of every migration): the states, then one aggregate over
+        their partitions — two reads whatever the number of migrations and partitions."""
         states = [self.engine.store.require(name)] if name else self.engine.store.all()
-        return [self.view(state) for state in states]
+        if not states:
+            return []
+        summary = self.engine.store.summary([state["_id"] for state in states])
+        return [self.view(state, summary.get(state["_id"], [])) for state in states]
 
-    def view(self, state: Mapping[str, Any]) -> dict[str, Any]:
-        """The ``BackgroundStatus`` view (reference background §6.2)."""
+    def view(self, state: Mapping[str, Any],
+             summary: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+        """The ``BackgroundStatus`` view (reference background §6.2); ``summary`` (the
+        migration's rows of :meth:`PartitionStore.summary`) saves its two partition reads."""
         name = state["_id"]
         spec = state.get("spec") or {}
         plan = state.get("plan") or None
@@ -43,19 +50,19 @@ class StateViews:
             "generation": state.get("generation", 0), "pass": state.get("pass", 0),
             "maxParallel": spec.get("maxParallel", 1),
             "transaction": bool(spec.get("transaction")),
-            "totals": live_totals(self.engine, state),
+            "totals": live_totals(self.engine, state) if summary is None
+            else summed_totals(state, summary),
             "failedDocuments": len(state.get("badIds") or []),
             "requires": list(state.get("requires") or []),
             "waitsFor": list(state.get("waitsFor") or []),
-            "liveLeases": None,
+            "liveLeases": None,  # below, with the partition counts
             "registeredAt": state.get("registeredAt"),
             "startedAt": state.get("startedAt"), "completedAt": state.get("completedAt"),
             "lastProgressAt": state.get("lastProgressAt"), "lastError": state.get("lastError"),
             "description": state.get("description"),
         }
-        if plan:
-            counts, view["liveLeases"] = self.engine.store.counts_and_live_leases(
-                name, int(plan["generation"]), plan["token"])
+        counts, view["liveLeases"] = self._partition_facts(name, plan, summary)
+        if plan and counts is not None:
             view["partitions"] = counts
             counts["total"] = sum(v for k, v in counts.items() if k != "leased")
             view["plan"] = {k: plan[k] for k in ("method", "estimate", "atLeast", "partitions",
@@ -63,13 +70,28 @@ class StateViews:
             if plan.get("sharding"):
                 view["sharding"] = {k: plan["sharding"][k] for k in (
                     "mode", "shardKey", "hashed", "groups") if k in plan["sharding"]}
-        else:
-            view["liveLeases"] = self.engine.store.live_leases(name)
         if state.get("coordinator"):
             view["coordinator"] = state["coordinator"]
         if state.get("previous"):
             view["previous"] = state["previous"]
         return {k: v for k, v in view.items() if v is not None}
+
+    def _partition_facts(
+        self, name: str, plan: Mapping[str, Any] | None,
+        summary: Sequence[Mapping[str, Any]] | None,
+    ) -> tuple[dict[str, int] | None, int]:
+        """The current plan's partitions by status (with ``leased``; ``None`` without a plan)
+        and the live leases: from ``summary`` when given, else in one aggregate (one count
+        without a plan)."""
+        store = self.engine.store
+        if summary is not None:
+            live = sum(int(row.get("live") or 0) for row in summary)
+            if not plan:
+                return None, live
+            return store.summary_counts(summary, int(plan["generation"]), plan["token"]), live
+        if not plan:
+            return None, store.live_leases(name)
+        return store.counts_and_live_leases(name, int(plan["generation"]), plan["token"])
 
     def partitions_view(self, name: str) -> list[dict[str, Any]]:
         self.engine.store.require(name)
@@ -93,6 +115,9 @@ class StateViews:
                 row["throttle"] = partition["throttle"]
             if partition.get("lastError"):
                 row["lastError"] = partition["lastError"]
+            for when in ("startedAt", "doneAt", "updatedAt"):  # throughput over time
+                if partition.get(when) is not None:
+                    row[when] = partition[when]
             out.append(row)
         return out
 

@@ -49,6 +49,7 @@ COMMAND_MODULES = (
     "migronaut.cli.commands.logs",
     "migronaut.cli.commands.background",
     "migronaut.cli.commands.dev_server",
+    "migronaut.cli.commands.dashboard",
 )
 
 _REGISTRY: list[click.Command] = []

@@ -95,17 +95,6 @@ def paint(text: str, style: str | None, enabled: bool) -> str:
     return f"\x1b[{style}m{text}\x1b[0m"
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, dt.datetime):
-        from migronaut.core.results import iso
-
-        return iso(value)
-    to_dict = getattr(value, "to_dict", None)
-    if callable(to_dict):
-        return to_dict()
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    return str(value)
 
 
 class Output:
@@ -224,9 +213,11 @@ class Output:
         """
         import json
 
+        from migronaut.core.results import json_default
+
         encoding = (getattr(self.stdout, "encoding", None) or "utf-8").lower()
         text = json.dumps(redact_value(document), indent=None if compact else 2,
-                          default=_json_default, ensure_ascii=not encoding.startswith("utf"))
+                          default=json_default, ensure_ascii=not encoding.startswith("utf"))
         self.write(self.stdout, text)
 
     def write(self, stream: IO[str], text: str) -> None:

@@ -7,6 +7,7 @@ prints and other tooling parses. Datetimes render as ISO-8601 UTC strings with a
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
@@ -24,7 +25,11 @@ __all__ = [
     "RunResult",
     "StatusRow",
     "iso",
+    "json_default",
+    "json_document",
     "naive_utc",
+    "rows_json",
+    "run_results_json",
     "to_json_value",
 ]
 
@@ -57,6 +62,39 @@ def to_json_value(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: to_json_value(v) for k, v in value.items()}
     return value
+
+
+def json_default(value: Any) -> Any:
+    """``json.dumps``' ``default`` for ``--json`` documents: dates as :func:`iso`, results by
+    their ``to_dict()``, sets and tuples as lists, anything else (``ObjectId``…) as text."""
+    if isinstance(value, dt.datetime):
+        return iso(value)
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict):
+        return to_dict()
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return str(value)
+
+
+def json_document(document: Any) -> Any:
+    """``document`` as ``--json`` prints it, as plain JSON values: results by their
+    ``to_dict()``, dates as ISO text, every string redacted (the CLI and the dashboard)."""
+    import json
+
+    from migronaut._redact import redact_value
+
+    return redact_value(json.loads(json.dumps(to_json_value(document), default=json_default)))
+
+
+def run_results_json(results: Sequence[RunResult]) -> list[dict[str, Any]]:
+    """``RunResult[]`` as ``up``/``down``/``redo`` print it."""
+    return [result.to_dict() for result in results]
+
+
+def rows_json(rows: Sequence[StatusRow]) -> list[dict[str, Any]]:
+    """``StatusRow[]`` as ``status``/``list``/``dry-run`` print it."""
+    return [row.to_dict() for row in rows]
 
 
 def _camel(name: str) -> str:

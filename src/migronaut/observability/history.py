@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from migronaut.core.results import LockInfo
     from migronaut.observability.runstore import RunStore
 
-__all__ = ["INTERRUPTED", "RunLog", "RunRecord", "read_run_log", "recent_runs"]
+__all__ = ["INTERRUPTED", "RunLog", "RunRecord", "read_run_log", "recent_runs", "run_log_json"]
 
 INTERRUPTED = "interrupted"
 MAX_LIMIT = 10_000
@@ -88,6 +88,12 @@ class RunLog:
         from migronaut.core.results import to_json_value
 
         return {"run": self.run.to_dict(), "lines": to_json_value(self.lines)}
+
+
+def run_log_json(log: RunLog | None) -> dict[str, Any]:
+    """``logs RUN_ID --json``: the run and its lines; no run recorded at all is
+    ``{"run": null, "lines": []}`` (the CLI and the dashboard)."""
+    return log.to_dict() if log is not None else {"run": None, "lines": []}
 
 
 def check_limit(limit: Any, option: str = "limit") -> int:

@@ -23,15 +23,12 @@ from typing import TYPE_CHECKING, Any, cast
 import click
 
 from migronaut._redact import sanitize_terminal
+from migronaut.background.progress import TERMINAL, ProgressTracker, number, partition_json
 from migronaut.cli.app import command, group
 from migronaut.cli.output import Output
 from migronaut.cli.render_background import (
-    TERMINAL,
     ControlOutcome,
     ProgressDisplay,
-    ProgressTracker,
-    number,
-    partition_json,
     render_control,
     render_dry_run,
     render_enqueued,

@@ -52,7 +52,7 @@ def logs(
     level: str | None,
     limit: str | None,
 ) -> int:
-    from migronaut.observability.history import check_level, check_limit
+    from migronaut.observability.history import check_level, check_limit, run_log_json
 
     if run_id is not None and last:
         raise ConfigInvalidError("RUN_ID and --last cannot be combined",
@@ -77,7 +77,7 @@ def logs(
     return session.run(
         lambda migrator: migrator.run_log(run_id, migration=migration, level=level),
         render=render_run_log,
-        to_json=lambda log: log.to_dict() if log is not None else {"run": None, "lines": []},
+        to_json=run_log_json,
     )
 
 
@@ -173,8 +173,8 @@ def _line(line: dict[str, Any], colour: bool) -> str:
     parts.append(sanitize_terminal(str(line.get("msg", ""))))
     data = line.get("data")
     if data:
-        from migronaut.cli.output import _json_default
+        from migronaut.core.results import json_default
 
-        parts.append(paint(sanitize_terminal(json.dumps(data, default=_json_default,
+        parts.append(paint(sanitize_terminal(json.dumps(data, default=json_default,
                                                         ensure_ascii=False)), DIM, colour))
     return "  ".join(parts)

@@ -1,0 +1,325 @@
+"""The dashboard's ASGI application: routes, templates and the error envelope.
+
+Pages are server-rendered Jinja2 templates (autoescaped) over :class:`~.board.Board`'s JSON
+documents; ``/api/…`` serves the same documents with the CLI's ``--json`` shapes; the pages'
+script polls ``/api/live`` (≤ 1/s) to move the progress bars without a reload. Handlers are
+plain functions, so Starlette runs them in its thread pool (pymongo's API is synchronous).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, quote, urlencode
+
+from migronaut.errors import ConfigInvalidError, MigronautError
+
+try:
+    from jinja2 import Environment, FileSystemLoader, select_autoescape
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.requests import Request
+    from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+    from starlette.routing import Mount, Route
+    from starlette.staticfiles import StaticFiles
+except ImportError as missing:  # pragma: no cover - exercised without the extra
+    raise ConfigInvalidError(
+        f"the dashboard needs the 'dashboard' extra ({missing.name} is missing): "
+        "pip install 'migronaut[dashboard]'",
+        {"extra": "dashboard"},
+    ) from missing
+
+from migronaut.dashboard.board import CONTROLS, Board
+from migronaut.dashboard.guard import (
+    CSRF_FIELD,
+    SESSION_COOKIE,
+    TOKEN_COOKIE,
+    Guard,
+)
+from migronaut.dashboard.metrics import exposition
+
+if TYPE_CHECKING:
+    from migronaut.api import Migrator
+    from migronaut.core.config import Config
+
+__all__ = ["create_app"]
+
+HERE = Path(__file__).parent
+#: HTTP status of an error by its code; anything else is a 500 with the same JSON envelope.
+STATUS_OF = {"NOT_APPLIED": 404, "BACKGROUND_CONFLICT": 409, "CONFIG_INVALID": 400,
+             "CONNECTION_FAILED": 503}
+#: Page size limits of ``?limit=`` (the CLI's ``logs --limit`` bounds).
+MAX_LIMIT = 1000
+#: The largest control form read (a CSRF value, a name and a reason).
+MAX_FORM = 16_384
+#: Response headers of every page: no framing, no sniffing, scripts only from here.
+SECURITY_HEADERS = {
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Content-Security-Policy": "default-src 'self'; style-src 'self'; script-src 'self'; "
+                               "img-src 'self' data:; frame-ancestors 'none'",
+    "Cache-Control": "no-store",
+}
+
+
+def _templates() -> Environment:
+    env = Environment(loader=FileSystemLoader(HERE / "templates"),
+                      autoescape=select_autoescape(["html"], default=True),
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters["duration"] = _duration
+    env.filters["tojson_attr"] = lambda value: json.dumps(value, separators=(",", ":"))
+    return env
+
+
+def _duration(seconds: Any) -> str:
+    if not isinstance(seconds, (int, float)):
+        return "—"
+    total = round(seconds)
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def _json(document: Any, status: int = 200) -> Response:
+    """A JSON response; ``<``, ``>`` and ``&`` as ``\\u`` escapes (the same JSON value, and no
+    markup even if a browser is talked into rendering it)."""
+    text = json.dumps(document, ensure_ascii=False)
+    for char in "<>&":
+        text = text.replace(char, f"\\u{ord(char):04x}")
+    return Response(text, status_code=status,
+                    media_type="application/json", headers=SECURITY_HEADERS)
+
+
+def _serving(read: Callable[[Request], Any]) -> Callable[[Request], Response]:
+    """A JSON endpoint of ``read``."""
+    return lambda request: _json(read(request))
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """The fields of a small urlencoded form (the controls' only body); anything else, or more
+    than :data:`MAX_FORM` bytes, is no fields (the guard then refuses the request)."""
+    if not request.headers.get("content-type", "").startswith(
+            "application/x-www-form-urlencoded"):
+        return {}
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM:
+            return {}
+    fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+    return {key: values[0] for key, values in fields.items()}
+
+
+def _limit(request: Request, default: int = 20) -> int:
+    raw = request.query_params.get("limit")
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 0 < value <= MAX_LIMIT:
+        raise ConfigInvalidError(f"limit must be an integer from 1 to {MAX_LIMIT} (got {raw!r})",
+                                 {"option": "limit"})
+    return value
+
+
+class Dashboard:
+    """One application: the migrator it reads through, the guard, the templates."""
+
+    def __init__(self, migrator: Migrator, guard: Guard, allow_controls: bool) -> None:
+        self.board = Board(migrator)
+        self.guard = guard
+        self.allow_controls = allow_controls
+        self.templates = _templates()
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def guarded(self, handler: Callable[[Request], Response], *, page: bool = False,
+                ) -> Callable[[Request], Response]:
+        """Token check, the ``?token=`` → cookie hand-over, errors as JSON or an error page."""
+
+        def endpoint(request: Request) -> Response:
+            if not self.guard.may_read(request):
+                return self.refuse(request, "this dashboard needs its token: open the URL "
+                                            "printed at start-up", page=page)
+            try:
+                response = handler(request)
+            except MigronautError as error:
+                status = STATUS_OF.get(error.code, 500)
+                if page:
+                    response = self.render("error.html", request, status=status,
+                                           error=error.to_dict())
+                else:
+                    response = _json({"error": error.to_dict()}, status)
+            if self.guard.presented(request) == "query":
+                response = self.hand_over(request, response)
+            return response
+
+        return endpoint
+
+    def hand_over(self, request: Request, response: Response) -> Response:
+        """A ``?token=`` visit: the token goes into an HttpOnly SameSite=Strict cookie and the
+        browser is sent to the same URL without it (out of the address bar and history)."""
+        if request.method == "GET" and response.status_code == 200:
+            query = urlencode([(k, v) for k, v in request.query_params.multi_items()
+                               if k != "token"])
+            response = RedirectResponse(request.url.path + (f"?{query}" if query else ""),
+                                        status_code=303)
+        response.set_cookie(TOKEN_COOKIE, self.guard.token or "", httponly=True,
+                            samesite="strict", path=self.root(request))
+        return response
+
+    @staticmethod
+    def root(request: Request) -> str:
+        return str(request.scope.get("root_path") or "") + "/"
+
+    def refuse(self, request: Request, reason: str, *, page: bool = False) -> Response:
+        body = {"error": {"code": "FORBIDDEN", "message": reason}}
+        if page:
+            return self.render("error.html", request, status=403, error=body["error"])
+        return _json(body, 403)
+
+    def render(self, template: str, request: Request, *, status: int = 200,
+               **context: Any) -> Response:
+        session = request.cookies.get(SESSION_COOKIE) or Guard.new_session()
+        html = self.templates.get_template(template).render(
+            root=self.root(request).rstrip("/"), allow_controls=self.allow_controls,
+            csrf=self.guard.csrf_value(session) if self.allow_controls else "",
+            csrf_field=CSRF_FIELD, **context)
+        response = HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+        if self.allow_controls and not request.cookies.get(SESSION_COOKIE):
+            response.set_cookie(SESSION_COOKIE, session, httponly=True, samesite="strict",
+                                path=self.root(request))
+        return response
+
+    # -- pages ------------------------------------------------------------------------------
+    def overview(self, request: Request) -> Response:
+        return self.render("overview.html", request, page="overview", **self.board.overview())
+
+    def migration(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        return self.render("migration.html", request, page="background",
+                           **self.board.migration(name))
+
+    def runs_page(self, request: Request) -> Response:
+        return self.render("runs.html", request, page="runs",
+                           runs=self.board.runs(_limit(request, 50)))
+
+    def run_page(self, request: Request) -> Response:
+        log = self.board.run_log(request.path_params["run_id"])
+        if log.get("run") is None:
+            return self.render("error.html", request, status=404, error={
+                "code": "NOT_FOUND", "message": "No such run"})
+        return self.render("run.html", request, page="runs", **log)
+
+    def audit_page(self, request: Request) -> Response:
+        return self.render("audit.html", request, page="audit", report=self.board.audit())
+
+    def drift_page(self, request: Request) -> Response:
+        return self.render("drift.html", request, page="drift", result=self.board.drift(),
+                           history=self.board.converge_history(10))
+
+    # -- controls ---------------------------------------------------------------------------
+    async def control(self, request: Request) -> Response:
+        """POST /background/{name}/{action}: refused (403, nothing read or written) unless
+        controls are on and the guard accepts the request."""
+        name, action = request.path_params["name"], request.path_params["action"]
+        wants_json = "application/json" in request.headers.get("accept", "")
+        if not self.allow_controls:
+            return self.refuse(request, "controls are off: start the dashboard with "
+                                        "--allow-controls", page=not wants_json)
+        form = await _form(request)
+        refusal = self.guard.check_control(request, form.get(CSRF_FIELD))
+        if refusal is not None:
+            return self.refuse(request, refusal.reason, page=not wants_json)
+        if action not in CONTROLS:
+            return _json({"error": {"code": "NOT_FOUND",
+                                    "message": f"unknown control {action!r}"}}, 404)
+        actor = str(form.get("requested_by") or "").strip()[:100] or "dashboard"
+        reason = str(form.get("reason") or "").strip()[:500] or None
+        def apply() -> Response:
+            result = self.board.control(name, action, requested_by=actor, reason=reason)
+            if wants_json:
+                return _json(result)
+            return RedirectResponse(f"{self.root(request)}background/{quote(name)}",
+                                    status_code=303)
+
+        return await run_in_threadpool(self.guarded(lambda _: apply(), page=not wants_json),
+                                       request)
+
+    # -- JSON -------------------------------------------------------------------------------
+    def routes(self) -> list[Any]:
+        board = self.board
+        api: Mapping[str, Callable[[Request], Any]] = {
+            "/api/status": lambda r: board.status(),
+            "/api/lock": lambda r: board.lock(),
+            "/api/runs": lambda r: board.runs(_limit(r)),
+            "/api/runs/{run_id}": lambda r: board.run_log(r.path_params["run_id"]),
+            "/api/audit": lambda r: board.audit(),
+            "/api/drift": lambda r: board.drift(),
+            "/api/converge/history": lambda r: board.converge_history(_limit(r)),
+            "/api/background": lambda r: board.background(),
+            "/api/background/{name}": lambda r: board.background(r.path_params["name"]),
+            "/api/background/{name}/partitions":
+                lambda r: board.partitions(r.path_params["name"]),
+            "/api/live": lambda r: board.live(),
+            "/api/live/{name}": lambda r: board.live(r.path_params["name"]),
+        }
+        routes: list[Any] = [Route(path, self.guarded(_serving(read)), methods=["GET"])
+                             for path, read in api.items()]
+        routes += [
+            Route("/", self.guarded(self.overview, page=True), methods=["GET"]),
+            Route("/background/{name}", self.guarded(self.migration, page=True),
+                  methods=["GET"]),
+            Route("/background/{name}/{action}", self.control, methods=["POST"]),
+            Route("/runs", self.guarded(self.runs_page, page=True), methods=["GET"]),
+            Route("/runs/{run_id}", self.guarded(self.run_page, page=True), methods=["GET"]),
+            Route("/audit", self.guarded(self.audit_page, page=True), methods=["GET"]),
+            Route("/drift", self.guarded(self.drift_page, page=True), methods=["GET"]),
+            Route("/metrics", self.guarded(lambda r: PlainTextResponse(
+                exposition(board), media_type="text/plain; version=0.0.4")), methods=["GET"]),
+            Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+        ]
+        return routes
+
+
+def create_app(migrator: Migrator | None = None, *, config: Config | Mapping[str, Any] | None
+               = None, allow_controls: bool = False, token: str | None = None) -> Starlette:
+    """The dashboard as an ASGI application over ``migrator`` (or a new
+    :class:`~migronaut.api.Migrator` of ``config``, closed when the application shuts down).
+
+    ``allow_controls`` turns on pause/resume/cancel/retry; they then need ``token`` (one is
+    generated when not given: read it from ``app.state.token``). With a token, every page and
+    endpoint needs it. Mount it anywhere: links follow the mount's ``root_path``.
+    """
+    owned = migrator is None
+    if migrator is None:
+        from migronaut.api import Migrator
+
+        migrator = Migrator(config)
+    elif config is not None:
+        raise ConfigInvalidError("create_app takes a migrator or a config, not both",
+                                 {"option": "config"})
+    if allow_controls and token is None:
+        token = Guard.new_token()
+    dashboard = Dashboard(migrator, Guard(token), allow_controls)
+    closing = migrator
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if owned:
+                closing.close()
+
+    app = Starlette(routes=dashboard.routes(), lifespan=lifespan)
+    app.state.token = token
+    app.state.migrator = migrator
+    return app

@@ -1,0 +1,426 @@
+"""The web dashboard over HTTP (Starlette's TestClient) against the dev server: every page and
+endpoint, the CLI's ``--json`` shapes, escaping and redaction, the token and CSRF guard of the
+controls, the live poll's command count, ``/metrics`` and ``migronaut dashboard`` itself."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+with warnings.catch_warnings():  # Starlette 1.x suggests httpx2; httpx is what it still uses
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+from helpers.background import NAME, PARTITIONS, STATES, register
+from helpers.engine import write_simple
+from helpers.wire_audit import AUDIT
+from migronaut import Migrator
+from migronaut.dashboard import create_app
+from migronaut.errors import ConfigInvalidError
+
+SECRET = "S3cretPw"
+EVIL = "<script>alert(\"x'\")</script>"
+CHATTY = f"""
+def up(ctx):
+    ctx.logger.info({EVIL!r} + " copied")
+    ctx.logger.warning("slow: mongodb://admin:{SECRET}@db.example/app")
+
+def down(ctx):
+    pass
+"""
+ORIGIN = "http://testserver"
+
+
+@pytest.fixture
+def settled(project: Any, cli: Any, db: Any) -> str:
+    """A chatty plain migration applied, and a background migration registered by ``up`` and
+    driven one round (``run --once``: some partitions done, leases released)."""
+    project.write_migration("0000_chatty", CHATTY)
+    name = register(project, cli, db, docs=300)
+    assert cli("background", "run", name, "--once").exit_code == 0
+    return name
+
+
+@pytest.fixture
+def migrator(project: Any) -> Iterator[Migrator]:
+    with Migrator(cwd=project.path) as migrator:
+        yield migrator
+
+
+def client_of(migrator: Migrator, **options: Any) -> TestClient:
+    return TestClient(create_app(migrator, **options), follow_redirects=False)
+
+
+# ------------------------------------------------------------------------- pages, endpoints
+
+
+PAGES = ("/", f"/background/{NAME}", "/runs", "/audit", "/drift")
+
+
+def test_every_page_renders(settled: str, migrator: Migrator, db: Any) -> None:
+    client = client_of(migrator)
+    for path in PAGES:
+        page = client.get(path)
+        assert page.status_code == 200, (path, page.text[:500])
+        assert page.headers["content-type"].startswith("text/html")
+        assert page.headers["x-frame-options"] == "DENY"
+        assert "script-src 'self'" in page.headers["content-security-policy"]
+    overview = client.get("/").text
+    assert NAME in overview and "<progress" in overview
+    assert 'data-live="/api/live"' in overview
+    run_id = migrator.runs(1)[0].run_id
+    run = client.get(f"/runs/{run_id}")
+    assert run.status_code == 200 and run_id in run.text
+    one = client.get(f"/background/{NAME}").text
+    cells = re.findall(r'class="cell s-(\w+)"', one)
+    stored = [p["status"] for p in db[PARTITIONS].find({"background": NAME}).sort("seq", 1)]
+    assert cells == stored and "done" in cells
+    assert "Throughput" in one and "<rect" in one  # one round read documents
+    assert client.get("/static/dashboard.js").status_code == 200
+    assert client.get("/static/dashboard.css").status_code == 200
+
+
+def test_json_endpoints_serve_the_cli_shapes(settled: str, migrator: Migrator, cli: Any) -> None:
+    client = client_of(migrator)
+    run_id = migrator.runs(1)[0].run_id
+    same = {
+        "/api/status": ("status", "--json"),
+        "/api/lock": ("lock", "--json"),
+        "/api/runs": ("logs", "--json"),
+        f"/api/runs/{run_id}": ("logs", run_id, "--json"),
+        "/api/background": ("background", "status", "--json"),
+        f"/api/background/{NAME}": ("background", "status", NAME, "--json"),
+        f"/api/background/{NAME}/partitions": ("background", "status", NAME, "--partitions",
+                                               "--json"),
+        "/api/drift": ("converge", "--dry-run", "--json"),
+        "/api/converge/history": ("converge", "--history", "--json"),
+        "/api/audit": ("audit", "--json"),
+    }
+    for path, args in same.items():
+        served = client.get(path)
+        assert served.status_code == 200, (path, served.text)
+        assert served.headers["content-type"] == "application/json"
+        expected = cli(*args).json
+        if path == "/api/audit":  # the runtime check names the process's interpreter
+            served_checks = {c["name"]: c["status"] for c in served.json()["checks"]}
+            assert served_checks == {c["name"]: c["status"] for c in expected["checks"]}
+            continue
+        assert served.json() == expected, path
+    live = client.get(f"/api/live/{NAME}").json()
+    assert set(live) == {"at", "background", "done"}
+    view = live["background"][0]
+    assert view["progress"]["done"] == view["totals"]["scanned"] > 0
+    assert view["controls"] == ["pause", "cancel"]
+
+
+def test_bad_requests_say_what_is_wrong(settled: str, migrator: Migrator) -> None:
+    client = client_of(migrator)
+    missing = client.get("/api/background/0009_nope.py")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "NOT_APPLIED"
+    page = client.get("/background/0009_nope.py")
+    assert page.status_code == 404 and "NOT_APPLIED" in page.text
+    for bad in ("abc", "0", "1001"):
+        limited = client.get(f"/api/runs?limit={bad}")
+        assert limited.status_code == 400
+        assert limited.json()["error"] == {
+            "code": "CONFIG_INVALID", "context": {"option": "limit"},
+            "message": f"limit must be an integer from 1 to 1000 (got {bad!r})"}
+    unknown = client.get("/runs/nope")
+    assert unknown.status_code == 400 and "No recorded run with id &#39;nope&#39;" in unknown.text
+    assert client.get("/api/runs/nope").json()["error"] == {
+        "code": "CONFIG_INVALID", "message": "No recorded run with id 'nope'",
+        "context": {"runId": "nope"}}  # what `migronaut logs nope --json` prints
+    assert client.post(f"/background/{NAME}/pause").status_code == 403  # controls off
+
+
+def test_create_app_takes_a_migrator_or_a_config(migrator: Migrator) -> None:
+    with pytest.raises(ConfigInvalidError) as caught:
+        create_app(migrator, config={"db_name": "x"})
+    assert caught.value.code == "CONFIG_INVALID" and caught.value.exit_code == 6
+    assert "not both" in caught.value.message
+
+
+def test_mounted_under_a_prefix_links_follow_it(settled: str, migrator: Migrator) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    host = Starlette(routes=[Mount("/ops/migrations", create_app(migrator))])
+    client = TestClient(host)
+    page = client.get("/ops/migrations/")
+    assert page.status_code == 200
+    assert 'href="/ops/migrations/static/dashboard.css"' in page.text
+    assert 'data-live="/ops/migrations/api/live"' in page.text
+    assert client.get("/ops/migrations/api/live").status_code == 200
+
+
+# -------------------------------------------------------------------- escaping, redaction
+
+
+def test_names_logs_and_errors_render_escaped_and_credentials_never_show(
+        settled: str, migrator: Migrator, db: Any) -> None:
+    stored_error = f"write failed on mongodb://app:{SECRET}@db.internal/app {EVIL}"
+    db[STATES].update_one({"_id": NAME}, {"$set": {
+        "lastError": stored_error, "description": EVIL,
+        "docErrors": [{"error": stored_error, "reason": EVIL}]}})
+    db[PARTITIONS].update_one({"background": NAME}, {"$set": {"lastError": stored_error}})
+    db["_migronaut_migrations"].insert_one({
+        "name": f"0005_{EVIL}.py", "status": "applied", "batch": 9,
+        "appliedAt": db[STATES].find_one({"_id": NAME})["registeredAt"]})
+    client = client_of(migrator)
+    run_id = next(run.run_id for run in migrator.runs(5) if run.applied == ["0000_chatty.py"]
+                  or "0000_chatty.py" in run.applied)
+    everything = [*PAGES, f"/runs/{run_id}", "/metrics",
+                  *(route.path for route in client.app.routes  # type: ignore[attr-defined]
+                    if route.path.startswith("/api/") and "{" not in route.path),
+                  f"/api/background/{NAME}", f"/api/background/{NAME}/partitions",
+                  f"/api/live/{NAME}", f"/api/runs/{run_id}"]
+    for path in everything:
+        body = client.get(path).text
+        assert SECRET not in body, path
+        assert "<script>alert" not in body, path
+    shown = client.get(f"/background/{NAME}").text
+    assert "&lt;script&gt;alert(&#34;x&#39;&#34;)&lt;/script&gt;" in shown
+    assert "mongodb://app:****@db.internal" in shown
+    assert "&lt;script&gt;alert" in client.get("/").text  # the changelog record's name
+    log = client.get(f"/runs/{run_id}").text
+    assert "&lt;script&gt;alert(&#34;x&#39;&#34;)&lt;/script&gt; copied" in log
+    assert "mongodb://admin:****@db.example" in log
+
+
+# ------------------------------------------------------------------------------- controls
+
+
+def _status(db: Any) -> str:
+    return str(db[STATES].find_one({"_id": NAME})["status"])
+
+
+def _csrf(page: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found, "no CSRF field on the page"
+    return found.group(1)
+
+
+def test_controls_need_the_token_same_origin_and_the_csrf_value(
+        settled: str, migrator: Migrator, db: Any) -> None:
+    app = create_app(migrator, allow_controls=True)
+    token = app.state.token
+    assert isinstance(token, str) and len(token) >= 40
+    before = db[STATES].find_one({"_id": NAME})
+
+    anonymous = TestClient(app, follow_redirects=False)
+    assert anonymous.get("/").status_code == 403  # a token protects the reads too
+    assert anonymous.get("/api/live").status_code == 403
+    refused = anonymous.post(f"/background/{NAME}/pause", headers={"Origin": ORIGIN})
+    assert refused.status_code == 403
+    assert anonymous.post(f"/background/{NAME}/pause?token={token}").status_code == 403
+
+    browser = TestClient(app, follow_redirects=False)
+    handed = browser.get(f"/background/{NAME}?token={token}")
+    assert handed.status_code == 303 and handed.headers["location"] == f"/background/{NAME}"
+    cookie = handed.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict")
+    page = browser.get(f"/background/{NAME}")
+    assert page.status_code == 200 and token not in page.text
+    csrf = _csrf(page.text)
+    form = {"csrf": csrf, "requested_by": "alice", "reason": "OPS-9 load"}
+    for headers, data in (
+        ({}, form),  # no Origin nor Referer
+        ({"Origin": "http://evil.example"}, form),
+        ({"Referer": "http://evil.example/x"}, form),
+        ({"Origin": ORIGIN}, {**form, "csrf": "forged"}),
+        ({"Origin": ORIGIN}, {k: v for k, v in form.items() if k != "csrf"}),
+    ):
+        attempt = browser.post(f"/background/{NAME}/pause", headers=headers, data=data)
+        assert attempt.status_code == 403, (headers, data)
+    after = db[STATES].find_one({"_id": NAME})
+    assert after == before  # nothing changed, not even a history entry
+
+    done = browser.post(f"/background/{NAME}/pause", headers={"Origin": ORIGIN}, data=form)
+    assert done.status_code == 303, done.text
+    assert _status(db) == "paused"
+    entry = db[STATES].find_one({"_id": NAME})["history"][-1]
+    assert (entry["action"], entry["by"], entry["reason"]) == ("pause", "alice", "OPS-9 load")
+
+    api = TestClient(app, follow_redirects=False)
+    resumed = api.post(f"/background/{NAME}/resume", headers={
+        "Authorization": f"Bearer {token}", "Accept": "application/json"})
+    assert resumed.status_code == 200, resumed.text
+    assert resumed.json()["applied"] == "changed"
+    assert resumed.json()["status"] == _status(db) in ("running", "pending")
+    assert db[STATES].find_one({"_id": NAME})["history"][-1]["by"] == "dashboard"
+    conflict = api.post(f"/background/{NAME}/retry", headers={
+        "X-Migronaut-Token": token, "Accept": "application/json"})
+    assert conflict.status_code == 409
+    assert conflict.json()["error"]["code"] == "BACKGROUND_CONFLICT"
+    unknown = api.post(f"/background/{NAME}/drop", headers={"X-Migronaut-Token": token})
+    assert unknown.status_code == 404
+
+
+def test_controls_off_refuse_even_with_the_token(settled: str, migrator: Migrator,
+                                                 db: Any) -> None:
+    app = create_app(migrator, token="t0ken-for-reads")
+    client = TestClient(app, follow_redirects=False)
+    assert client.get("/", headers={"X-Migronaut-Token": "t0ken-for-reads"}).status_code == 200
+    refused = client.post(f"/background/{NAME}/pause", headers={
+        "X-Migronaut-Token": "t0ken-for-reads", "Accept": "application/json"})
+    assert refused.status_code == 403
+    assert "--allow-controls" in refused.json()["error"]["message"]
+    assert _status(db) == "running"
+
+
+# ----------------------------------------------------------------------------------- live
+
+
+def test_a_poll_is_one_small_query_round_whatever_the_partitions(
+        settled: str, migrator: Migrator, db: Any) -> None:
+    client = client_of(migrator)
+    client.get(f"/api/live/{NAME}")  # connect, indexes
+    with AUDIT.recording() as sent:
+        assert client.get(f"/api/live/{NAME}").status_code == 200
+    few = [(s.command, s.target) for s in sent]
+    assert ("find", PARTITIONS) not in few  # no partition documents are read
+    assert len(few) == 2, few  # the state, then one aggregate over its partitions
+    db[PARTITIONS].insert_many([
+        {"background": NAME, "generation": 1, "plan": "x", "seq": 1000 + i,
+         "status": "pending", "counters": {"scanned": 0}} for i in range(40)])
+    with AUDIT.recording() as sent:
+        assert client.get(f"/api/live/{NAME}").status_code == 200
+    assert [(s.command, s.target) for s in sent] == few
+
+
+# -------------------------------------------------------------------------------- metrics
+
+
+def test_metrics_expose_documents_lanes_failures_and_pending(settled: str, migrator: Migrator,
+                                                           cli: Any) -> None:
+    text = TestClient(create_app(migrator)).get("/metrics")
+    assert text.status_code == 200 and text.headers["content-type"].startswith("text/plain")
+    samples = dict(re.findall(r"^(\S+) (\S+)$", text.text, re.MULTILINE))
+    view = cli("background", "status", NAME, "--json").json["background"][0]
+    label = f'migration="{NAME}"'
+    assert float(samples[f'migronaut_background_documents_total{{{label},counter="migrated"}}']) \
+        == view["totals"]["migrated"] > 0
+    assert samples[f"migronaut_background_lanes{{{label}}}"] == "0"
+    assert samples[f"migronaut_background_max_parallel{{{label}}}"] == "2"
+    assert samples[f'migronaut_background_status{{{label},status="running"}}'] == "1"
+    assert samples[f"migronaut_background_failed_documents{{{label}}}"] == "0"
+    assert samples["migronaut_migrations_pending"] == "0"
+    assert samples['migronaut_migrations{status="applied"}'] == "2"
+    assert "# TYPE migronaut_background_documents_total counter" in text.text
+
+
+# ------------------------------------------------------------------------------------ CLI
+
+
+def _stop(process: subprocess.Popen[str]) -> str:
+    process.terminate()
+    _, err = process.communicate(timeout=30)
+    return err
+
+
+def test_the_cli_prints_the_url_with_the_token_and_serves(settled: str, cli_process: Any,
+                                                          ) -> None:
+    process = cli_process.start("dashboard", "--port", "0")
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().strip()
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/\?token=[\w-]{40,}", url), url
+        base, token = url.split("/?token=")
+        assert httpx.get(f"{base}/api/live").status_code == 403
+        live = httpx.get(f"{base}/api/live", headers={"X-Migronaut-Token": token})
+        assert live.status_code == 200 and live.json()["background"][0]["migration"] == NAME
+        handed = httpx.get(url)
+        assert handed.status_code == 303  # into a cookie, out of the address bar
+        refused = httpx.post(f"{base}/background/{NAME}/pause",
+                             headers={"X-Migronaut-Token": token})
+        assert refused.status_code == 403  # no --allow-controls
+    finally:
+        err = _stop(process)
+    assert process.returncode == 0, err
+    assert "not on loopback" not in err
+
+
+def test_the_cli_warns_off_loopback_and_refuses_bad_flags(cli_process: Any, cli: Any) -> None:
+    process = cli_process.start("dashboard", "--host", "0.0.0.0", "--port", "0")
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().startswith("http://0.0.0.0:")
+    finally:
+        err = _stop(process)
+    assert process.returncode == 0, err
+    assert "⚠ Listening on 0.0.0.0, not on loopback" in err
+    bad = cli("dashboard", "--port", "70000")
+    assert bad.exit_code == 6
+    assert "--port must be between 0 and 65535 (got '70000')" in bad.stderr
+    bad_json = cli("dashboard", "--port", "x", "--json")
+    assert bad_json.exit_code == 6 and bad_json.json["error"]["code"] == "CONFIG_INVALID"
+
+
+def test_the_one_aggregate_view_equals_the_per_migration_reads(settled: str, migrator: Migrator,
+                                                               db: Any) -> None:
+    """``background status`` reads every migration's partitions in one aggregate; its views are
+    the ones the separate reads (``count_by_status``, ``live_leases``, live totals) give —
+    with a live lease, an expired one and a generation not rolled up yet."""
+    import datetime as dt
+
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    first, second = db[PARTITIONS].find({"background": NAME}).sort("seq", 1).limit(2)
+    db[PARTITIONS].update_one({"_id": first["_id"]}, {"$set": {"lease": {
+        "slot": 0, "token": "t1", "owner": "w1", "host": "h", "pid": 1, "ttlMs": 60_000,
+        "renewedAt": now, "claimedAt": now}}})
+    db[PARTITIONS].update_one({"_id": second["_id"]}, {"$set": {"lease": {
+        "slot": 1, "token": "t2", "owner": "w2", "host": "h", "pid": 2, "ttlMs": 1_000,
+        "renewedAt": now - dt.timedelta(minutes=5), "claimedAt": now}}})
+    engine = migrator.background
+    state = engine.state(NAME)
+    assert state is not None and state["rolledGeneration"] < state["generation"]
+    with AUDIT.recording() as sent:
+        summarised = engine.status(NAME)[0]
+    assert len(sent) == 2  # the state, one aggregate
+    separate = engine.view(state)
+    assert summarised == separate
+    assert summarised["liveLeases"] == 1 and summarised["partitions"]["leased"] == 2
+    assert summarised["totals"]["scanned"] > 0
+
+
+@pytest.mark.parametrize("missing", ["uvicorn", "starlette.applications"])
+def test_without_the_extra_the_command_says_how_to_install_it(
+        project: Any, cli: Any, db: Any, monkeypatch: pytest.MonkeyPatch, missing: str) -> None:
+    for loaded in [m for m in sys.modules if m.startswith("migronaut.dashboard")]:
+        monkeypatch.delitem(sys.modules, loaded)
+    monkeypatch.setitem(sys.modules, missing, None)  # an import of it now fails
+    result = cli("dashboard", "--port", "0", "--json")
+    assert result.exit_code == 6, result.stderr
+    error = result.json["error"]
+    assert error["code"] == "CONFIG_INVALID" and error["context"] == {"extra": "dashboard"}
+    assert "pip install 'migronaut[dashboard]'" in error["message"]
+    assert missing.split(".")[0] in error["message"]
+
+
+def test_help_and_import_do_not_load_the_dashboard() -> None:
+    probe = ("import migronaut; from migronaut.cli import main\n"
+             "try:\n    main(['dashboard', '--help'])\nexcept SystemExit:\n    pass\n"
+             "import sys; print([m for m in ('starlette', 'jinja2', 'uvicorn', "
+             "'migronaut.dashboard') if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
+
+
+def test_the_overview_lists_fifty_outstanding_migrations_and_counts_the_rest(
+        project: Any, migrator: Migrator) -> None:
+    write_simple(project, *(f"{n:04d}_step" for n in range(60)))
+    page = TestClient(create_app(migrator)).get("/")
+    assert page.status_code == 200
+    assert page.text.count('class="status s-pending"') == 50
+    assert "… 10 more" in page.text and "0049_step.py" in page.text
+    assert "0050_step.py" not in page.text
+    assert re.search(r"<h2>Pending</h2><p class=\"big warn\">60</p>", page.text)
