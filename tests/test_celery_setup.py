@@ -89,3 +89,26 @@ def test_the_ready_app_starts_a_worker_on_both_queues(celery_project: Any) -> No
     assert f"{celery_project.queue}" in worker.log()
     assert f"{celery_project.background_queue}" in worker.log()
     assert worker.stop() == 0
+
+
+def test_two_apps_in_one_process_each_run_their_own_installation(tmp_path: Any) -> None:
+    """A web process may hold a producer's app beside another: each app's task names must
+    reach its own installation (its queues, its config), never the first app's."""
+    from migronaut.executors.celery import create_app
+
+    config = {"uri": "mongodb://127.0.0.1:9/unused", "db_name": "unused"}
+    first_app, first = create_app(config=config, cwd=tmp_path, queue="qa",
+                                  broker_url="memory://", result_backend="cache+memory://")
+    second_app, second = create_app(config=config, cwd=tmp_path, queue="qb",
+                                    broker_url="memory://", result_backend="cache+memory://")
+    assert first.tasks and set(first.tasks) == set(second.tasks)
+    for kind in first.tasks:
+        name = first.task_name(kind)
+        # (app.task returns a proxy: compare the functions the names reach)
+        assert _body(first_app.tasks[name]) is _body(first.tasks[kind]), kind
+        assert _body(second_app.tasks[name]) is _body(second.tasks[kind]), kind
+        assert _body(first.tasks[kind]) is not _body(second.tasks[kind]), kind
+
+
+def _body(task: Any) -> Any:
+    return getattr(task.run, "__func__", task.run)

@@ -273,8 +273,10 @@ def register(installed: MigronautCelery, options: dict[str, Any]) -> None:
     entry unless ``verify_interval_ms`` is ``None``)."""
     app, settings = installed.app, installed.settings
     queue = settings.background_queue_name
+    # shared=False: a shared task is added to every app of the process, so a second app (a
+    # producer's, a test's) would run the first installation's task, with its settings
     task_options = {**options, "bind": True, "max_retries": None, "track_started": True,
-                    "queue": queue}
+                    "queue": queue, "shared": False}
     for kind, decide_class in (("background", Coordinator), ("background-lane", Lane),
                                ("background-verify", Verify)):
         installed.tasks[kind] = app.task(name=installed.task_name(kind), **task_options)(
