@@ -44,7 +44,7 @@ DEFAULT_REQUIRED = "0009_not_registered.py"
 #: --yes: a confirmation is not what is under test).
 BASE_OPTIONS = {"dev-server": ["--port", "0"], "baseline": ["--yes"], "unlock": ["--yes"]}
 #: Long-running commands: the line that says they are serving (then one SIGTERM stops them).
-SERVING = {"dev-server": "mongodb://", "background work": "Worker started"}
+SERVING = {"dev-server": "mongodb://", "background work": "Worker started", "dashboard": "http://"}
 CODE_LINE = re.compile(r"✖ ([A-Z_]+): \S")
 
 
