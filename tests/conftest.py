@@ -59,10 +59,13 @@ if TYPE_CHECKING:
 
 #: Points the suite at an existing server instead of starting the dev server.
 TEST_URI_VARIABLE = "MIGRONAUT_TEST_URI"
+#: Set by scripts/test.sh for its second interpreter: ``one_interpreter`` tests ran on the first.
+SECOND_INTERPRETER_VARIABLE = "MIGRONAUT_TEST_SECOND_INTERPRETER"
 #: Variables of the harness itself, kept when the developer's ``MIGRONAUT_*`` are stripped
 #: (``MIGRONAUT_TEST_REQUIRE_TOOLS``: see ``helpers/tools.py``).
 HARNESS_VARIABLES = frozenset(
-    {TEST_URI_VARIABLE, "MIGRONAUT_DEVSERVER_PYTHON", "MIGRONAUT_TEST_REQUIRE_TOOLS"}
+    {TEST_URI_VARIABLE, "MIGRONAUT_DEVSERVER_PYTHON", "MIGRONAUT_TEST_REQUIRE_TOOLS",
+     SECOND_INTERPRETER_VARIABLE}
 )
 
 #: Environment overrides: a string sets the variable, ``None`` removes it.
@@ -239,6 +242,10 @@ def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 def _server_requirements(request: pytest.FixtureRequest) -> None:
     """Skip ``real_mongodb`` / ``replica_set`` / ``sharded_cluster`` tests the current server
     cannot serve."""
+    if request.node.get_closest_marker("one_interpreter") and os.environ.get(
+            SECOND_INTERPRETER_VARIABLE):
+        pytest.skip("a long real-process scenario: scripts/test.sh runs it on its first "
+                    f"interpreter only ({SECOND_INTERPRETER_VARIABLE} is set)")
     if request.node.get_closest_marker("real_mongodb") and not os.environ.get(TEST_URI_VARIABLE):
         pytest.skip(f"needs a real MongoDB: set {TEST_URI_VARIABLE} (the dev server is not one)")
     if request.node.get_closest_marker("replica_set"):

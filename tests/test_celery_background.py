@@ -119,6 +119,7 @@ def assert_exactly_once(db: Any, docs: int) -> None:
     assert live_leases(db) == 0
 
 
+@pytest.mark.one_interpreter
 def test_two_workers_migrate_2000_documents_exactly_once(
         celery_project: Any, project: Any, cli: Any, db: Any) -> None:
     configure(project)
@@ -267,6 +268,7 @@ def holds_lease(db: Any, worker: Any) -> Callable[[], bool]:
         {"background": NAME, "lease.pid": worker.process.pid}) > 0 and migrated(db) > 0
 
 
+@pytest.mark.one_interpreter
 def test_kill_9_mid_lane_repeatedly_then_the_queue_lost_a_heal_brings_the_work_back(
         celery_project: Any, project: Any, cli: Any, db: Any, redis_db: int) -> None:
     configure(project)
@@ -296,6 +298,7 @@ def test_kill_9_mid_lane_repeatedly_then_the_queue_lost_a_heal_brings_the_work_b
     assert survivor.alive
 
 
+@pytest.mark.one_interpreter
 def test_a_warm_shutdown_releases_leases_at_once_and_another_worker_finishes(
         celery_project: Any, project: Any, cli: Any, db: Any) -> None:
     configure(project, lock_ttl=60)  # a lease left behind would hold its slot for a minute
@@ -401,6 +404,7 @@ def rabbit_project(project: Any, redis_db: int, monkeypatch: pytest.MonkeyPatch)
         redis_client(redis_db).flushdb()
 
 
+@pytest.mark.one_interpreter
 def test_kill_9_mid_lane_with_rabbitmq_the_killed_tasks_come_back(
         rabbit_project: Any, project: Any, cli: Any, db: Any) -> None:
     configure(project)
