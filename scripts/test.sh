@@ -5,7 +5,8 @@
 #
 # Sets up .venv-3.13 (".[embedded,dev]": the dev server's mongoeco needs 3.13) and .venv-3.11
 # (".[dev]", our oldest supported Python), reinstalling only when pyproject.toml changed. The 3.11
-# run still starts its dev server under 3.13 through MIGRONAUT_DEVSERVER_PYTHON. With
+# run still starts its dev server under 3.13 through MIGRONAUT_DEVSERVER_PYTHON and skips the
+# long real-process scenarios (markers slow, one_interpreter) the 3.13 run covered. With
 # MIGRONAUT_TEST_URI set, both runs use that MongoDB instead of a dev server.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -41,8 +42,9 @@ _log "mypy"
 "$v313" -m mypy
 
 _log "pytest on Python 3.13"
-"$v313" -m pytest "$@"
+"$v313" -m pytest --durations=25 "$@"
 _log "pytest on Python 3.11 (dev server under 3.13)"
-# the long real-process scenarios marked one_interpreter ran above; this pass skips them
+# the long real-process scenarios (markers slow, one_interpreter) ran above; this pass skips
+# them, so the whole of .ci/run stays under 30 minutes
 MIGRONAUT_TEST_SECOND_INTERPRETER=1 MIGRONAUT_DEVSERVER_PYTHON="$PWD/$v313" "$v311" -m pytest "$@"
 _log "all checks passed"

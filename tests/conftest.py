@@ -59,7 +59,8 @@ if TYPE_CHECKING:
 
 #: Points the suite at an existing server instead of starting the dev server.
 TEST_URI_VARIABLE = "MIGRONAUT_TEST_URI"
-#: Set by scripts/test.sh for its second interpreter: ``one_interpreter`` tests ran on the first.
+#: Set by scripts/test.sh for its second interpreter: the ``one_interpreter`` and ``slow``
+#: scenarios (real processes killed, restarted, raced) ran on the first; the rest runs on both.
 SECOND_INTERPRETER_VARIABLE = "MIGRONAUT_TEST_SECOND_INTERPRETER"
 #: Variables of the harness itself, kept when the developer's ``MIGRONAUT_*`` are stripped
 #: (``MIGRONAUT_TEST_REQUIRE_TOOLS``: see ``helpers/tools.py``).
@@ -242,8 +243,9 @@ def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 def _server_requirements(request: pytest.FixtureRequest) -> None:
     """Skip ``real_mongodb`` / ``replica_set`` / ``sharded_cluster`` tests the current server
     cannot serve."""
-    if request.node.get_closest_marker("one_interpreter") and os.environ.get(
-            SECOND_INTERPRETER_VARIABLE):
+    if os.environ.get(SECOND_INTERPRETER_VARIABLE) and (
+            request.node.get_closest_marker("one_interpreter")
+            or request.node.get_closest_marker("slow")):
         pytest.skip("a long real-process scenario: scripts/test.sh runs it on its first "
                     f"interpreter only ({SECOND_INTERPRETER_VARIABLE} is set)")
     if request.node.get_closest_marker("real_mongodb") and not os.environ.get(TEST_URI_VARIABLE):

@@ -272,14 +272,26 @@ def test_a_module_that_fails_to_load_names_the_file_and_the_cause(
     assert info.value.__cause__ is not None
 
 
-def test_modules_are_cached_per_path_unless_reloaded(tmp_path: Path) -> None:
+def test_modules_are_cached_per_path_until_the_file_changes_or_a_reload(
+    tmp_path: Path
+) -> None:
+    """An unchanged file is compiled once; a file changed on disk (a long-lived worker, a
+    migration fixed in place) is compiled again, so the code that runs is the code whose
+    checksum is recorded; ``reload`` compiles it again anyway."""
+    import os
+
     path = write(
         tmp_path, "0001_c.py", "VALUE = 1\ndef up(ctx): return VALUE\ndef down(ctx): pass\n"
     )
-    assert load_migration(path).up(None) == 1
+    first = load_migration(path)
+    assert first.up(None) == 1
+    assert load_migration(path).up is first.up  # cached: the same module's function
+    stamp = os.stat(path)
     path.write_text("VALUE = 2\ndef up(ctx): return VALUE\ndef down(ctx): pass\n")
-    assert load_migration(path).up(None) == 1
-    assert load_migration(path, reload=True).up(None) == 2
+    os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns + 1_000_000_000))
+    assert load_migration(path).up(None) == 2
+    again = load_migration(path)
+    assert load_migration(path, reload=True).up is not again.up
 
 
 def test_a_reload_runs_the_file_as_it_is_now_never_a_stale_bytecode_cache(
