@@ -243,11 +243,6 @@ def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 def _server_requirements(request: pytest.FixtureRequest) -> None:
     """Skip ``real_mongodb`` / ``replica_set`` / ``sharded_cluster`` tests the current server
     cannot serve."""
-    if os.environ.get(SECOND_INTERPRETER_VARIABLE) and (
-            request.node.get_closest_marker("one_interpreter")
-            or request.node.get_closest_marker("slow")):
-        pytest.skip("a long real-process scenario: scripts/test.sh runs it on its first "
-                    f"interpreter only ({SECOND_INTERPRETER_VARIABLE} is set)")
     if request.node.get_closest_marker("real_mongodb") and not os.environ.get(TEST_URI_VARIABLE):
         pytest.skip(f"needs a real MongoDB: set {TEST_URI_VARIABLE} (the dev server is not one)")
     if request.node.get_closest_marker("replica_set"):
@@ -460,6 +455,18 @@ def cli_process(project: Project) -> Iterator[CliProcess]:
 
 
 # -------------------------------------------------------------------------------- wire audit
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under :data:`SECOND_INTERPRETER_VARIABLE`, skip the long scenarios (markers ``slow``,
+    ``one_interpreter``) before any of their fixtures is set up."""
+    if not os.environ.get(SECOND_INTERPRETER_VARIABLE):
+        return
+    skip = pytest.mark.skip(reason="a long real-process scenario: scripts/test.sh runs it on "
+                            f"its first interpreter only ({SECOND_INTERPRETER_VARIABLE} is set)")
+    for item in items:
+        if item.get_closest_marker("one_interpreter") or item.get_closest_marker("slow"):
+            item.add_marker(skip)
 
 
 def pytest_configure(config: pytest.Config) -> None:
