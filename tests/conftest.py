@@ -457,6 +457,15 @@ def cli_process(project: Project) -> Iterator[CliProcess]:
 # -------------------------------------------------------------------------------- wire audit
 
 
+#: Modules that test the dev server itself (it runs under Python 3.13 in both passes) or the
+#: packaging: the second interpreter's pass would repeat the first.
+SERVER_SIDE_MODULES = frozenset({
+    "test_devserver.py", "test_devserver_collmod.py", "test_devserver_search.py",
+    "test_devserver_strict.py", "test_devserver_failpoints.py", "test_dev_server_modes.py",
+    "test_packaging.py",
+})
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under :data:`SECOND_INTERPRETER_VARIABLE`, skip the long scenarios (markers ``slow``,
     ``one_interpreter``) before any of their fixtures is set up."""
@@ -465,7 +474,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip = pytest.mark.skip(reason="a long real-process scenario: scripts/test.sh runs it on "
                             f"its first interpreter only ({SECOND_INTERPRETER_VARIABLE} is set)")
     for item in items:
-        if item.get_closest_marker("one_interpreter") or item.get_closest_marker("slow"):
+        if (item.get_closest_marker("one_interpreter") or item.get_closest_marker("slow")
+                or item.path.name in SERVER_SIDE_MODULES):
             item.add_marker(skip)
 
 
