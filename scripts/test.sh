@@ -7,8 +7,8 @@
 # (".[dev]", our oldest supported Python), reinstalling only when pyproject.toml changed. The 3.11
 # run still starts its dev server under 3.13 through MIGRONAUT_DEVSERVER_PYTHON and skips what
 # the 3.13 run already covered whatever the client's Python: the long real-process scenarios
-# (markers slow, one_interpreter), the dev server's own tests and packaging
-# (tests/conftest.py: SERVER_SIDE_MODULES). With
+# (markers slow, one_interpreter), the dev server's own tests, packaging and the junk sweep
+# (tests/conftest.py: ONE_INTERPRETER_MODULES). With
 # MIGRONAUT_TEST_URI set, both runs use that MongoDB instead of a dev server.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

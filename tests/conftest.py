@@ -457,12 +457,13 @@ def cli_process(project: Project) -> Iterator[CliProcess]:
 # -------------------------------------------------------------------------------- wire audit
 
 
-#: Modules that test the dev server itself (it runs under Python 3.13 in both passes) or the
-#: packaging: the second interpreter's pass would repeat the first.
-SERVER_SIDE_MODULES = frozenset({
+#: Modules the second interpreter's pass skips: the dev server's own tests (it runs under Python
+#: 3.13 in both passes), packaging (the same wheel), and the junk-for-every-option sweep (every
+#: command's flags through click; the same refusals are also tested per command on both).
+ONE_INTERPRETER_MODULES = frozenset({
     "test_devserver.py", "test_devserver_collmod.py", "test_devserver_search.py",
     "test_devserver_strict.py", "test_devserver_failpoints.py", "test_dev_server_modes.py",
-    "test_packaging.py",
+    "test_packaging.py", "test_cli_junk.py",
 })
 
 
@@ -475,7 +476,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                             f"its first interpreter only ({SECOND_INTERPRETER_VARIABLE} is set)")
     for item in items:
         if (item.get_closest_marker("one_interpreter") or item.get_closest_marker("slow")
-                or item.path.name in SERVER_SIDE_MODULES):
+                or item.path.name in ONE_INTERPRETER_MODULES):
             item.add_marker(skip)
 
 
