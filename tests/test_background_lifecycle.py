@@ -728,3 +728,26 @@ def test_a_step_that_neither_commits_nor_closes_still_records_its_driver(
     third = state(db)["coordinator"]
     assert third["kind"] == "inline" and third["at"] >= second["at"]
     assert state(db)["generation"] == 1  # the refused plan committed nothing
+
+
+@pytest.mark.parametrize("junk", ["3", 1.5, -1, True, {"n": 1}])
+def test_a_stored_round_migronaut_does_not_understand_stops_a_queue_coordinator(
+    project: Any, cli: Any, db: Any, junk: Any
+) -> None:
+    """Fail closed: a ``round`` that is not a non-negative integer is ``STATE_INVALID`` naming
+    the field, never taken as some round (a chain would supersede or resume the wrong one);
+    nothing is written."""
+    from migronaut.errors import StateInvalidError
+
+    seed(db, docs=10)
+    project.write_migration("0001_users_v1", background_file(extra_spec='"max_parallel": 1,'))
+    assert cli("up").exit_code == 0
+    db[STATES].update_one({"_id": B1}, {"$set": {"round": junk}})
+    before = state(db)
+    with make_migrator(project) as migrator, pytest.raises(StateInvalidError) as caught:
+        migrator.background.coordinate(B1, driver="celery")
+    assert caught.value.code == "STATE_INVALID" and caught.value.exit_code == 35
+    assert "round" in caught.value.message and B1 in caught.value.message
+    assert caught.value.context["problems"][0]["field"] == "round"
+    after = state(db)
+    assert after["round"] == junk and after.get("coordinator") == before.get("coordinator")

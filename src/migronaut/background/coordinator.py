@@ -27,7 +27,12 @@ from migronaut.background.state_fields import SCHEMA, TERMINAL
 from migronaut.background.version_index import forget, hint_refused, version_index
 from migronaut.core.context import Cancellation
 from migronaut.core.lock import MigrationLock
-from migronaut.errors import ChecksumMismatchError, LockAlreadyHeldError, MigrationFileNotFoundError
+from migronaut.errors import (
+    ChecksumMismatchError,
+    LockAlreadyHeldError,
+    MigrationFileNotFoundError,
+    StateInvalidError,
+)
 
 if TYPE_CHECKING:
     from migronaut.background.handles import EngineHandles
@@ -79,6 +84,21 @@ class Step(NamedTuple):
     answer: Answer
     state: dict[str, Any] | None = None
     job: BackgroundJob | None = None
+
+
+def stored_round(state: Mapping[str, Any]) -> int:
+    """The state's coordinator ``round`` (0 when absent); anything but a non-negative integer is
+    ``STATE_INVALID`` — a chain must never guess which round is current."""
+    value = state.get("round", 0)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise StateInvalidError(
+            f"Background migration {state.get('_id')} has a round migronaut does not understand: "
+            f"{value!r} (expected a non-negative integer)",
+            {"collection": "background", "record": str(state.get("_id")),
+             "problems": [{"field": "round", "value": repr(value)}]})
+    return value
 
 
 class _Stamp:
@@ -189,7 +209,7 @@ class Coordinator:
                                    waits_for=list(state.get("waitsFor", []))))
         written_round: int | None = None
         if driver in ROUND_DRIVERS:
-            stored = int(state.get("round") or 0)
+            stored = stored_round(state)
             if round is not None and round != stored:
                 return Step(Answer("superseded", round=round), state)
             if round is None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from migronaut.background.coordinator import stored_round
 from migronaut.errors import NotAppliedError
 from migronaut.executors.celery.payloads import VERSION, fragment
 
@@ -139,7 +140,7 @@ def enqueue_background(
             sent.append({"migration": name, "id": coordinator_id(queue, name)})
         elif name in stalled:  # the chain the ledger calls live shows no sign of life
             state = engine.state(name) or {}
-            chain = takeover_id(queue, name, int(state.get("round") or 0))
+            chain = takeover_id(queue, name, stored_round(state))
             payload = _coordinator_payload(name, takeover=True, requested_by=requested_by,
                                            reason=reason)
             if send_once(installed, "background", payload, chain):
