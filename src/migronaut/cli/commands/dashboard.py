@@ -89,15 +89,21 @@ def dashboard(session: Session, host: str, port: str | None, allow_controls: boo
         token = Guard.new_token()
         app = create_app(migrator, allow_controls=allow_controls, token=token)
         sock = bind(host, DEFAULT_PORT if number is None else number)
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
         # A stop from here on is a clean exit 0: before the server runs it is noted (and the
-        # server not started); while it runs uvicorn shuts down gracefully, then re-raises the
-        # signal under the handler it found — this one, which only notes it again.
+        # server not started); one that lands after that check but before uvicorn installs its
+        # own handlers tells the server to exit as soon as it has started; while it runs
+        # uvicorn shuts down gracefully, then re-raises the signal under the handler it found —
+        # this one, which only notes it again.
         stops: list[int] = []
-        previous = {sig: signal.signal(sig, lambda sig, frame: stops.append(sig))
-                    for sig in (signal.SIGINT, signal.SIGTERM)}
+
+        def stop(sig: int, frame: Any) -> None:
+            stops.append(sig)
+            server.should_exit = True
+
+        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             url = _announce(host, sock.getsockname()[1], token)
-            server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
             if not stops:
                 server.run(sockets=[sock])
         finally:
