@@ -19,8 +19,9 @@ background §6.4, mapped onto Celery without chords: a coordinator re-checks Mon
 ``migronaut.background-verify``
     the drift poll, then a heal; on beat every ``verify_interval_ms`` (unless ``None``).
 
-A task continues itself with ``Task.retry`` (same id, new payload), so the result backend's
-state of a chain or lane slot says whether it is live (see
+A task continues itself by sending itself again (same id, new payload, marked ``QUEUED`` in the
+result backend first) and writes its result only when it ends, so the result backend's state of
+a chain or lane slot says whether it is live (see
 :mod:`~migronaut.executors.celery.background_producer`). On a warm shutdown
 (``WorkerContext.shutdown``) a lane stops at its next batch boundary, checkpoints, releases its
 lease and re-enqueues itself; a coordinator bows out and comes back — nothing waits for a lease
@@ -34,7 +35,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from migronaut.errors import QueueJobInvalidError
-from migronaut.executors.celery.background_producer import enqueue_background, lane_id, send_once
+from migronaut.executors.celery.background_producer import (
+    enqueue_background,
+    lane_id,
+    send_once,
+    send_queued,
+)
 from migronaut.executors.celery.failures import outbound_error
 from migronaut.executors.celery.payloads import VERSION, validate
 
@@ -82,17 +88,25 @@ def _checked(kind: str, payload: Any) -> dict[str, Any]:
         raise outbound_error(error) from None
 
 
-def _run(task: Task, installed: MigronautCelery, decide: Any, payload: dict[str, Any]) -> Any:
+def _run(task: Task, installed: MigronautCelery, kind: str, decide: Any,
+         payload: dict[str, Any]) -> Any:
     """Run ``decide(payload, task_id)``; continue the task as itself when it says
-    :class:`Again` (outside the ``try``: ``Task.retry`` raises Celery's ``Retry``), and let
-    every other error leave redacted."""
+    :class:`Again`, else write its result; let every error leave redacted.
+
+    The tasks are declared ``ignore_result`` and keep the ledger themselves: a continuation is
+    sent under the same id, marked ``QUEUED`` first, and nothing is written when a run ends in
+    one — one result-backend write per slice where ``Task.retry`` cost a ``RETRY`` write and
+    a formatted traceback. Failures are still stored (``store_errors_even_if_ignored``)."""
+    task_id = str(task.request.id)
     try:
-        decided = decide(payload, str(task.request.id))
+        decided = decide(payload, task_id)
+        if isinstance(decided, Again):
+            send_queued(installed, kind, decided.payload, task_id,
+                        countdown=max(0.0, decided.countdown))
+            return None
     except Exception as error:
         raise outbound_error(error) from None
-    if isinstance(decided, Again):
-        raise task.retry(args=(decided.payload,), countdown=max(0.0, decided.countdown),
-                         max_retries=None, queue=installed.settings.background_queue_name)
+    installed.app.backend.mark_as_done(task_id, decided, request=task.request)
     return decided
 
 
@@ -274,8 +288,11 @@ def register(installed: MigronautCelery, options: dict[str, Any]) -> None:
     app, settings = installed.app, installed.settings
     queue = settings.background_queue_name
     # shared=False: a shared task is added to every app of the process, so a second app (a
-    # producer's, a test's) would run the first installation's task, with its settings
-    task_options = {**options, "bind": True, "max_retries": None, "track_started": True,
+    # producer's, a test's) would run the first installation's task, with its settings.
+    # No STARTED and no result written by Celery: a running slot is live in the ledger from its
+    # QUEUED mark until _run writes its result (see _run)
+    task_options = {**options, "bind": True, "max_retries": None, "track_started": False,
+                    "ignore_result": True, "store_errors_even_if_ignored": True,
                     "queue": queue, "shared": False}
     for kind, decide_class in (("background", Coordinator), ("background-lane", Lane),
                                ("background-verify", Verify)):
@@ -294,7 +311,7 @@ def register(installed: MigronautCelery, options: dict[str, Any]) -> None:
 
 def _task_body(installed: MigronautCelery, kind: str, decide: Any) -> Any:
     def body(task: Task, payload: Any) -> Any:
-        return _run(task, installed, decide, _checked(kind, payload))
+        return _run(task, installed, kind, decide, _checked(kind, payload))
 
     body.__name__ = body.__qualname__ = kind.replace("-", "_")
     body.__doc__ = f"migronaut's {kind} task (reference background §6.4)."
