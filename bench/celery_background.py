@@ -3,13 +3,14 @@
 ``background work``" in client CPU per document).
 
     .venv-3.13/bin/python bench/celery_background.py [--docs N] [--rounds R] [--lanes L]
-        [--poll-ms MS] [--markdown]
+        [--poll-ms MS] [--slice-ms MS] [--markdown]
 
-Each round seeds a fresh database with ``--docs`` documents once (not measured). For each
-executor the documents are reset to v0 and migronaut's collections dropped (the same data), and
-ONE process is started with nothing to do: ``python -m migronaut background work --lanes L``,
-or ``python -m celery -A migronaut.celery worker -P threads -c L+1`` on the background queue
-(Redis broker and result backend on a Redis database claimed like the tests claim theirs). Once
+One database is seeded with ``--docs`` documents once (not measured). Each round runs both
+executors in turn; for each the documents are reset to v0 and migronaut's collections dropped
+(the same data), and ONE process is started with nothing to do:
+``python -m migronaut background work --lanes L``, or
+``python -m celery -A migronaut.celery worker -P threads -c L+1`` on the background queue (Redis
+broker and result backend on a Redis database claimed like the tests claim theirs). Once
 it is ready, its CPU time so far is read (``/proc/PID/stat``: user + system of every thread, in
 clock ticks) — its start-up. It first works a small warm-up migration (500 documents, not
 measured: imports, connection pools and threads as a worker that has been up a while has them),
@@ -19,8 +20,9 @@ its next poll), worked until MongoDB says ``completed``, its CPU read again arou
 only: the dev server, Redis and the ``up``/``enqueue`` commands are other processes.
 
 Figures: client CPU per document of a running worker (the target's figure), start-up CPU, the
-ratio Celery / ``work`` per round (median printed), and the queue's overhead per slice =
-(Celery's CPU − ``work``'s CPU) / Celery's slices.
+ratio Celery / ``work`` per round (median printed) and over all rounds' CPU pooled (the clock-tick
+resolution of ``/proc`` averages out), and the queue's overhead per slice = (Celery's CPU −
+``work``'s CPU) / Celery's slices.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ background = {
     "migrate": migrate,
     "batch_size": 500,
     "pause_ms": 0,
-    "slice_ms": 2000,
+    "slice_ms": %(slice_ms)d,
     "max_parallel": %(lanes)d,
     "adaptive": False,
 }
@@ -162,7 +164,7 @@ def reset(uri: str, db_name: str) -> None:
 
 
 def run_one(executor: str, uri: str, db_name: str, lanes: int, redis_url: str,
-            poll_ms: int) -> dict[str, Any]:
+            poll_ms: int, slice_ms: int) -> dict[str, Any]:
     from pymongo import MongoClient
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -182,7 +184,8 @@ def run_one(executor: str, uri: str, db_name: str, lanes: int, redis_url: str,
 
                 def work_through(file: str, collection: str) -> None:
                     (root / "migrations" / file).write_text(
-                        MIGRATION % {"lanes": lanes, "collection": collection},
+                        MIGRATION % {"lanes": lanes, "collection": collection,
+                                     "slice_ms": slice_ms},
                         encoding="utf-8")
                     steps = [["up"]] + ([["background", "enqueue"]] if executor == "celery"
                                         else [])
@@ -244,37 +247,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--poll-ms", type=int, default=5000,
                         help="celery.poll_interval_ms and `work --poll` (default 5000, both "
                         "defaults)")
+    parser.add_argument("--slice-ms", type=int, default=20_000,
+                        help="the migration's slice_ms (default 20000: celery.slice_ms's default, "
+                        "the longest slice a Celery lane task runs); shorter slices show the "
+                        "queue's overhead per slice")
     parser.add_argument("--markdown", action="store_true")
     options = parser.parse_args(argv)
     server = start_server()
     claims, number, token = claim_redis()
     redis_url = f"redis://127.0.0.1:6379/{number}"
     runs: dict[str, list[dict[str, Any]]] = {"work": [], "celery": []}
+    db_name = f"bench_celery_{uuid.uuid4().hex[:8]}"
     try:
+        started = time.perf_counter()
+        seed(server.uri, db_name, options.docs)
+        log(f"seeded {options.docs} documents in {time.perf_counter() - started:.0f} s "
+            "(not measured; every run resets them to v0)")
         for round_ in range(options.rounds):
-            db_name = f"bench_celery_{uuid.uuid4().hex[:8]}"
-            started = time.perf_counter()
-            seed(server.uri, db_name, options.docs)
-            log(f"round {round_ + 1}: seeded {options.docs} documents in "
-                f"{time.perf_counter() - started:.0f} s (not measured)")
-            try:
-                for executor in ("work", "celery"):
-                    result = run_one(executor, server.uri, db_name, options.lanes, redis_url,
-                                     options.poll_ms)
-                    log(f"round {round_ + 1} {executor}: {json.dumps(result)}")
-                    runs[executor].append(result)
-            finally:
-                drop_database(server.uri, db_name)
+            for executor in ("work", "celery"):
+                result = run_one(executor, server.uri, db_name, options.lanes, redis_url,
+                                 options.poll_ms, options.slice_ms)
+                log(f"round {round_ + 1} {executor}: {json.dumps(result)}")
+                runs[executor].append(result)
     finally:
+        drop_database(server.uri, db_name)
         if claims.get(CLAIM.format(number)) == token.encode():
             claims.delete(CLAIM.format(number))
         server.close()
-    print(report(runs, options.docs, options.lanes, options.poll_ms, options.markdown))
+    print(report(runs, options.docs, options.lanes, options.poll_ms, options.slice_ms,
+                 options.markdown))
     return 0
 
 
 def report(runs: dict[str, list[dict[str, Any]]], docs: int, lanes: int, poll_ms: int,
-           markdown: bool) -> str:
+           slice_ms: int, markdown: bool) -> str:
     """The table and the summary. Ratios are taken per round (the two executors of a round ran
     back to back) and their median printed: the machine's load moves between rounds."""
     def median(executor: str, key: str) -> float:
@@ -309,10 +315,12 @@ def report(runs: dict[str, list[dict[str, Any]]], docs: int, lanes: int, poll_ms
     rounds = len(runs["work"])
     per_round = ", ".join(f"{c['cpu'] / w['cpu']:.2f}×"
                           for w, c in zip(runs["work"], runs["celery"], strict=True))
+    pooled = sum(r["cpu"] for r in runs["celery"]) / sum(r["cpu"] for r in runs["work"])
     lines.append(
-        f"\n{docs} documents, {lanes} lanes, poll {poll_ms} ms, median of {rounds} round(s). "
+        f"\n{docs} documents, {lanes} lanes, slice {slice_ms} ms, poll {poll_ms} ms, median of "
+        f"{rounds} round(s). "
         f"Celery / work, client CPU per document: {ratio('cpu'):.2f}× for a running worker "
-        f"(per round: {per_round}), "
+        f"(per round: {per_round}; all rounds' CPU pooled: {pooled:.2f}×), "
         f"{ratio('total'):.2f}× with start-up added (a worker started for this one "
         f"migration); the queue's "
         f"overhead per slice: {per_slice:.1f} ms CPU")

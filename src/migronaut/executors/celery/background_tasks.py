@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
     from migronaut.background.coordinator import Answer
     from migronaut.background.engine import BackgroundEngine
+    from migronaut.background.lanes import SliceResult
     from migronaut.executors.celery.installation import MigronautCelery
 
 __all__ = ["VERIFY_SCHEDULE", "lane_backoff_s", "register"]
@@ -121,8 +122,10 @@ def heal(installed: MigronautCelery,
         return []
 
 
-class Coordinator:
-    """The coordinator chain's decisions (one task run = steps until a countdown or an end)."""
+class _MigrationStep:
+    """What a coordinator and a lane run share: a warm shutdown before or during the step makes
+    the task continue as itself (nothing is lost: the step stopped at a boundary), and an error
+    goes to :meth:`failed`."""
 
     def __init__(self, installed: MigronautCelery) -> None:
         self.installed = installed
@@ -135,24 +138,56 @@ class Coordinator:
         name = data["migration"]
         engine = context.engine()
         try:
-            answer = engine.coordinate(name, driver="celery", cancellation=context.shutdown,
-                                       ref=task_id, round=data.get("round"))
+            outcome = self.step(engine, name, data, task_id)
         except Exception as error:
             if context.shutdown.cancelled:
                 return Again(data)
-            attempt = int(data.get("attempt") or 0) + 1
-            if attempt >= COORDINATOR_ATTEMPTS:
-                raise
-            logger.warning("⚠ %s: a coordinator step failed (%s) — again in %gs", name,
-                           outbound_error(error).message, COORDINATOR_BACKOFF_S)
-            return Again({**data, "attempt": attempt}, COORDINATOR_BACKOFF_S)
+            return self.failed(name, data, error)
+        return self.after(engine, name, data, outcome, task_id)
+
+    def coordinate(self, engine: BackgroundEngine, name: str, data: dict[str, Any],
+                   task_id: str) -> Answer:
+        """One coordinator step in the chain's round (``data["round"]``), as ``task_id``."""
+        return engine.coordinate(name, driver="celery", cancellation=self.installed.context
+                                 .shutdown, ref=task_id, round=data.get("round"))
+
+    def step(self, engine: BackgroundEngine, name: str, data: dict[str, Any],
+             task_id: str) -> Any:
+        raise NotImplementedError
+
+    def failed(self, name: str, data: dict[str, Any], error: Exception) -> Any:
+        raise NotImplementedError
+
+    def after(self, engine: BackgroundEngine, name: str, data: dict[str, Any], outcome: Any,
+              task_id: str) -> Any:
+        raise NotImplementedError
+
+
+class Coordinator(_MigrationStep):
+    """The coordinator chain's decisions (one task run = steps until a countdown or an end)."""
+
+    def step(self, engine: BackgroundEngine, name: str, data: dict[str, Any],
+             task_id: str) -> Answer:
+        return self.coordinate(engine, name, data, task_id)
+
+    def failed(self, name: str, data: dict[str, Any], error: Exception) -> Any:
+        attempt = int(data.get("attempt") or 0) + 1
+        if attempt >= COORDINATOR_ATTEMPTS:
+            raise error
+        logger.warning("⚠ %s: a coordinator step failed (%s) — again in %gs", name,
+                       outbound_error(error).message, COORDINATOR_BACKOFF_S)
+        return Again({**data, "attempt": attempt}, COORDINATOR_BACKOFF_S)
+
+    def after(self, engine: BackgroundEngine, name: str, data: dict[str, Any], outcome: Any,
+              task_id: str) -> Any:
+        answer: Answer = outcome
         data = {k: v for k, v in data.items() if k != "attempt"}
         if answer.round is not None:
             data["round"] = answer.round
-        return self.after(engine, name, data, answer)
+        return self.decide(engine, name, data, answer)
 
-    def after(self, engine: BackgroundEngine, name: str, data: dict[str, Any],
-              answer: Answer) -> Any:
+    def decide(self, engine: BackgroundEngine, name: str, data: dict[str, Any],
+               answer: Answer) -> Any:
         poll_s = self.settings.poll_interval_ms / 1000
         if answer.next == "done":
             logger.info("✔ %s: %s", name, answer.status)
@@ -198,31 +233,22 @@ class Coordinator:
         return sent
 
 
-class Lane:
+class Lane(_MigrationStep):
     """One lane slice per task run."""
 
-    def __init__(self, installed: MigronautCelery) -> None:
-        self.installed = installed
-        self.settings = installed.settings
+    def step(self, engine: BackgroundEngine, name: str, data: dict[str, Any],
+             task_id: str) -> SliceResult:
+        state = engine.state(name)
+        spec_ms = ((state or {}).get("spec") or {}).get("sliceMs")
+        # the setting is a ceiling (it must fit in the broker's visibility timeout)
+        slice_ms = None if isinstance(spec_ms, int) and spec_ms <= self.settings.slice_ms \
+            else self.settings.slice_ms
+        return engine.run_slice(name, slice_ms=slice_ms, cancellation=self.installed.context
+                                .shutdown, ref=task_id, state=state)
 
-    def __call__(self, data: dict[str, Any], task_id: str) -> Any:
-        context = self.installed.context
-        if context.shutdown.cancelled:
-            return Again(data)
-        name = data["migration"]
-        engine = context.engine()
-        try:
-            state = engine.state(name)
-            spec_ms = ((state or {}).get("spec") or {}).get("sliceMs")
-            # the setting is a ceiling (it must fit in the broker's visibility timeout)
-            slice_ms = None if isinstance(spec_ms, int) and spec_ms <= self.settings.slice_ms \
-                else self.settings.slice_ms
-            result = engine.run_slice(name, slice_ms=slice_ms, cancellation=context.shutdown,
-                                      ref=task_id, state=state)
-        except Exception as error:
-            if context.shutdown.cancelled:
-                return Again(data)
-            return self.failed(name, data, error)
+    def after(self, engine: BackgroundEngine, name: str, data: dict[str, Any], outcome: Any,
+              task_id: str) -> Any:
+        result: SliceResult = outcome
         data = {k: v for k, v in data.items() if k != "retry"}
         if result.outcome in _AGAIN:
             return Again(data)
@@ -242,8 +268,7 @@ class Lane:
         instead of leaving it to the chain's next re-check. A step that fails or is superseded
         changes nothing — the chain decides from MongoDB anyway."""
         try:
-            answer = engine.coordinate(name, driver="celery", cancellation=self.installed
-                                       .context.shutdown, ref=task_id, round=data.get("round"))
+            answer = self.coordinate(engine, name, data, task_id)
         except Exception as error:
             logger.debug("%s: a lane's coordinator step failed (%s)", name,
                          outbound_error(error).message)
