@@ -3,21 +3,26 @@
 ``background work``" in client CPU per document).
 
     .venv-3.13/bin/python bench/celery_background.py [--docs N] [--rounds R] [--lanes L]
-        [--poll-ms MS] [--markdown]
+        [--poll-ms MS] [--slice-ms MS] [--markdown]
 
-Each round seeds a fresh database with ``--docs`` documents once (not measured); for each
-executor the documents are reset to v0 and migronaut's collections dropped (the same data), a
-declarative v0 → v1 migration is registered with ``migronaut up`` (not measured), and then ONE
-process works it to completion: ``python -m migronaut background work --lanes L``,
-or ``python -m celery -A migronaut.celery worker -P threads -c L+1`` on the background queue
-(Redis broker and result backend on a Redis database claimed like the tests claim theirs). The
-bench polls MongoDB until the state is ``completed``, stops the process (SIGTERM, a clean stop
-for both) and reads its CPU time (user + system, ``os.wait4``). The same process started and
-stopped with nothing to do gives its start-up cost, reported and subtracted. Client CPU only:
-the dev server and Redis are other processes.
+One database is seeded with ``--docs`` documents once (not measured). Each round runs both
+executors in turn; for each the documents are reset to v0 and migronaut's collections dropped
+(the same data), and ONE process is started with nothing to do:
+``python -m migronaut background work --lanes L``, or
+``python -m celery -A migronaut.celery worker -P threads -c L+1`` on the background queue (Redis
+broker and result backend on a Redis database claimed like the tests claim theirs). Once
+it is ready, its CPU time so far is read (``/proc/PID/stat``: user + system of every thread, in
+clock ticks) — its start-up. It first works a small warm-up migration (500 documents, not
+measured: imports, connection pools and threads as a worker that has been up a while has them),
+then the measured declarative v0 → v1 migration: registered with ``migronaut up`` (and, for
+Celery, ``migronaut background enqueue``, as the queue's ``up`` task does; ``work`` finds it at
+its next poll), worked until MongoDB says ``completed``, its CPU read again around it. Client CPU
+only: the dev server, Redis and the ``up``/``enqueue`` commands are other processes.
 
-Figures: client CPU per document (with and without start-up), the ratio Celery / ``work``, and
-the queue's overhead per slice = (Celery's CPU − ``work``'s CPU) / Celery's slices.
+Figures: client CPU per document of a running worker (the target's figure), start-up CPU, the
+ratio Celery / ``work`` per round (median printed) and over all rounds' CPU pooled (the clock-tick
+resolution of ``/proc`` averages out), and the queue's overhead per slice = (Celery's CPU −
+``work``'s CPU) / Celery's slices.
 """
 
 from __future__ import annotations
@@ -42,6 +47,9 @@ sys.path.insert(0, str(BENCH))
 from run import drop_database, log, measured_env, start_server  # noqa: E402
 
 NAME = "0001_bench.py"
+#: Worked first, not measured: the executor's code paths, connections and threads warmed up.
+WARM_UP = "0000_warm_up.py"
+WARM_UP_DOCS = 500
 CLAIM = "migronaut-test:redis-db:{}"  # the tests' claims: a bench never takes their database
 MIGRATION = '''
 def migrate(doc, ctx):
@@ -50,13 +58,13 @@ def migrate(doc, ctx):
 
 
 background = {
-    "collection": "docs",
+    "collection": "%(collection)s",
     "from": 0,
     "to": 1,
     "migrate": migrate,
     "batch_size": 500,
     "pause_ms": 0,
-    "slice_ms": 2000,
+    "slice_ms": %(slice_ms)d,
     "max_parallel": %(lanes)d,
     "adaptive": False,
 }
@@ -78,7 +86,6 @@ def claim_redis() -> tuple[Any, int, str]:
 def project(root: Path, uri: str, db_name: str, lanes: int, redis_url: str,
             poll_ms: int) -> dict[str, str]:
     (root / "migrations").mkdir(parents=True, exist_ok=True)
-    (root / "migrations" / NAME).write_text(MIGRATION % {"lanes": lanes}, encoding="utf-8")
     (root / "migronaut.toml").write_text(
         f"[celery]\npoll_interval_ms = {poll_ms}\nverify_interval_ms = false\n",
         encoding="utf-8")
@@ -109,8 +116,15 @@ def slices_of(executor: str, text: str) -> int:
     return len(re.findall(r"migronaut\.background-lane\[[^\]]+\] received", text))
 
 
-def cpu_of(process: subprocess.Popen[bytes]) -> float:
-    """SIGTERM ``process`` (a clean stop), wait for it, its user + system CPU seconds."""
+def cpu_now(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far, every thread (``/proc/PID/stat``)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def stop(process: subprocess.Popen[bytes]) -> float:
+    """SIGTERM ``process`` (a clean stop), wait for it, its whole user + system CPU seconds."""
     process.send_signal(signal.SIGTERM)
     _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
@@ -119,8 +133,7 @@ def cpu_of(process: subprocess.Popen[bytes]) -> float:
 
 def ready(executor: str, log_path: Path) -> bool:
     text = log_path.read_text(encoding="utf-8", errors="replace")
-    return ("Worker started" in text) if executor == "work" else (" ready." in text or
-                                                                  "celery@" in text)
+    return ("Worker started" in text) if executor == "work" else (" ready." in text)
 
 
 def seed(uri: str, db_name: str, docs: int) -> None:
@@ -129,10 +142,11 @@ def seed(uri: str, db_name: str, docs: int) -> None:
     from pymongo import ASCENDING, MongoClient
 
     with MongoClient(uri, serverSelectionTimeoutMS=10_000, socketTimeoutMS=600_000) as client:
-        coll = client[db_name]["docs"]
-        for first in range(0, docs, 100):
-            coll.insert_many([{"x": i} for i in range(first, min(docs, first + 100))])
-        coll.create_index([("__v", ASCENDING), ("_id", ASCENDING)])
+        for name, count in (("docs", docs), ("warm", WARM_UP_DOCS)):
+            coll = client[db_name][name]
+            for first in range(0, count, 100):
+                coll.insert_many([{"x": i} for i in range(first, min(count, first + 100))])
+            coll.create_index([("__v", ASCENDING), ("_id", ASCENDING)])
 
 
 def reset(uri: str, db_name: str) -> None:
@@ -142,63 +156,87 @@ def reset(uri: str, db_name: str) -> None:
 
     with MongoClient(uri, serverSelectionTimeoutMS=10_000, socketTimeoutMS=600_000) as client:
         db = client[db_name]
-        db["docs"].update_many({}, {"$unset": {"__v": "", "y": ""}})
+        for name in ("docs", "warm"):
+            db[name].update_many({}, {"$unset": {"__v": "", "y": ""}})
         for name in db.list_collection_names():
             if name.startswith("_migronaut"):
                 db.drop_collection(name)
 
 
-def run_one(executor: str, uri: str, db_name: str, lanes: int, redis_url: str, poll_ms: int,
-            idle: bool = False) -> dict[str, Any]:
+def run_one(executor: str, uri: str, db_name: str, lanes: int, redis_url: str,
+            poll_ms: int, slice_ms: int) -> dict[str, Any]:
     from pymongo import MongoClient
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         env = project(root, uri, db_name, lanes, redis_url, poll_ms)
-        if not idle:
-            reset(uri, db_name)
-            up = subprocess.run([sys.executable, "-m", "migronaut", "up"], cwd=root, env=env,
-                                capture_output=True, text=True, check=False)
-            if up.returncode:
-                raise SystemExit(f"up failed: {up.stderr}")
+        reset(uri, db_name)
         log_path = root / "worker.log"
-        args = command(executor, lanes, env, poll_ms)
         with open(log_path, "wb") as out:
-            started = time.perf_counter()
-            process = subprocess.Popen(args, cwd=root, env=env, stdout=out,
-                                       stderr=subprocess.STDOUT)
+            process = subprocess.Popen(command(executor, lanes, env, poll_ms), cwd=root,
+                                       env=env, stdout=out, stderr=subprocess.STDOUT)
         try:
             with MongoClient(uri, serverSelectionTimeoutMS=10_000) as client:
                 states = client[db_name]["_migronaut_background"]
-                deadline = time.monotonic() + 900
-                while True:
-                    if time.monotonic() > deadline:
-                        raise SystemExit(f"{executor}: not done after 900 s:\n"
-                                         f"{log_path.read_text()[-4000:]}")
-                    if process.poll() is not None:
-                        raise SystemExit(f"{executor} exited:\n{log_path.read_text()}")
-                    if idle and ready(executor, log_path):
-                        break
-                    found = None if idle else states.find_one({"_id": NAME})
-                    if found is not None and found["status"] in ("completed", "failed"):
-                        break
-                    time.sleep(0.05)
+                wait_for(process, log_path, executor, lambda: ready(executor, log_path))
+                time.sleep(1.0)  # let start-up settle (connections, the heal on ready)
+                startup = cpu_now(process.pid)
+
+                def work_through(file: str, collection: str) -> None:
+                    (root / "migrations" / file).write_text(
+                        MIGRATION % {"lanes": lanes, "collection": collection,
+                                     "slice_ms": slice_ms},
+                        encoding="utf-8")
+                    steps = [["up"]] + ([["background", "enqueue"]] if executor == "celery"
+                                        else [])
+                    for step in steps:
+                        done = subprocess.run([sys.executable, "-m", "migronaut", *step],
+                                              cwd=root, env=env, capture_output=True,
+                                              text=True, check=False)
+                        if done.returncode:
+                            raise SystemExit(f"{' '.join(step)} failed: {done.stderr}")
+
+                    def finished() -> bool:
+                        found = states.find_one({"_id": file})
+                        return found is not None and found["status"] in ("completed", "failed")
+
+                    wait_for(process, log_path, executor, finished)
+
+                work_through(WARM_UP, "warm")
+                time.sleep(1.0)
+                before = cpu_now(process.pid)
+                logged = len(log_path.read_bytes())
+                started = time.perf_counter()
+                work_through(NAME, "docs")
+                running = cpu_now(process.pid) - before
                 wall = time.perf_counter() - started
-                cpu = cpu_of(process)
+                stop(process)
                 final = states.find_one({"_id": NAME}) or {}
-                slices = slices_of(executor, log_path.read_text(encoding="utf-8",
-                                                                errors="replace"))
+                slices = slices_of(executor, log_path.read_bytes()[logged:].decode(
+                    "utf-8", errors="replace"))
         finally:
             if process.poll() is None:
                 process.kill()
                 process.wait()
-    if not idle and final.get("status") != "completed":
+    if final.get("status") != "completed":
         raise SystemExit(f"{executor}: the migration ended {final.get('status')}: "
                          f"{final.get('lastError')}")
     totals = final.get("totals") or {}
-    return {"executor": executor, "wall": wall, "cpu": cpu,
-            "migrated": totals.get("migrated", 0), "slices": slices,
+    return {"executor": executor, "wall": wall, "cpu": running, "startup": startup,
+            "total": startup + running, "migrated": totals.get("migrated", 0), "slices": slices,
             "batches": totals.get("batches", 0)}
+
+
+def wait_for(process: subprocess.Popen[bytes], log_path: Path, executor: str,
+             condition: Any, timeout: float = 900.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process.poll() is not None:
+            raise SystemExit(f"{executor} exited:\n{log_path.read_text()}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{executor}: not done after {timeout:.0f} s:\n"
+                             f"{log_path.read_text()[-4000:]}")
+        time.sleep(0.05)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,73 +247,84 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--poll-ms", type=int, default=5000,
                         help="celery.poll_interval_ms and `work --poll` (default 5000, both "
                         "defaults)")
+    parser.add_argument("--slice-ms", type=int, default=20_000,
+                        help="the migration's slice_ms (default 20000: celery.slice_ms's default, "
+                        "the longest slice a Celery lane task runs); shorter slices show the "
+                        "queue's overhead per slice")
     parser.add_argument("--markdown", action="store_true")
     options = parser.parse_args(argv)
     server = start_server()
     claims, number, token = claim_redis()
     redis_url = f"redis://127.0.0.1:6379/{number}"
     runs: dict[str, list[dict[str, Any]]] = {"work": [], "celery": []}
-    idle: dict[str, list[float]] = {"work": [], "celery": []}
+    db_name = f"bench_celery_{uuid.uuid4().hex[:8]}"
     try:
+        started = time.perf_counter()
+        seed(server.uri, db_name, options.docs)
+        log(f"seeded {options.docs} documents in {time.perf_counter() - started:.0f} s "
+            "(not measured; every run resets them to v0)")
         for round_ in range(options.rounds):
-            db_name = f"bench_celery_{uuid.uuid4().hex[:8]}"
-            started = time.perf_counter()
-            seed(server.uri, db_name, options.docs)
-            log(f"round {round_ + 1}: seeded {options.docs} documents in "
-                f"{time.perf_counter() - started:.0f} s (not measured)")
-            try:
-                for executor in ("work", "celery"):
-                    idle_db = f"bench_idle_{uuid.uuid4().hex[:8]}"
-                    idle[executor].append(run_one(executor, server.uri, idle_db, options.lanes,
-                                                  redis_url, options.poll_ms, idle=True)["cpu"])
-                    drop_database(server.uri, idle_db)
-                    result = run_one(executor, server.uri, db_name, options.lanes, redis_url,
-                                     options.poll_ms)
-                    log(f"round {round_ + 1} {executor}: {json.dumps(result)}")
-                    runs[executor].append(result)
-            finally:
-                drop_database(server.uri, db_name)
+            for executor in ("work", "celery"):
+                result = run_one(executor, server.uri, db_name, options.lanes, redis_url,
+                                 options.poll_ms, options.slice_ms)
+                log(f"round {round_ + 1} {executor}: {json.dumps(result)}")
+                runs[executor].append(result)
     finally:
+        drop_database(server.uri, db_name)
         if claims.get(CLAIM.format(number)) == token.encode():
             claims.delete(CLAIM.format(number))
         server.close()
+    print(report(runs, options.docs, options.lanes, options.poll_ms, options.slice_ms,
+                 options.markdown))
+    return 0
 
+
+def report(runs: dict[str, list[dict[str, Any]]], docs: int, lanes: int, poll_ms: int,
+           slice_ms: int, markdown: bool) -> str:
+    """The table and the summary. Ratios are taken per round (the two executors of a round ran
+    back to back) and their median printed: the machine's load moves between rounds."""
     def median(executor: str, key: str) -> float:
         return statistics.median(r[key] for r in runs[executor])
 
-    docs = options.docs
-    rows = []
-    net: dict[str, float] = {}
-    for executor in ("work", "celery"):
-        cpu, start = median(executor, "cpu"), statistics.median(idle[executor])
-        net[executor] = cpu - start
-        rows.append([
-            "migronaut background work" if executor == "work" else "Celery worker (threads)",
-            f"{median(executor, 'wall'):.2f} s", f"{cpu:.2f} s", f"{start:.2f} s",
-            f"{cpu / docs * 1e6:.0f} µs", f"{net[executor] / docs * 1e6:.0f} µs",
-            f"{median(executor, 'slices'):.0f}", f"{median(executor, 'batches'):.0f}",
-        ])
+    def ratio(key: str) -> float:
+        return statistics.median(c[key] / w[key]
+                                 for w, c in zip(runs["work"], runs["celery"], strict=True))
+
+    headers = ["executor", "wall", "CPU, running worker", "CPU/doc", "start-up CPU",
+               "start-up + running", "CPU/doc", "slices", "batches"]
+    rows = [[
+        "migronaut background work" if executor == "work" else "Celery worker (threads)",
+        f"{median(executor, 'wall'):.2f} s", f"{median(executor, 'cpu'):.3f} s",
+        f"{median(executor, 'cpu') / docs * 1e6:.0f} µs",
+        f"{median(executor, 'startup'):.2f} s", f"{median(executor, 'total'):.2f} s",
+        f"{median(executor, 'total') / docs * 1e6:.0f} µs",
+        f"{median(executor, 'slices'):.0f}", f"{median(executor, 'batches'):.0f}",
+    ] for executor in ("work", "celery")]
     slices = median("celery", "slices") or 1
-    ratio = median("celery", "cpu") / median("work", "cpu")
-    summary = (f"Celery / work, client CPU per document: {ratio:.2f}× "
-               f"with start-up, {net['celery'] / net['work']:.2f}× without; the queue's overhead "
-               f"per slice: {(net['celery'] - net['work']) / slices * 1000:.1f} ms CPU")
-    headers = ["executor", "wall", "client CPU", "start-up CPU", "CPU/doc", "CPU/doc w/o start-up",
-               "slices", "batches"]
-    if options.markdown:
-        print("| " + " | ".join(headers) + " |")
-        print("|" + "---|" * len(headers))
-        for row in rows:
-            print("| " + " | ".join(row) + " |")
+    per_slice = (median("celery", "cpu") - median("work", "cpu")) / slices * 1000
+    lines = []
+    if markdown:
+        lines.append("| " + " | ".join(headers) + " |")
+        lines.append("|" + "---|" * len(headers))
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
     else:
         widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-        print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
-        for row in rows:
-            print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
-    print(f"\n{docs} documents, {options.lanes} lanes, poll {options.poll_ms} ms, median of "
-          f"{options.rounds} round(s). "
-          + summary)
-    return 0
+        lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
+        lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
+                  for row in rows]
+    rounds = len(runs["work"])
+    per_round = ", ".join(f"{c['cpu'] / w['cpu']:.2f}×"
+                          for w, c in zip(runs["work"], runs["celery"], strict=True))
+    pooled = sum(r["cpu"] for r in runs["celery"]) / sum(r["cpu"] for r in runs["work"])
+    lines.append(
+        f"\n{docs} documents, {lanes} lanes, slice {slice_ms} ms, poll {poll_ms} ms, median of "
+        f"{rounds} round(s). "
+        f"Celery / work, client CPU per document: {ratio('cpu'):.2f}× for a running worker "
+        f"(per round: {per_round}; all rounds' CPU pooled: {pooled:.2f}×), "
+        f"{ratio('total'):.2f}× with start-up added (a worker started for this one "
+        f"migration); the queue's "
+        f"overhead per slice: {per_slice:.1f} ms CPU")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -5,10 +5,11 @@ stalled ones), one named migration, and the deduplicated sends the tasks fan out
 Deduplication. Celery has no job ids that absorb a second send, so this module keeps a ledger in
 the result backend: before a task with a deterministic id is sent, its state is set to
 ``QUEUED``; a send whose id is already live (``QUEUED``, ``RECEIVED``, ``STARTED``, ``RETRY``) is
-skipped. A chain that continues itself (``Task.retry``) keeps its id, so a live coordinator
+skipped. A chain that continues itself sends itself again under the same id, marked ``QUEUED``
+first (:func:`send_queued`), and writes its result only when it ends, so a live coordinator
 chain absorbs a heal and a live lane slot absorbs a second fan-out. The ledger is only an
 optimisation: correctness stays in MongoDB (the coordinator lock, rounds, leases), so a lost
-ledger (``FLUSHDB``) or a stale one (a killed worker's task left ``STARTED``) costs at most a
+ledger (``FLUSHDB``) or a stale one (a killed worker's task left ``QUEUED``) costs at most a
 duplicate task or a takeover with a new round — never a document migrated twice.
 """
 
@@ -24,7 +25,8 @@ if TYPE_CHECKING:
     from migronaut.background.engine import BackgroundEngine
     from migronaut.executors.celery.installation import MigronautCelery
 
-__all__ = ["coordinator_id", "enqueue_background", "lane_id", "send_once", "takeover_id"]
+__all__ = ["coordinator_id", "enqueue_background", "lane_id", "send_once", "send_queued",
+           "takeover_id"]
 
 #: Result-backend states of a task that is queued, running or waiting for its countdown.
 LIVE_STATES = frozenset({"QUEUED", "RECEIVED", "STARTED", "RETRY"})
@@ -68,23 +70,31 @@ def send_once(
     countdown: float | None = None,
 ) -> bool:
     """Send a ``kind`` task with ``task_id`` on the background queue unless that id is live;
-    whether it was sent. The ``QUEUED`` mark is written before the send (a worker fast enough
-    to start it first must not have its ``STARTED`` overwritten) and forgotten if the send
-    fails."""
+    whether it was sent (see :func:`send_queued`)."""
     if is_live(installed, task_id):
         return False
+    send_queued(installed, kind, payload, task_id, countdown=countdown)
+    return True
+
+
+def send_queued(
+    installed: MigronautCelery, kind: str, payload: dict[str, Any], task_id: str, *,
+    countdown: float | None = None,
+) -> None:
+    """Mark ``task_id`` ``QUEUED`` in the ledger, then send it (the mark is forgotten if the
+    send fails): how a deduplicated send goes out, and how a running task continues as itself —
+    its id stays live from this mark until it writes its result."""
     ledger = _has_ledger(installed)
     if ledger:
         installed.app.backend.store_result(task_id, None, QUEUED)
     try:
         installed.app.send_task(
             installed.task_name(kind), args=[payload], task_id=task_id,
-            queue=installed.settings.background_queue_name, countdown=countdown)
+            queue=installed.settings.background_queue_name, countdown=countdown or None)
     except BaseException:
         if ledger:
             installed.app.backend.forget(task_id)
         raise
-    return True
 
 
 def _coordinator_payload(migration: str, *, takeover: bool = False,

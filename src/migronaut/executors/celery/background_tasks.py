@@ -19,8 +19,9 @@ background §6.4, mapped onto Celery without chords: a coordinator re-checks Mon
 ``migronaut.background-verify``
     the drift poll, then a heal; on beat every ``verify_interval_ms`` (unless ``None``).
 
-A task continues itself with ``Task.retry`` (same id, new payload), so the result backend's
-state of a chain or lane slot says whether it is live (see
+A task continues itself by sending itself again (same id, new payload, marked ``QUEUED`` in the
+result backend first) and writes its result only when it ends, so the result backend's state of
+a chain or lane slot says whether it is live (see
 :mod:`~migronaut.executors.celery.background_producer`). On a warm shutdown
 (``WorkerContext.shutdown``) a lane stops at its next batch boundary, checkpoints, releases its
 lease and re-enqueues itself; a coordinator bows out and comes back — nothing waits for a lease
@@ -34,7 +35,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from migronaut.errors import QueueJobInvalidError
-from migronaut.executors.celery.background_producer import enqueue_background, lane_id, send_once
+from migronaut.executors.celery.background_producer import (
+    enqueue_background,
+    lane_id,
+    send_once,
+    send_queued,
+)
 from migronaut.executors.celery.failures import outbound_error
 from migronaut.executors.celery.payloads import VERSION, validate
 
@@ -43,6 +49,7 @@ if TYPE_CHECKING:
 
     from migronaut.background.coordinator import Answer
     from migronaut.background.engine import BackgroundEngine
+    from migronaut.background.lanes import SliceResult
     from migronaut.executors.celery.installation import MigronautCelery
 
 __all__ = ["VERIFY_SCHEDULE", "lane_backoff_s", "register"]
@@ -82,17 +89,25 @@ def _checked(kind: str, payload: Any) -> dict[str, Any]:
         raise outbound_error(error) from None
 
 
-def _run(task: Task, installed: MigronautCelery, decide: Any, payload: dict[str, Any]) -> Any:
+def _run(task: Task, installed: MigronautCelery, kind: str, decide: Any,
+         payload: dict[str, Any]) -> Any:
     """Run ``decide(payload, task_id)``; continue the task as itself when it says
-    :class:`Again` (outside the ``try``: ``Task.retry`` raises Celery's ``Retry``), and let
-    every other error leave redacted."""
+    :class:`Again`, else write its result; let every error leave redacted.
+
+    The tasks are declared ``ignore_result`` and keep the ledger themselves: a continuation is
+    sent under the same id, marked ``QUEUED`` first, and nothing is written when a run ends in
+    one — one result-backend write per slice where ``Task.retry`` cost a ``RETRY`` write and
+    a formatted traceback. Failures are still stored (``store_errors_even_if_ignored``)."""
+    task_id = str(task.request.id)
     try:
-        decided = decide(payload, str(task.request.id))
+        decided = decide(payload, task_id)
+        if isinstance(decided, Again):
+            send_queued(installed, kind, decided.payload, task_id,
+                        countdown=max(0.0, decided.countdown))
+            return None
     except Exception as error:
         raise outbound_error(error) from None
-    if isinstance(decided, Again):
-        raise task.retry(args=(decided.payload,), countdown=max(0.0, decided.countdown),
-                         max_retries=None, queue=installed.settings.background_queue_name)
+    installed.app.backend.mark_as_done(task_id, decided, request=task.request)
     return decided
 
 
@@ -107,8 +122,10 @@ def heal(installed: MigronautCelery,
         return []
 
 
-class Coordinator:
-    """The coordinator chain's decisions (one task run = steps until a countdown or an end)."""
+class _MigrationStep:
+    """What a coordinator and a lane run share: a warm shutdown before or during the step makes
+    the task continue as itself (nothing is lost: the step stopped at a boundary), and an error
+    goes to :meth:`failed`."""
 
     def __init__(self, installed: MigronautCelery) -> None:
         self.installed = installed
@@ -121,24 +138,56 @@ class Coordinator:
         name = data["migration"]
         engine = context.engine()
         try:
-            answer = engine.coordinate(name, driver="celery", cancellation=context.shutdown,
-                                       ref=task_id, round=data.get("round"))
+            outcome = self.step(engine, name, data, task_id)
         except Exception as error:
             if context.shutdown.cancelled:
                 return Again(data)
-            attempt = int(data.get("attempt") or 0) + 1
-            if attempt >= COORDINATOR_ATTEMPTS:
-                raise
-            logger.warning("⚠ %s: a coordinator step failed (%s) — again in %gs", name,
-                           outbound_error(error).message, COORDINATOR_BACKOFF_S)
-            return Again({**data, "attempt": attempt}, COORDINATOR_BACKOFF_S)
+            return self.failed(name, data, error)
+        return self.after(engine, name, data, outcome, task_id)
+
+    def coordinate(self, engine: BackgroundEngine, name: str, data: dict[str, Any],
+                   task_id: str) -> Answer:
+        """One coordinator step in the chain's round (``data["round"]``), as ``task_id``."""
+        return engine.coordinate(name, driver="celery", cancellation=self.installed.context
+                                 .shutdown, ref=task_id, round=data.get("round"))
+
+    def step(self, engine: BackgroundEngine, name: str, data: dict[str, Any],
+             task_id: str) -> Any:
+        raise NotImplementedError
+
+    def failed(self, name: str, data: dict[str, Any], error: Exception) -> Any:
+        raise NotImplementedError
+
+    def after(self, engine: BackgroundEngine, name: str, data: dict[str, Any], outcome: Any,
+              task_id: str) -> Any:
+        raise NotImplementedError
+
+
+class Coordinator(_MigrationStep):
+    """The coordinator chain's decisions (one task run = steps until a countdown or an end)."""
+
+    def step(self, engine: BackgroundEngine, name: str, data: dict[str, Any],
+             task_id: str) -> Answer:
+        return self.coordinate(engine, name, data, task_id)
+
+    def failed(self, name: str, data: dict[str, Any], error: Exception) -> Any:
+        attempt = int(data.get("attempt") or 0) + 1
+        if attempt >= COORDINATOR_ATTEMPTS:
+            raise error
+        logger.warning("⚠ %s: a coordinator step failed (%s) — again in %gs", name,
+                       outbound_error(error).message, COORDINATOR_BACKOFF_S)
+        return Again({**data, "attempt": attempt}, COORDINATOR_BACKOFF_S)
+
+    def after(self, engine: BackgroundEngine, name: str, data: dict[str, Any], outcome: Any,
+              task_id: str) -> Any:
+        answer: Answer = outcome
         data = {k: v for k, v in data.items() if k != "attempt"}
         if answer.round is not None:
             data["round"] = answer.round
-        return self.after(engine, name, data, answer)
+        return self.decide(engine, name, data, answer)
 
-    def after(self, engine: BackgroundEngine, name: str, data: dict[str, Any],
-              answer: Answer) -> Any:
+    def decide(self, engine: BackgroundEngine, name: str, data: dict[str, Any],
+               answer: Answer) -> Any:
         poll_s = self.settings.poll_interval_ms / 1000
         if answer.next == "done":
             logger.info("✔ %s: %s", name, answer.status)
@@ -184,31 +233,22 @@ class Coordinator:
         return sent
 
 
-class Lane:
+class Lane(_MigrationStep):
     """One lane slice per task run."""
 
-    def __init__(self, installed: MigronautCelery) -> None:
-        self.installed = installed
-        self.settings = installed.settings
+    def step(self, engine: BackgroundEngine, name: str, data: dict[str, Any],
+             task_id: str) -> SliceResult:
+        state = engine.state(name)
+        spec_ms = ((state or {}).get("spec") or {}).get("sliceMs")
+        # the setting is a ceiling (it must fit in the broker's visibility timeout)
+        slice_ms = None if isinstance(spec_ms, int) and spec_ms <= self.settings.slice_ms \
+            else self.settings.slice_ms
+        return engine.run_slice(name, slice_ms=slice_ms, cancellation=self.installed.context
+                                .shutdown, ref=task_id, state=state)
 
-    def __call__(self, data: dict[str, Any], task_id: str) -> Any:
-        context = self.installed.context
-        if context.shutdown.cancelled:
-            return Again(data)
-        name = data["migration"]
-        engine = context.engine()
-        try:
-            state = engine.state(name)
-            spec_ms = ((state or {}).get("spec") or {}).get("sliceMs")
-            # the setting is a ceiling (it must fit in the broker's visibility timeout)
-            slice_ms = None if isinstance(spec_ms, int) and spec_ms <= self.settings.slice_ms \
-                else self.settings.slice_ms
-            result = engine.run_slice(name, slice_ms=slice_ms, cancellation=context.shutdown,
-                                      ref=task_id, state=state)
-        except Exception as error:
-            if context.shutdown.cancelled:
-                return Again(data)
-            return self.failed(name, data, error)
+    def after(self, engine: BackgroundEngine, name: str, data: dict[str, Any], outcome: Any,
+              task_id: str) -> Any:
+        result: SliceResult = outcome
         data = {k: v for k, v in data.items() if k != "retry"}
         if result.outcome in _AGAIN:
             return Again(data)
@@ -228,8 +268,7 @@ class Lane:
         instead of leaving it to the chain's next re-check. A step that fails or is superseded
         changes nothing — the chain decides from MongoDB anyway."""
         try:
-            answer = engine.coordinate(name, driver="celery", cancellation=self.installed
-                                       .context.shutdown, ref=task_id, round=data.get("round"))
+            answer = self.coordinate(engine, name, data, task_id)
         except Exception as error:
             logger.debug("%s: a lane's coordinator step failed (%s)", name,
                          outbound_error(error).message)
@@ -274,8 +313,11 @@ def register(installed: MigronautCelery, options: dict[str, Any]) -> None:
     app, settings = installed.app, installed.settings
     queue = settings.background_queue_name
     # shared=False: a shared task is added to every app of the process, so a second app (a
-    # producer's, a test's) would run the first installation's task, with its settings
-    task_options = {**options, "bind": True, "max_retries": None, "track_started": True,
+    # producer's, a test's) would run the first installation's task, with its settings.
+    # No STARTED and no result written by Celery: a running slot is live in the ledger from its
+    # QUEUED mark until _run writes its result (see _run)
+    task_options = {**options, "bind": True, "max_retries": None, "track_started": False,
+                    "ignore_result": True, "store_errors_even_if_ignored": True,
                     "queue": queue, "shared": False}
     for kind, decide_class in (("background", Coordinator), ("background-lane", Lane),
                                ("background-verify", Verify)):
@@ -294,7 +336,7 @@ def register(installed: MigronautCelery, options: dict[str, Any]) -> None:
 
 def _task_body(installed: MigronautCelery, kind: str, decide: Any) -> Any:
     def body(task: Task, payload: Any) -> Any:
-        return _run(task, installed, decide, _checked(kind, payload))
+        return _run(task, installed, kind, decide, _checked(kind, payload))
 
     body.__name__ = body.__qualname__ = kind.replace("-", "_")
     body.__doc__ = f"migronaut's {kind} task (reference background §6.4)."

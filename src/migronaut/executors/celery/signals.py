@@ -25,6 +25,9 @@ def connect(installed: MigronautCelery) -> None:
         installed.context.close()
 
     def ready(**_: Any) -> None:
+        # the lane machinery now, not in the first slice (a worker serves the background queue)
+        import migronaut.background.lanes  # noqa: F401
+
         # a worker that starts heals: coordinators for what is runnable (a live chain absorbs
         # its own), takeovers for what looks stalled
         from migronaut.executors.celery.background_tasks import heal
