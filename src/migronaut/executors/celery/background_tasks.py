@@ -105,9 +105,10 @@ def _run(task: Task, installed: MigronautCelery, kind: str, decide: Any,
             send_queued(installed, kind, decided.payload, task_id,
                         countdown=max(0.0, decided.countdown))
             return None
+        # (store_result, not mark_as_done: that one skips when the message asked to ignore it)
+        installed.app.backend.store_result(task_id, decided, "SUCCESS", request=task.request)
     except Exception as error:
         raise outbound_error(error) from None
-    installed.app.backend.mark_as_done(task_id, decided, request=task.request)
     return decided
 
 
