@@ -179,6 +179,45 @@ def test_task_ids_are_deterministic_per_slot() -> None:
     assert coordinator_id("a", "x.py") != coordinator_id("b", "x.py")
 
 
+
+def test_a_task_run_keeps_its_own_ledger_entry(celery_project: Any, project: Any,
+                                               redis_db: int) -> None:
+    """A run that continues sends itself again under its id, marked QUEUED first — so an entry
+    lost mid-chain (expired, flushed) is live again and heals stay absorbed; nothing else is
+    written on the way (no STARTED, no RETRY); a run that ends writes its result."""
+    from celery.states import PENDING
+
+    from migronaut.executors.celery.background_tasks import Again, _run
+
+    configure(project)
+    app, installed = celery_project.app()
+    task = installed.tasks["background-lane"]
+    slot = lane_id(celery_project.background_queue, NAME, "reg", 1, 1, 0)
+    payload = {"v": 1, "kind": "background-lane", "migration": NAME, "registration": "reg",
+               "generation": 1, "round": 1, "lane": 0}
+    assert app.AsyncResult(slot).state == PENDING  # no entry: as if expired or flushed
+    task.push_request(id=slot)
+    try:
+        assert _run(task, installed, "background-lane",
+                    lambda data, task_id: Again({**data, "retry": 2}), payload) is None
+        assert app.AsyncResult(slot).state == "QUEUED"
+        assert queued(celery_project, redis_db) == 1
+        message = json.loads(redis_client(redis_db).lindex(celery_project.background_queue, 0))
+        assert message["headers"]["id"] == slot
+        assert message["headers"]["task"] == "migronaut.background-lane"
+        assert json.loads(base64.b64decode(message["body"]))[0] == [{**payload, "retry": 2}]
+
+        done = {"kind": "background-lane", "migration": NAME, "outcome": "exhausted",
+                "counters": {"migrated": 3}}
+        assert _run(task, installed, "background-lane", lambda data, task_id: done,
+                    payload) == done
+        assert app.AsyncResult(slot).state == "SUCCESS"
+        assert app.AsyncResult(slot).result == done
+    finally:
+        task.pop_request()
+    assert task.track_started is False and task.ignore_result is True
+    assert task.store_errors_even_if_ignored is True  # a failed run is still FAILURE
+
 # ----------------------------------------------------------------- CLI: background enqueue
 
 
