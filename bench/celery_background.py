@@ -36,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -117,7 +118,13 @@ def slices_of(executor: str, text: str) -> int:
 
 
 def cpu_now(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far, every thread (``/proc/PID/stat``)."""
+    """User + system CPU seconds of process ``pid`` so far, every thread: its process CPU clock
+    (``clock_getcpuclockid``, nanoseconds) where the kernel gives it, else ``/proc/PID/stat``
+    (10 ms clock ticks)."""
+    try:
+        return time.clock_gettime((~pid << 3) | 2)  # MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)
+    except OSError:
+        pass
     with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -163,6 +170,48 @@ def reset(uri: str, db_name: str) -> None:
                 db.drop_collection(name)
 
 
+class Sampler(threading.Thread):
+    """Every 20 ms: the process's CPU so far, then whether the measured migration is being
+    worked yet (its coordinator lock taken, or its state past ``pending``). The CPU of the last
+    sample that saw no work is where the measured window starts: it excludes how long an
+    executor took to *notice* the migration (``work`` polls every ``--poll-ms``, idling
+    meanwhile; ``enqueue`` starts a Celery coordinator at once) and nothing else — the CPU was
+    read before the look that saw no work, so every command of the migration is after it."""
+
+    def __init__(self, pid: int, uri: str, db_name: str) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.uri, self.db_name = pid, uri, db_name
+        self.start_cpu: float | None = None
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        from pymongo import MongoClient
+
+        with MongoClient(self.uri, serverSelectionTimeoutMS=10_000) as client:
+            db = client[self.db_name]
+            while not self.done.is_set():
+                cpu = cpu_now(self.pid)
+                locked = db["_migronaut_locks"].find_one({"_id": f"background:{NAME}"},
+                                                         {"_id": 1})
+                state = db["_migronaut_background"].find_one({"_id": NAME}, {"status": 1})
+                if locked is not None or (state or {}).get("status", "pending") != "pending":
+                    return
+                self.start_cpu = cpu
+                time.sleep(0.02)
+
+
+def chain_ended(redis_url: str, queue: str) -> bool:
+    """Whether the measured migration's Celery coordinator chain has written its result (its
+    last run — the re-check that finds the migration completed, and its heal — is done)."""
+    import redis
+
+    from migronaut.executors.celery.background_producer import coordinator_id
+
+    key = f"celery-task-meta-{coordinator_id(queue + '-background', NAME)}"
+    raw = redis.Redis.from_url(redis_url).get(key)
+    return raw is not None and json.loads(raw).get("status") == "SUCCESS"
+
+
 def run_one(executor: str, uri: str, db_name: str, lanes: int, redis_url: str,
             poll_ms: int, slice_ms: int) -> dict[str, Any]:
     from pymongo import MongoClient
@@ -182,7 +231,11 @@ def run_one(executor: str, uri: str, db_name: str, lanes: int, redis_url: str,
                 time.sleep(1.0)  # let start-up settle (connections, the heal on ready)
                 startup = cpu_now(process.pid)
 
-                def work_through(file: str, collection: str) -> None:
+                def finished(file: str) -> bool:
+                    found = states.find_one({"_id": file})
+                    return found is not None and found["status"] in ("completed", "failed")
+
+                def register(file: str, collection: str) -> None:
                     (root / "migrations" / file).write_text(
                         MIGRATION % {"lanes": lanes, "collection": collection,
                                      "slice_ms": slice_ms},
@@ -196,20 +249,27 @@ def run_one(executor: str, uri: str, db_name: str, lanes: int, redis_url: str,
                         if done.returncode:
                             raise SystemExit(f"{' '.join(step)} failed: {done.stderr}")
 
-                    def finished() -> bool:
-                        found = states.find_one({"_id": file})
-                        return found is not None and found["status"] in ("completed", "failed")
-
-                    wait_for(process, log_path, executor, finished)
-
-                work_through(WARM_UP, "warm")
+                register(WARM_UP, "warm")
+                wait_for(process, log_path, executor, lambda: finished(WARM_UP))
                 time.sleep(1.0)
-                before = cpu_now(process.pid)
+                sampler = Sampler(process.pid, uri, db_name)
+                sampler.start()
                 logged = len(log_path.read_bytes())
                 started = time.perf_counter()
-                work_through(NAME, "docs")
-                running = cpu_now(process.pid) - before
+                register(NAME, "docs")
+                wait_for(process, log_path, executor, lambda: finished(NAME))
                 wall = time.perf_counter() - started
+                if executor == "celery":  # the chain's last re-check and its heal count too
+                    queue = env["MIGRONAUT_CELERY_QUEUE"]
+                    wait_for(process, log_path, executor,
+                             lambda: chain_ended(redis_url, queue))
+                end_cpu = cpu_now(process.pid)
+                sampler.done.set()
+                sampler.join()
+                if sampler.start_cpu is None:
+                    raise SystemExit(f"{executor}: the migration was worked before the first "
+                                     "sample")
+                running = end_cpu - sampler.start_cpu
                 stop(process)
                 final = states.find_one({"_id": NAME}) or {}
                 slices = slices_of(executor, log_path.read_bytes()[logged:].decode(

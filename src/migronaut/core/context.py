@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -47,12 +48,36 @@ class Cancellation:
         self._event = threading.Event()
         self._reason: MigronautError | None = None
         self._lock = threading.Lock()
+        #: linked cancellations to wake when this one is set (weakly: a lane's come and go)
+        self._linked: weakref.WeakSet[Cancellation] | None = None
 
     def cancel(self, reason: MigronautError) -> None:
         with self._lock:
             if self._reason is None:
                 self._reason = reason
         self._event.set()
+        self._wake_linked()
+
+    def _link(self, child: Cancellation) -> None:
+        """Wake ``child`` when this one is set (at once if it already is)."""
+        with self._lock:
+            if self._linked is None:
+                self._linked = weakref.WeakSet()
+            self._linked.add(child)
+        if self.cancelled:
+            child._wake()
+
+    def _wake(self) -> None:
+        """A parent was set: so is this one's event (its reason stays the parent's), and the
+        cancellations linked below it are woken in turn."""
+        self._event.set()
+        self._wake_linked()
+
+    def _wake_linked(self) -> None:
+        with self._lock:
+            linked = list(self._linked) if self._linked else []
+        for child in linked:
+            child._wake()
 
     @property
     def cancelled(self) -> bool:
@@ -75,7 +100,8 @@ class LinkedCancellation(Cancellation):
     """A cancellation that is also set when its parent is, or when ``also()`` says so.
 
     Lanes stop with their driver, and a lane's pacing waits end early on a control. The parent
-    cannot wake this one's event, so :meth:`wait` polls every ``poll_s`` seconds.
+    wakes this one's event when it is set, so a :meth:`wait` sleeps without polling; only an
+    ``also`` predicate (which nothing signals) is polled, every ``poll_s`` seconds.
     """
 
     def __init__(
@@ -91,6 +117,7 @@ class LinkedCancellation(Cancellation):
         self._also = also
         self._stopped = stopped
         self._poll_s = poll_s
+        parent._link(self)
 
     @property
     def cancelled(self) -> bool:
@@ -106,6 +133,8 @@ class LinkedCancellation(Cancellation):
             raise self.reason or RunAbortedError(self._stopped)
 
     def wait(self, timeout: float | None = None) -> bool:
+        if self._also is None:
+            return self._event.wait(timeout) or self.cancelled
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self.cancelled:
             remaining = self._poll_s if deadline is None else deadline - time.monotonic()

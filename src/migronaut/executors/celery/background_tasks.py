@@ -298,7 +298,7 @@ class Verify:
         self.installed = installed
 
     def __call__(self, data: dict[str, Any], task_id: str) -> Any:
-        migrator = self.installed.context.migrator()
+        migrator = self.installed.context.shared_migrator()
         config = migrator.config
         result = migrator.background.verify(on_drift=config.background_on_drift,
                                             drift_mode=config.background_drift)

@@ -1,6 +1,11 @@
-"""What migronaut's tasks share inside one worker process: where the config comes from, one
-:class:`~migronaut.api.Migrator` per thread (connected on first use, never across a fork), and
-the shutdown signal a warm shutdown sets so lanes stop at their next batch boundary.
+"""What migronaut's tasks share inside one worker process: where the config comes from, the
+:class:`~migronaut.api.Migrator` s (connected on first use, never across a fork), and the
+shutdown signal a warm shutdown sets so lanes stop at their next batch boundary.
+
+The background queue's tasks share ONE engine per process, as ``background work``'s lanes share
+their runner's: one client and its monitor threads, one connection pool, the job and version-index
+caches warm for every pool thread — a thread's first lane slice does not pay for a client of its
+own. The migration queue's tasks (``up``, ``down``, ``sync``, …) keep a Migrator per thread.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ class WorkerContext:
     _local: threading.local = field(default_factory=threading.local)
     _opened: list[Migrator] = field(default_factory=list)
     _pid: int = field(default_factory=os.getpid)
+    _shared: Migrator | None = None
 
     def migrator(self) -> Migrator:
         """This thread's Migrator, built from the config source on first use."""
@@ -62,14 +68,36 @@ class WorkerContext:
                 self._opened.append(found)
         return found
 
+    def shared_migrator(self) -> Migrator:
+        """The process's Migrator for background work, built and connected (its engine too) on
+        first use under the lock, then used by every thread: the engine is thread-safe once
+        built — the runner's lanes, coordinator steps and verifier share one the same way."""
+        self._after_fork()
+        shared = self._shared
+        if shared is None:
+            with self._lock:
+                shared = self._shared
+                if shared is None:
+                    shared = self.source.build()
+                    try:
+                        shared.connect()
+                        _ = shared.background
+                    except BaseException:
+                        shared.close()
+                        raise
+                    self._shared = shared
+                    self._opened.append(shared)
+        return shared
+
     def engine(self) -> BackgroundEngine:
-        """This thread's background engine (over :meth:`migrator`)."""
-        return self.migrator().background
+        """The process's background engine (over :meth:`shared_migrator`)."""
+        return self.shared_migrator().background
 
     def close(self) -> None:
         """Close every Migrator this process opened (worker process shutdown)."""
         with self._lock:
             opened, self._opened = self._opened, []
+            self._shared = None
         for migrator in opened:
             migrator.close()
         self._local = threading.local()
@@ -80,5 +108,6 @@ class WorkerContext:
             self._lock = threading.Lock()
             self._local = threading.local()
             self._opened = []
+            self._shared = None
             self.shutdown = Cancellation()
 
