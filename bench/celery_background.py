@@ -3,7 +3,7 @@
 ``background work``" in client CPU per document).
 
     .venv-3.13/bin/python bench/celery_background.py [--docs N] [--rounds R] [--lanes L]
-        [--poll-ms MS] [--slice-ms MS] [--markdown]
+        [--poll-ms MS] [--slice-ms MS] [--seeded-db NAME] [--markdown]
 
 One database is seeded with ``--docs`` documents once (not measured). Each round runs both
 executors in turn; for each the documents are reset to v0 and migronaut's collections dropped
@@ -11,18 +11,23 @@ executors in turn; for each the documents are reset to v0 and migronaut's collec
 ``python -m migronaut background work --lanes L``, or
 ``python -m celery -A migronaut.celery worker -P threads -c L+1`` on the background queue (Redis
 broker and result backend on a Redis database claimed like the tests claim theirs). Once
-it is ready, its CPU time so far is read (``/proc/PID/stat``: user + system of every thread, in
-clock ticks) — its start-up. It first works a small warm-up migration (500 documents, not
-measured: imports, connection pools and threads as a worker that has been up a while has them),
-then the measured declarative v0 → v1 migration: registered with ``migronaut up`` (and, for
-Celery, ``migronaut background enqueue``, as the queue's ``up`` task does; ``work`` finds it at
-its next poll), worked until MongoDB says ``completed``, its CPU read again around it. Client CPU
-only: the dev server, Redis and the ``up``/``enqueue`` commands are other processes.
+it is ready, its CPU so far is its start-up. It first works a small warm-up migration (500
+documents, not measured: imports, connection pools and threads as a worker that has been up a
+while has them), then sits idle for ``IDLE_S`` seconds: its idle CPU rate. Then the measured
+declarative v0 → v1 migration is registered with ``migronaut up`` (and, for Celery, ``migronaut
+background enqueue``, as the queue's ``up`` task does; ``work`` finds it at its next poll).
 
-Figures: client CPU per document of a running worker (the target's figure), start-up CPU, the
-ratio Celery / ``work`` per round (median printed) and over all rounds' CPU pooled (the clock-tick
-resolution of ``/proc`` averages out), and the queue's overhead per slice = (Celery's CPU −
-``work``'s CPU) / Celery's slices.
+The window: from the moment the executor picks the migration up (:class:`Sampler`: the last
+look, every 20 ms, that saw neither its coordinator lock nor its state past ``pending``) until
+MongoDB says ``completed`` — for Celery, until the coordinator chain has written its result
+(its last re-check and heal count). CPU is the process's CPU clock (``clock_getcpuclockid``: every
+thread, in nanoseconds). Client CPU only: the dev server, Redis and the ``up``/``enqueue``
+commands are other processes.
+
+Figures: the window's CPU, the idle rate, and the CPU the migration *caused* = the window's CPU −
+idle rate × the window's length (what a worker that is up anyway spends on the migration: a
+Celery consumer polls its broker every second whatever it runs); Celery / ``work`` per round
+(median printed) and over all rounds pooled, for both; the queue's overhead per slice.
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ NAME = "0001_bench.py"
 #: Worked first, not measured: the executor's code paths, connections and threads warmed up.
 WARM_UP = "0000_warm_up.py"
 WARM_UP_DOCS = 500
+#: Seconds the idle process is watched (after the warm-up) for its idle CPU rate.
+IDLE_S = 5.0
 CLAIM = "migronaut-test:redis-db:{}"  # the tests' claims: a bench never takes their database
 MIGRATION = '''
 def migrate(doc, ctx):
@@ -182,6 +189,7 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.pid, self.uri, self.db_name = pid, uri, db_name
         self.start_cpu: float | None = None
+        self.start_at = 0.0
         self.done = threading.Event()
 
     def run(self) -> None:
@@ -196,7 +204,7 @@ class Sampler(threading.Thread):
                 state = db["_migronaut_background"].find_one({"_id": NAME}, {"status": 1})
                 if locked is not None or (state or {}).get("status", "pending") != "pending":
                     return
-                self.start_cpu = cpu
+                self.start_cpu, self.start_at = cpu, time.perf_counter()
                 time.sleep(0.02)
 
 
@@ -252,6 +260,9 @@ def run_one(executor: str, uri: str, db_name: str, lanes: int, redis_url: str,
                 register(WARM_UP, "warm")
                 wait_for(process, log_path, executor, lambda: finished(WARM_UP))
                 time.sleep(1.0)
+                idle_from = cpu_now(process.pid)
+                time.sleep(IDLE_S)
+                idle_rate = (cpu_now(process.pid) - idle_from) / IDLE_S
                 sampler = Sampler(process.pid, uri, db_name)
                 sampler.start()
                 logged = len(log_path.read_bytes())
@@ -263,13 +274,14 @@ def run_one(executor: str, uri: str, db_name: str, lanes: int, redis_url: str,
                     queue = env["MIGRONAUT_CELERY_QUEUE"]
                     wait_for(process, log_path, executor,
                              lambda: chain_ended(redis_url, queue))
-                end_cpu = cpu_now(process.pid)
+                end_cpu, end_at = cpu_now(process.pid), time.perf_counter()
                 sampler.done.set()
                 sampler.join()
                 if sampler.start_cpu is None:
                     raise SystemExit(f"{executor}: the migration was worked before the first "
                                      "sample")
                 running = end_cpu - sampler.start_cpu
+                window = end_at - sampler.start_at
                 stop(process)
                 final = states.find_one({"_id": NAME}) or {}
                 slices = slices_of(executor, log_path.read_bytes()[logged:].decode(
@@ -282,7 +294,8 @@ def run_one(executor: str, uri: str, db_name: str, lanes: int, redis_url: str,
         raise SystemExit(f"{executor}: the migration ended {final.get('status')}: "
                          f"{final.get('lastError')}")
     totals = final.get("totals") or {}
-    return {"executor": executor, "wall": wall, "cpu": running, "startup": startup,
+    return {"executor": executor, "wall": wall, "cpu": running, "window": window,
+            "idle_rate": idle_rate, "caused": running - idle_rate * window, "startup": startup,
             "total": startup + running, "migrated": totals.get("migrated", 0), "slices": slices,
             "batches": totals.get("batches", 0)}
 
@@ -311,18 +324,22 @@ def main(argv: list[str] | None = None) -> int:
                         help="the migration's slice_ms (default 20000: celery.slice_ms's default, "
                         "the longest slice a Celery lane task runs); shorter slices show the "
                         "queue's overhead per slice")
+    parser.add_argument("--seeded-db", metavar="NAME",
+                        help="use this database, already seeded by an earlier run (kept "
+                        "afterwards; with MIGRONAUT_BENCH_URI naming its server)")
     parser.add_argument("--markdown", action="store_true")
     options = parser.parse_args(argv)
     server = start_server()
     claims, number, token = claim_redis()
     redis_url = f"redis://127.0.0.1:6379/{number}"
     runs: dict[str, list[dict[str, Any]]] = {"work": [], "celery": []}
-    db_name = f"bench_celery_{uuid.uuid4().hex[:8]}"
+    db_name = options.seeded_db or f"bench_celery_{uuid.uuid4().hex[:8]}"
     try:
-        started = time.perf_counter()
-        seed(server.uri, db_name, options.docs)
-        log(f"seeded {options.docs} documents in {time.perf_counter() - started:.0f} s "
-            "(not measured; every run resets them to v0)")
+        if options.seeded_db is None:
+            started = time.perf_counter()
+            seed(server.uri, db_name, options.docs)
+            log(f"seeded {options.docs} documents in {time.perf_counter() - started:.0f} s "
+                "(not measured; every run resets them to v0)")
         for round_ in range(options.rounds):
             for executor in ("work", "celery"):
                 result = run_one(executor, server.uri, db_name, options.lanes, redis_url,
@@ -330,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"round {round_ + 1} {executor}: {json.dumps(result)}")
                 runs[executor].append(result)
     finally:
-        drop_database(server.uri, db_name)
+        if options.seeded_db is None:
+            drop_database(server.uri, db_name)
         if claims.get(CLAIM.format(number)) == token.encode():
             claims.delete(CLAIM.format(number))
         server.close()
@@ -342,26 +360,29 @@ def main(argv: list[str] | None = None) -> int:
 def report(runs: dict[str, list[dict[str, Any]]], docs: int, lanes: int, poll_ms: int,
            slice_ms: int, markdown: bool) -> str:
     """The table and the summary. Ratios are taken per round (the two executors of a round ran
-    back to back) and their median printed: the machine's load moves between rounds."""
+    back to back) and their median printed, and over all rounds' CPU pooled: the machine's load
+    moves between rounds."""
     def median(executor: str, key: str) -> float:
         return statistics.median(r[key] for r in runs[executor])
 
-    def ratio(key: str) -> float:
-        return statistics.median(c[key] / w[key]
-                                 for w, c in zip(runs["work"], runs["celery"], strict=True))
+    def ratios(key: str) -> tuple[float, float, str]:
+        pairs = list(zip(runs["work"], runs["celery"], strict=True))
+        per_round = [c[key] / w[key] for w, c in pairs]
+        pooled = sum(c[key] for _, c in pairs) / sum(w[key] for w, _ in pairs)
+        return statistics.median(per_round), pooled, ", ".join(f"{r:.2f}×" for r in per_round)
 
-    headers = ["executor", "wall", "CPU, running worker", "CPU/doc", "start-up CPU",
-               "start-up + running", "CPU/doc", "slices", "batches"]
+    headers = ["executor", "wall", "window", "CPU in the window", "idle CPU", "CPU caused",
+               "caused/doc", "start-up CPU", "slices", "batches"]
     rows = [[
         "migronaut background work" if executor == "work" else "Celery worker (threads)",
-        f"{median(executor, 'wall'):.2f} s", f"{median(executor, 'cpu'):.3f} s",
-        f"{median(executor, 'cpu') / docs * 1e6:.0f} µs",
-        f"{median(executor, 'startup'):.2f} s", f"{median(executor, 'total'):.2f} s",
-        f"{median(executor, 'total') / docs * 1e6:.0f} µs",
+        f"{median(executor, 'wall'):.2f} s", f"{median(executor, 'window'):.2f} s",
+        f"{median(executor, 'cpu') * 1000:.0f} ms",
+        f"{median(executor, 'idle_rate') * 1000:.2f} ms/s",
+        f"{median(executor, 'caused') * 1000:.0f} ms",
+        f"{median(executor, 'caused') / docs * 1e6:.1f} µs",
+        f"{median(executor, 'startup'):.2f} s",
         f"{median(executor, 'slices'):.0f}", f"{median(executor, 'batches'):.0f}",
     ] for executor in ("work", "celery")]
-    slices = median("celery", "slices") or 1
-    per_slice = (median("celery", "cpu") - median("work", "cpu")) / slices * 1000
     lines = []
     if markdown:
         lines.append("| " + " | ".join(headers) + " |")
@@ -372,17 +393,16 @@ def report(runs: dict[str, list[dict[str, Any]]], docs: int, lanes: int, poll_ms
         lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
         lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
                   for row in rows]
-    rounds = len(runs["work"])
-    per_round = ", ".join(f"{c['cpu'] / w['cpu']:.2f}×"
-                          for w, c in zip(runs["work"], runs["celery"], strict=True))
-    pooled = sum(r["cpu"] for r in runs["celery"]) / sum(r["cpu"] for r in runs["work"])
+    caused, caused_pooled, caused_rounds = ratios("caused")
+    raw, raw_pooled, raw_rounds = ratios("cpu")
+    slices = median("celery", "slices") or 1
+    per_slice = (median("celery", "caused") - median("work", "caused")) / slices * 1000
     lines.append(
-        f"\n{docs} documents, {lanes} lanes, slice {slice_ms} ms, poll {poll_ms} ms, median of "
-        f"{rounds} round(s). "
-        f"Celery / work, client CPU per document: {ratio('cpu'):.2f}× for a running worker "
-        f"(per round: {per_round}; all rounds' CPU pooled: {pooled:.2f}×), "
-        f"{ratio('total'):.2f}× with start-up added (a worker started for this one "
-        f"migration); the queue's "
+        f"\n{docs} documents, {lanes} lanes, slice {slice_ms} ms, poll {poll_ms} ms, "
+        f"{len(runs['work'])} round(s). Celery / work, client CPU the migration caused (the "
+        f"window's CPU above the process's own idle rate): {caused:.2f}× median of the rounds "
+        f"({caused_rounds}), {caused_pooled:.2f}× pooled. The window's whole CPU, idle "
+        f"included: {raw:.2f}× median ({raw_rounds}), {raw_pooled:.2f}× pooled. The queue's "
         f"overhead per slice: {per_slice:.1f} ms CPU")
     return "\n".join(lines)
 

@@ -751,3 +751,62 @@ def test_a_stored_round_migronaut_does_not_understand_stops_a_queue_coordinator(
     assert caught.value.context["problems"][0]["field"] == "round"
     after = state(db)
     assert after["round"] == junk and after.get("coordinator") == before.get("coordinator")
+
+
+def test_a_glance_answers_without_the_lock_only_what_a_step_would(
+    project: Any, cli: Any, db: Any
+) -> None:
+    """``glance`` (a queue's re-check, a lane that found nothing to claim): ``done`` for a
+    migration that is finished, paused or not registered; ``process`` with no lane to add only
+    while live leases of the current plan cover every open partition a lane could take (up to
+    ``maxParallel``) in the chain's round; ``None`` — a step under the lock — otherwise. It
+    takes no lock and writes nothing."""
+    from migronaut.background.store import BackgroundStore, Lease
+
+    seed(db, docs=60)
+    project.write_migration("0001_users_v1", background_file(extra_spec='"max_parallel": 2,'))
+    assert cli("up").exit_code == 0
+    with make_migrator(project) as migrator:
+        engine = migrator.background
+        assert engine.glance("0009_nothing.py") is not None
+        assert engine.glance("0009_nothing.py").next == "done"  # type: ignore[union-attr]
+        assert engine.glance(B1) is None  # pending: only a step plans
+        assert engine.coordinate(B1, driver="celery").next == "process"  # commits round 1
+        planned = state(db)
+        token, partitions = planned["plan"]["token"], planned["plan"]["partitions"]
+        assert partitions >= 2, "the test needs a plan of two partitions or more"
+        assert engine.glance(B1, round=1) is None  # open partitions, no lane: fan out
+        store = BackgroundStore(db)
+        leases = []
+        held = store.claim(B1, generation=1, plan=token, max_parallel=2, ttl_ms=600_000,
+                           owner="lane-a")
+        assert isinstance(held, Lease)
+        leases.append(held)
+        assert engine.glance(B1, round=1) is None  # one lane where two could work
+        held = store.claim(B1, generation=1, plan=token, max_parallel=2, ttl_ms=600_000,
+                           owner="lane-b")
+        assert isinstance(held, Lease)
+        leases.append(held)
+        stamped = state(db).get("coordinator")
+        busy = engine.glance(B1, round=1)
+        assert busy is not None and busy.next == "process" and busy.lanes == 0
+        assert busy.generation == 1 and busy.round == 1
+        assert engine.glance(B1) is not None  # a driver without rounds: the same
+        assert engine.glance(B1, round=2) is None  # not this chain's round: a step supersedes
+        assert db[LOCKS].count_documents({"_id": f"background:{B1}"}) == 0
+        assert state(db).get("coordinator") == stamped  # nothing written
+        # an expired lease does not count as a lane at work
+        db[PARTITIONS].update_one({"_id": leases[1].partition_id},
+                                  {"$set": {"lease.ttlMs": 1}})
+        assert engine.glance(B1, round=1) is None
+        # another generation's live leases do not count either
+        db[PARTITIONS].update_one({"_id": leases[0].partition_id}, {"$set": {"lease.ttlMs": 1}})
+        db[PARTITIONS].update_one({"_id": leases[1].partition_id},
+                                  {"$set": {"lease.ttlMs": 600_000, "generation": 7}})
+        assert engine.glance(B1, round=1) is None
+        db[STATES].update_one({"_id": B1}, {"$set": {"status": "paused"}})
+        paused = engine.glance(B1, round=1)
+        assert paused is not None and (paused.next, paused.status) == ("done", "paused")
+        db[STATES].update_one({"_id": B1}, {"$set": {"status": "completed"}})
+        finished = engine.glance(B1, round=1)
+        assert finished is not None and (finished.next, finished.status) == ("done", "completed")

@@ -218,6 +218,29 @@ def test_a_task_run_keeps_its_own_ledger_entry(celery_project: Any, project: Any
     assert task.track_started is False and task.ignore_result is True
     assert task.store_errors_even_if_ignored is True  # a failed run is still FAILURE
 
+
+
+def test_a_busy_coordinator_lock_is_looked_at_again_within_the_poll_interval(
+        celery_project: Any, project: Any, redis_db: int) -> None:
+    """``busy`` (a lane closing its pass holds the coordinator lock for milliseconds): the chain
+    re-checks within ``poll_interval_ms``, not after the lock's ttl/2; a ``wait`` keeps its
+    ``retryAfterMs``; a stop continues at once."""
+    from migronaut.background.coordinator import Answer
+    from migronaut.executors.celery.background_tasks import Again, Coordinator
+
+    configure(project)
+    _, installed = celery_project.app()
+    chain = Coordinator(installed)
+    poll_s = installed.settings.poll_interval_ms / 1000
+    data = {"v": 1, "kind": "background", "migration": NAME, "round": 2}
+    busy = chain.decide(None, NAME, data, Answer("busy", retry_after_ms=300_000))  # type: ignore[arg-type]
+    assert isinstance(busy, Again) and busy.countdown == poll_s and busy.payload == data
+    waiting = chain.decide(None, NAME, data,  # type: ignore[arg-type]
+                           Answer("wait", reason="checksum", retry_after_ms=300_000))
+    assert isinstance(waiting, Again) and waiting.countdown == 300.0
+    stopping = chain.decide(None, NAME, data, Answer("wait", reason="stopping"))  # type: ignore[arg-type]
+    assert isinstance(stopping, Again) and stopping.countdown == 0.0
+
 # ----------------------------------------------------------------- CLI: background enqueue
 
 

@@ -189,6 +189,45 @@ class Coordinator:
         finally:
             lock.release(run_failed=True)
 
+    def glance(self, name: str, *, round: int | None = None) -> Answer | None:
+        """What a step would answer, when two reads without the lock can tell; else ``None``.
+
+        ``done`` for a migration that is finished, paused or not registered (a step says so
+        without writing anything); ``process`` with no lane to add while it runs the plan of its
+        current generation (in the chain's ``round``, for a round driver) and live leases cover
+        every open partition a lane could take (``maxParallel`` of them at most) — a step would
+        only stamp the state. ``None`` whenever a step could do more: plan, close a pass, reap,
+        fan out lanes, supersede a chain, unblock, replan.
+
+        A queue's re-check and a lane that found nothing left to claim glance first, so while
+        lanes work the coordinator lock is taken only when a step has something to decide.
+        """
+        state = self.engine.store.get(name)
+        if state is None:
+            return Answer("done", status="unregistered")
+        if int(state.get("schema", SCHEMA)) > SCHEMA:
+            return None
+        status = state["status"]
+        if status in TERMINAL or status == "paused":
+            return Answer("done", status=status)
+        if status != "running" or state.get("phase") != "process":
+            return None
+        if round is not None and stored_round(state) != round:
+            return None
+        plan = state.get("plan") or {}
+        token, generation = plan.get("token"), state.get("generation")
+        max_parallel = (state.get("spec") or {}).get("maxParallel", 1)
+        if not isinstance(token, str) or type(generation) is not int \
+                or type(max_parallel) is not int:
+            return None
+        counts, live = self.engine.store.open_counts(name, generation, token)
+        open_count = counts["pending"] + counts["running"]
+        if not open_count or live < min(open_count, max_parallel):
+            return None
+        return Answer("process", lanes=0, generation=generation,
+                      registration=state.get("registration"), counts=counts,
+                      retry_after_ms=5000, round=round)
+
     def _coordinate(self, name: str, driver: str, cancellation: Cancellation, ref: str | None,
                     round: int | None) -> Step:
         state = self.engine.store.get(name)

@@ -80,6 +80,12 @@ class EngineCore(EngineHandles):
         return self.coordinator.coordinate(name, driver=driver, cancellation=cancellation,
                                            ref=ref, round=round)
 
+    def glance(self, name: str, *, round: int | None = None) -> Answer | None:
+        """What a coordinator step would answer when two reads without the lock can tell
+        (finished, paused, or lanes at work on every partition they could take), else ``None``
+        — see :meth:`Coordinator.glance`."""
+        return self.coordinator.glance(name, round=round)
+
     # -- lanes ----------------------------------------------------------------------------
     def run_slice(
         self,

@@ -39,6 +39,9 @@ _BY_STATUS: dict[str, Any] = {"$group": {
     "_id": "$status", "n": {"$sum": 1},
     "leased": {"$sum": {"$cond": [{"$ifNull": ["$lease", False]}, 1, 0]}},
 }}
+#: :data:`_BY_STATUS`, with how many of each hold a live lease.
+_BY_STATUS_LIVE: dict[str, Any] = {"$group": {**_BY_STATUS["$group"], "live": {"$sum": {"$cond": [
+    {"$ifNull": ["$lease", False]}, {"$cond": [{"$gte": _LEASE_AGE}, 1, 0]}, 0]}}}}
 _STATUSES = ("pending", "running", "done", "failed", "cancelled", "superseded")
 
 
@@ -139,6 +142,16 @@ class PartitionStore:
             _BY_STATUS,
         ]
         return _status_counts(self.partitions.aggregate(pipeline))
+
+    def open_counts(self, name: str, generation: int, token: str) -> tuple[dict[str, int], int]:
+        """:meth:`count_by_status`, and how many *open* partitions of the plan hold a live
+        lease — whether lanes are at work on it, in one ``aggregate``."""
+        rows = list(self.partitions.aggregate([
+            {"$match": {"background": name, "generation": generation, "plan": token}},
+            _BY_STATUS_LIVE,
+        ]))
+        return _status_counts(rows), sum(int(row.get("live") or 0) for row in rows
+                                         if row["_id"] in _OPEN)
 
     @staticmethod
     def counted(partitions: Iterable[Mapping[str, Any]]) -> dict[str, int]:

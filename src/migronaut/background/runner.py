@@ -329,7 +329,11 @@ class BackgroundRunner:
             with self._coordinating(name):
                 if self._cancel.cancelled:
                     return
-                answer = engine.coordinate(name, driver="runner", cancellation=self._cancel)
+                # (a lane that found nothing to claim glances first: while other lanes work,
+                # or once the migration is done, no step under the lock is needed)
+                glanced = engine.glance(name) if outcome == "exhausted" else None
+                answer = glanced or engine.coordinate(name, driver="runner",
+                                                      cancellation=self._cancel)
             with self._lock:
                 self._stats.coordinator_steps += 1
             self._succeeded(name)

@@ -2,10 +2,12 @@
 background §6.4, mapped onto Celery without chords: a coordinator re-checks MongoDB by countdown).
 
 ``migronaut.background`` (the coordinator chain)
-    loops on coordinator steps (driver ``celery``, ref = its task id, the chain's round):
+    loops on coordinator steps (driver ``celery``, ref = its task id, the chain's round;
+    a re-check glances first and takes the lock only when a step has something to decide):
     ``process`` fans out lane tasks (ids deterministic per slot, so a redelivery does not double
-    them) and re-checks after ``poll_interval_ms``; ``wait``/``busy`` re-check after the
-    answer's ``retryAfterMs``; ``done`` ends the chain (a completed migration heals: dependents
+    them) and re-checks after ``poll_interval_ms``; ``wait`` re-checks after the answer's
+    ``retryAfterMs``, ``busy`` (the lock held by a lane closing its pass) within the poll
+    interval; ``done`` ends the chain (a completed migration heals: dependents
     may be unblocked); ``superseded`` ends it (a newer round took over). A chain whose lanes
     look stranded (no lease, no progress for ``stall_ms`` while their ids still look live —
     a killed worker's tasks) starts a new round, which gives its lanes fresh ids.
@@ -148,9 +150,16 @@ class _MigrationStep:
 
     def coordinate(self, engine: BackgroundEngine, name: str, data: dict[str, Any],
                    task_id: str) -> Answer:
-        """One coordinator step in the chain's round (``data["round"]``), as ``task_id``."""
+        """One coordinator step in the chain's round (``data["round"]``), as ``task_id`` —
+        unless a glance without the lock tells what it would answer (a chain's re-check while
+        its lanes work, a lane that finished while others still do, a finished migration)."""
+        round_ = data.get("round")
+        if round_ is not None:
+            glanced = engine.glance(name, round=round_)
+            if glanced is not None:
+                return glanced
         return engine.coordinate(name, driver="celery", cancellation=self.installed.context
-                                 .shutdown, ref=task_id, round=data.get("round"))
+                                 .shutdown, ref=task_id, round=round_)
 
     def step(self, engine: BackgroundEngine, name: str, data: dict[str, Any],
              task_id: str) -> Any:
@@ -202,9 +211,14 @@ class Coordinator(_MigrationStep):
             return {"kind": "background", "migration": name, "status": "superseded",
                     "round": answer.round}
         if answer.next != "process":
-            wait_ms = answer.retry_after_ms
-            return Again(data, 0.0 if answer.reason == "stopping" else
-                         (wait_ms / 1000 if wait_ms else poll_s))
+            if answer.reason == "stopping":
+                return Again(data)
+            wait_s = (answer.retry_after_ms or 0) / 1000 or poll_s
+            if answer.next == "busy":
+                # another step (a lane closing its pass) holds the coordinator lock for
+                # milliseconds: look again within the poll interval, not the lock's ttl/2
+                wait_s = min(wait_s, poll_s)
+            return Again(data, wait_s)
         if answer.lanes:
             sent = self.fan_out(name, data, answer)
             if sent:
