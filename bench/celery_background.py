@@ -208,14 +208,14 @@ class Sampler(threading.Thread):
                 time.sleep(0.02)
 
 
-def chain_ended(redis_url: str, queue: str) -> bool:
-    """Whether the measured migration's Celery coordinator chain has written its result (its
-    last run — the re-check that finds the migration completed, and its heal — is done)."""
+def chain_ended(redis_url: str, queue: str, migration: str = NAME) -> bool:
+    """Whether ``migration``'s Celery coordinator chain has written its result (its last run —
+    the re-check that finds the migration completed, and its heal — is done)."""
     import redis
 
     from migronaut.executors.celery.background_producer import coordinator_id
 
-    key = f"celery-task-meta-{coordinator_id(queue + '-background', NAME)}"
+    key = f"celery-task-meta-{coordinator_id(queue + '-background', migration)}"
     raw = redis.Redis.from_url(redis_url).get(key)
     return raw is not None and json.loads(raw).get("status") == "SUCCESS"
 
@@ -259,6 +259,9 @@ def run_one(executor: str, uri: str, db_name: str, lanes: int, redis_url: str,
 
                 register(WARM_UP, "warm")
                 wait_for(process, log_path, executor, lambda: finished(WARM_UP))
+                if executor == "celery":  # its chain's last re-check is not idle time
+                    wait_for(process, log_path, executor, lambda: chain_ended(
+                        redis_url, env["MIGRONAUT_CELERY_QUEUE"], WARM_UP))
                 time.sleep(1.0)
                 idle_from = cpu_now(process.pid)
                 time.sleep(IDLE_S)
@@ -271,9 +274,8 @@ def run_one(executor: str, uri: str, db_name: str, lanes: int, redis_url: str,
                 wait_for(process, log_path, executor, lambda: finished(NAME))
                 wall = time.perf_counter() - started
                 if executor == "celery":  # the chain's last re-check and its heal count too
-                    queue = env["MIGRONAUT_CELERY_QUEUE"]
-                    wait_for(process, log_path, executor,
-                             lambda: chain_ended(redis_url, queue))
+                    wait_for(process, log_path, executor, lambda: chain_ended(
+                        redis_url, env["MIGRONAUT_CELERY_QUEUE"]))
                 end_cpu, end_at = cpu_now(process.pid), time.perf_counter()
                 sampler.done.set()
                 sampler.join()
