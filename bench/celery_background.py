@@ -24,10 +24,12 @@ MongoDB says ``completed`` — for Celery, until the coordinator chain has writt
 thread, in nanoseconds). Client CPU only: the dev server, Redis and the ``up``/``enqueue``
 commands are other processes.
 
-Figures: the window's CPU, the idle rate, and the CPU the migration *caused* = the window's CPU −
-idle rate × the window's length (what a worker that is up anyway spends on the migration: a
-Celery consumer polls its broker every second whatever it runs); Celery / ``work`` per round
-(median printed) and over all rounds pooled, for both; the queue's overhead per slice.
+Figures: the window's CPU; its main thread's (``/proc/PID/task/PID/schedstat``: Celery's consumer
+loop, ``work``'s idle main thread) and the rest; the idle rate, and the CPU the migration
+*caused* = the window's CPU − idle rate × the window's length (what a worker that is up anyway
+spends on the migration: a Celery consumer polls its broker every second whatever it runs);
+Celery / ``work`` per round (median printed) and over all rounds pooled, for each; the queue's
+overhead per slice.
 """
 
 from __future__ import annotations
@@ -74,9 +76,14 @@ background = {
     "pause_ms": 0,
     "slice_ms": %(slice_ms)d,
     "max_parallel": %(lanes)d,
-    "adaptive": False,
+    "adaptive": False,%(extra)s
 }
 '''
+#: The warm-up's plan has a partition per lane at least (100 documents each), so every lane
+#: thread — not only the first — has its connections (MongoDB's pool, and for Celery the
+#: broker's and the result backend's) before the measured migration.
+WARM_UP_EXTRA = '\n    "partitions": {"min_partition_docs": 100},'
+
 
 
 def claim_redis() -> tuple[Any, int, str]:
@@ -137,6 +144,14 @@ def cpu_now(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def main_thread_cpu(pid: int) -> float:
+    """CPU seconds of process ``pid``'s main thread so far (``/proc/PID/task/PID/schedstat``,
+    nanoseconds): Celery's consumer loop — it receives the tasks and polls the broker — or
+    ``work``'s main thread, which waits for a stop."""
+    with open(f"/proc/{pid}/task/{pid}/schedstat", encoding="ascii") as stat:
+        return int(stat.read().split()[0]) / 1e9
+
+
 def stop(process: subprocess.Popen[bytes]) -> float:
     """SIGTERM ``process`` (a clean stop), wait for it, its whole user + system CPU seconds."""
     process.send_signal(signal.SIGTERM)
@@ -189,7 +204,7 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.pid, self.uri, self.db_name = pid, uri, db_name
         self.start_cpu: float | None = None
-        self.start_at = 0.0
+        self.start_main = self.start_at = 0.0
         self.done = threading.Event()
 
     def run(self) -> None:
@@ -198,13 +213,13 @@ class Sampler(threading.Thread):
         with MongoClient(self.uri, serverSelectionTimeoutMS=10_000) as client:
             db = client[self.db_name]
             while not self.done.is_set():
-                cpu = cpu_now(self.pid)
+                cpu, main = cpu_now(self.pid), main_thread_cpu(self.pid)
                 locked = db["_migronaut_locks"].find_one({"_id": f"background:{NAME}"},
                                                          {"_id": 1})
                 state = db["_migronaut_background"].find_one({"_id": NAME}, {"status": 1})
                 if locked is not None or (state or {}).get("status", "pending") != "pending":
                     return
-                self.start_cpu, self.start_at = cpu, time.perf_counter()
+                self.start_cpu, self.start_main, self.start_at = cpu, main, time.perf_counter()
                 time.sleep(0.02)
 
 
@@ -246,7 +261,8 @@ def run_one(executor: str, uri: str, db_name: str, lanes: int, redis_url: str,
                 def register(file: str, collection: str) -> None:
                     (root / "migrations" / file).write_text(
                         MIGRATION % {"lanes": lanes, "collection": collection,
-                                     "slice_ms": slice_ms},
+                                     "slice_ms": slice_ms,
+                                     "extra": WARM_UP_EXTRA if file == WARM_UP else ""},
                         encoding="utf-8")
                     steps = [["up"]] + ([["background", "enqueue"]] if executor == "celery"
                                         else [])
@@ -277,6 +293,7 @@ def run_one(executor: str, uri: str, db_name: str, lanes: int, redis_url: str,
                     wait_for(process, log_path, executor, lambda: chain_ended(
                         redis_url, env["MIGRONAUT_CELERY_QUEUE"]))
                 end_cpu, end_at = cpu_now(process.pid), time.perf_counter()
+                end_main = main_thread_cpu(process.pid)
                 sampler.done.set()
                 sampler.join()
                 if sampler.start_cpu is None:
@@ -284,6 +301,7 @@ def run_one(executor: str, uri: str, db_name: str, lanes: int, redis_url: str,
                                      "sample")
                 running = end_cpu - sampler.start_cpu
                 window = end_at - sampler.start_at
+                main = end_main - sampler.start_main
                 stop(process)
                 final = states.find_one({"_id": NAME}) or {}
                 slices = slices_of(executor, log_path.read_bytes()[logged:].decode(
@@ -297,7 +315,8 @@ def run_one(executor: str, uri: str, db_name: str, lanes: int, redis_url: str,
                          f"{final.get('lastError')}")
     totals = final.get("totals") or {}
     return {"executor": executor, "wall": wall, "cpu": running, "window": window,
-            "idle_rate": idle_rate, "caused": running - idle_rate * window, "startup": startup,
+            "idle_rate": idle_rate, "caused": running - idle_rate * window, "main": main,
+            "off_main": running - main, "startup": startup,
             "total": startup + running, "migrated": totals.get("migrated", 0), "slices": slices,
             "batches": totals.get("batches", 0)}
 
@@ -373,12 +392,13 @@ def report(runs: dict[str, list[dict[str, Any]]], docs: int, lanes: int, poll_ms
         pooled = sum(c[key] for _, c in pairs) / sum(w[key] for w, _ in pairs)
         return statistics.median(per_round), pooled, ", ".join(f"{r:.2f}×" for r in per_round)
 
-    headers = ["executor", "wall", "window", "CPU in the window", "idle CPU", "CPU caused",
-               "caused/doc", "start-up CPU", "slices", "batches"]
+    headers = ["executor", "wall", "window", "CPU in the window", "main thread", "other threads",
+               "idle CPU", "CPU caused", "caused/doc", "start-up CPU", "slices", "batches"]
     rows = [[
         "migronaut background work" if executor == "work" else "Celery worker (threads)",
         f"{median(executor, 'wall'):.2f} s", f"{median(executor, 'window'):.2f} s",
-        f"{median(executor, 'cpu') * 1000:.0f} ms",
+        f"{median(executor, 'cpu') * 1000:.0f} ms", f"{median(executor, 'main') * 1000:.0f} ms",
+        f"{median(executor, 'off_main') * 1000:.0f} ms",
         f"{median(executor, 'idle_rate') * 1000:.2f} ms/s",
         f"{median(executor, 'caused') * 1000:.0f} ms",
         f"{median(executor, 'caused') / docs * 1e6:.1f} µs",
@@ -397,6 +417,7 @@ def report(runs: dict[str, list[dict[str, Any]]], docs: int, lanes: int, poll_ms
                   for row in rows]
     caused, caused_pooled, caused_rounds = ratios("caused")
     raw, raw_pooled, raw_rounds = ratios("cpu")
+    off, off_pooled, off_rounds = ratios("off_main")
     slices = median("celery", "slices") or 1
     per_slice = (median("celery", "caused") - median("work", "caused")) / slices * 1000
     lines.append(
@@ -404,7 +425,9 @@ def report(runs: dict[str, list[dict[str, Any]]], docs: int, lanes: int, poll_ms
         f"{len(runs['work'])} round(s). Celery / work, client CPU the migration caused (the "
         f"window's CPU above the process's own idle rate): {caused:.2f}× median of the rounds "
         f"({caused_rounds}), {caused_pooled:.2f}× pooled. The window's whole CPU, idle "
-        f"included: {raw:.2f}× median ({raw_rounds}), {raw_pooled:.2f}× pooled. The queue's "
+        f"included: {raw:.2f}× median ({raw_rounds}), {raw_pooled:.2f}× pooled. Off the main "
+        f"thread (Celery's consumer loop; work's idle main thread): {off:.2f}× median "
+        f"({off_rounds}), {off_pooled:.2f}× pooled. The queue's "
         f"overhead per slice: {per_slice:.1f} ms CPU")
     return "\n".join(lines)
 
