@@ -241,6 +241,41 @@ def test_a_busy_coordinator_lock_is_looked_at_again_within_the_poll_interval(
     stopping = chain.decide(None, NAME, data, Answer("wait", reason="stopping"))  # type: ignore[arg-type]
     assert isinstance(stopping, Again) and stopping.countdown == 0.0
 
+def test_a_worker_process_shares_one_background_engine_across_its_threads(
+        celery_project: Any, project: Any, redis_db: int) -> None:
+    """Background tasks on any pool thread use the process's one engine (one client, built once
+    even when threads ask at the same moment); the migration queue's tasks keep a Migrator per
+    thread; ``close`` forgets both."""
+    import threading
+
+    configure(project)
+    _, installed = celery_project.app()
+    context = installed.context
+    barrier = threading.Barrier(4)
+    engines: list[Any] = []
+    migrators: list[Any] = []
+
+    def task() -> None:
+        barrier.wait()
+        engines.append(context.engine())
+        migrators.append(context.migrator())
+
+    threads = [threading.Thread(target=task) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    try:
+        assert len(engines) == 4 and all(engine is engines[0] for engine in engines)
+        assert context.shared_migrator().background is engines[0]
+        assert len({id(migrator) for migrator in migrators}) == 4
+        assert all(migrator is not context.shared_migrator() for migrator in migrators)
+    finally:
+        context.close()
+    assert context.engine() is not engines[0]  # closed: the next use builds a new one
+    context.close()
+
+
 # ----------------------------------------------------------------- CLI: background enqueue
 
 
