@@ -810,3 +810,43 @@ def test_a_glance_answers_without_the_lock_only_what_a_step_would(
         db[STATES].update_one({"_id": B1}, {"$set": {"status": "completed"}})
         finished = engine.glance(B1, round=1)
         assert finished is not None and (finished.next, finished.status) == ("done", "completed")
+
+
+@pytest.mark.parametrize(("field", "junk"), [
+    ("status", "weird"), ("status", 3), ("phase", 7), ("phase", "plan"), ("generation", "1"),
+    ("generation", -1), ("plan", "tok"), ("plan", {"partitions": 1}), ("schema", "x"),
+    ("schema", True),
+])
+def test_a_state_field_the_coordinator_does_not_understand_stops_it(
+    project: Any, cli: Any, db: Any, field: str, junk: Any
+) -> None:
+    """Fail closed: a coordinator step, a glance and ``background run`` refuse a state whose
+    ``status``, ``phase``, ``generation``, ``plan`` or ``schema`` migronaut does not know with
+    ``STATE_INVALID`` (exit 35) naming the field — never read as some status (an unknown one used
+    to end a chain as ``done``) or as "plan again" (an unknown phase used to replan) — and
+    write nothing: no stamp, no plan, no lock left."""
+    from migronaut.errors import StateInvalidError
+
+    seed(db, docs=20)
+    project.write_migration("0001_users_v1", background_file(extra_spec='"max_parallel": 1,'))
+    assert cli("up").exit_code == 0
+    with make_migrator(project) as migrator:
+        assert migrator.background.coordinate(B1, driver="celery").next == "process"
+    db[STATES].update_one({"_id": B1}, {"$set": {field: junk}})
+    before = state(db)
+    partitions = db[PARTITIONS].count_documents({})
+    with make_migrator(project) as migrator:
+        for attempt in (lambda: migrator.background.glance(B1, round=1),
+                        lambda: migrator.background.coordinate(B1, driver="celery", round=1)):
+            with pytest.raises(StateInvalidError) as caught:
+                attempt()
+            assert caught.value.code == "STATE_INVALID" and caught.value.exit_code == 35
+            assert f"has a {field} migronaut does not understand" in caught.value.message
+            assert caught.value.context["problems"][0]["field"] == field
+            assert caught.value.context["record"] == B1
+    refused = cli("background", "run", B1, "--once", "--json")
+    assert refused.exit_code == 35, refused.stderr
+    assert refused.json["error"]["code"] == "STATE_INVALID"
+    assert state(db) == before
+    assert db[PARTITIONS].count_documents({}) == partitions
+    assert db[LOCKS].count_documents({"_id": f"background:{B1}"}) == 0

@@ -19,11 +19,11 @@ import contextlib
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard
 
 from migronaut.background.rollup import roll_up
 from migronaut.background.sharding import epoch_is_stale, plan_collection
-from migronaut.background.state_fields import SCHEMA, TERMINAL
+from migronaut.background.state_fields import OPEN_STATUSES, SCHEMA, TERMINAL
 from migronaut.background.version_index import forget, hint_refused, version_index
 from migronaut.core.context import Cancellation
 from migronaut.core.lock import MigrationLock
@@ -86,19 +86,60 @@ class Step(NamedTuple):
     job: BackgroundJob | None = None
 
 
+#: What ``phase`` may hold (reference background §2): plan, process the plan, supersede it.
+PHASES = ("partition", "process", "replan")
+
+
+def _invalid(state: Mapping[str, Any], field: str, value: Any, expected: str
+             ) -> StateInvalidError:
+    return StateInvalidError(
+        f"Background migration {state.get('_id')} has a {field} migronaut does not understand: "
+        f"{value!r} (expected {expected})",
+        {"collection": "background", "record": str(state.get("_id")),
+         "problems": [{"field": field, "value": repr(value)}]})
+
+
+def _is_count(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def stored_round(state: Mapping[str, Any]) -> int:
     """The state's coordinator ``round`` (0 when absent); anything but a non-negative integer is
     ``STATE_INVALID`` — a chain must never guess which round is current."""
     value = state.get("round", 0)
     if value is None:
         return 0
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise StateInvalidError(
-            f"Background migration {state.get('_id')} has a round migronaut does not understand: "
-            f"{value!r} (expected a non-negative integer)",
-            {"collection": "background", "record": str(state.get("_id")),
-             "problems": [{"field": "round", "value": repr(value)}]})
+    if not _is_count(value):
+        raise _invalid(state, "round", value, "a non-negative integer")
     return value
+
+
+def newer_schema(state: Mapping[str, Any]) -> bool:
+    """Whether a newer migronaut wrote ``state`` (its ``schema`` above ours: wait for it); a
+    ``schema`` that is not a positive integer is ``STATE_INVALID``."""
+    value = state.get("schema", SCHEMA)
+    if not _is_count(value) or value < 1:
+        raise _invalid(state, "schema", value, "a positive integer")
+    return bool(value > SCHEMA)
+
+
+def check_state(state: Mapping[str, Any]) -> None:
+    """Fail closed on the fields a coordinator decides on (of a state of our schema or older):
+    a ``status``, ``phase``, ``generation`` or ``plan`` migronaut does not know is
+    ``STATE_INVALID`` naming the field — never read as some status, or as "plan again"."""
+    status = state.get("status")
+    if status not in (*OPEN_STATUSES, *TERMINAL):
+        raise _invalid(state, "status", status, "one of " + ", ".join((*OPEN_STATUSES, *TERMINAL)))
+    phase = state.get("phase")
+    if phase is not None and phase not in PHASES:
+        raise _invalid(state, "phase", phase, "one of " + ", ".join(PHASES))
+    generation = state.get("generation")
+    if generation is not None and not _is_count(generation):
+        raise _invalid(state, "generation", generation, "a non-negative integer")
+    plan = state.get("plan")
+    if plan is not None and (not isinstance(plan, Mapping)
+                             or not isinstance(plan.get("token"), str)):
+        raise _invalid(state, "plan", plan, "a document with a string token")
 
 
 class _Stamp:
@@ -205,8 +246,9 @@ class Coordinator:
         state = self.engine.store.get(name)
         if state is None:
             return Answer("done", status="unregistered")
-        if int(state.get("schema", SCHEMA)) > SCHEMA:
+        if newer_schema(state):
             return None
+        check_state(state)
         status = state["status"]
         if status in TERMINAL or status == "paused":
             return Answer("done", status=status)
@@ -214,12 +256,12 @@ class Coordinator:
             return None
         if round is not None and stored_round(state) != round:
             return None
-        plan = state.get("plan") or {}
-        token, generation = plan.get("token"), state.get("generation")
-        max_parallel = (state.get("spec") or {}).get("maxParallel", 1)
-        if not isinstance(token, str) or type(generation) is not int \
-                or type(max_parallel) is not int:
-            return None
+        plan, generation = state.get("plan"), state.get("generation")
+        spec = state.get("spec")
+        max_parallel = spec.get("maxParallel", 1) if isinstance(spec, Mapping) else None
+        if plan is None or generation is None or not _is_count(max_parallel):
+            return None  # a step reads the job's own spec, and says what is wrong with it
+        token = str(plan["token"])
         counts, live = self.engine.store.open_counts(name, generation, token)
         open_count = counts["pending"] + counts["running"]
         if not open_count or live < min(open_count, max_parallel):
@@ -233,11 +275,12 @@ class Coordinator:
         state = self.engine.store.get(name)
         if state is None:
             return Step(Answer("done", status="unregistered"))
-        if int(state.get("schema", SCHEMA)) > SCHEMA:
+        if newer_schema(state):
             self.engine.warn_once(f"schema:{name}",
                                   "⚠ %s was written by a newer migronaut — waiting", name)
             return Step(Answer("wait", reason="newer-schema",
                                retry_after_ms=self.engine.ttl_ms // 2))
+        check_state(state)
         status = state["status"]
         if status in TERMINAL or status == "paused":
             return Step(Answer("done", status=status), state)

@@ -15,6 +15,7 @@ scopes are shown by their type bracket only, never their bounds.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -275,9 +276,12 @@ def run(session: Session, name: str | None, all_: bool, concurrency: str | None,
                                               until_done=not once, cancellation=cancel,
                                               driver="cli", raise_if_busy=once))
                 except MigronautError as error:
-                    current = engine.state(each)
-                    error.context["results"] = views + (
-                        [engine.view(current)] if current is not None else [])
+                    current: list[dict[str, Any]] = []
+                    # (the view is a courtesy: a state it cannot show must not hide the error)
+                    with contextlib.suppress(Exception):
+                        stored = engine.state(each)
+                        current = [engine.view(stored)] if stored is not None else []
+                    error.context["results"] = views + current
                     raise
         finally:
             migrator.off("background:batch", ticker)
