@@ -11,6 +11,7 @@ import pytest
 from migronaut import ConfigInvalidError, QueueJobInvalidError
 from migronaut.executors.celery.payloads import fragment, validate
 from migronaut.executors.celery.settings import resolve_settings
+from migronaut.executors.celery.signals import REDIS_BRPOP_TIMEOUT_S
 
 
 def test_defaults_name_two_queues() -> None:
@@ -82,13 +83,51 @@ def test_fragments_are_reversible_and_collision_free() -> None:
 def test_the_ready_app_starts_a_worker_on_both_queues(celery_project: Any) -> None:
     worker = celery_project.worker(concurrency=1)
     app, installed = celery_project.app()
-    replies = app.control.ping(destination=[f"{worker.name}@{socket.gethostname()}"],
-                               timeout=5.0)
+    destination = [f"{worker.name}@{socket.gethostname()}"]
+    replies = app.control.ping(destination=destination, timeout=5.0)
     assert replies, worker.log()
     assert installed.settings.queue == celery_project.queue
     assert f"{celery_project.queue}" in worker.log()
     assert f"{celery_project.background_queue}" in worker.log()
+    # the worker's consumer waits REDIS_BRPOP_TIMEOUT_S in each BRPOP; this process (a producer,
+    # a control client) keeps kombu's default
+    conf = app.control.inspect(destination=destination, timeout=5.0).conf() or {}
+    worker_options = next(iter(conf.values()), {}).get("broker_transport_options") or {}
+    assert worker_options.get("polling_interval") == REDIS_BRPOP_TIMEOUT_S, conf
+    assert "polling_interval" not in app.conf.broker_transport_options
     assert worker.stop() == 0
+
+
+class _Worker:
+    def __init__(self, app: Any, use_eventloop: bool) -> None:
+        self.app, self.use_eventloop = app, use_eventloop
+
+
+def test_only_the_ready_apps_event_loop_worker_on_redis_polls_less(tmp_path: Any) -> None:
+    """A green pool's worker (no event loop) and a control client would sleep between empty
+    polls with the option set, another app's worker and a non-Redis broker keep theirs."""
+    from celery import signals
+
+    from migronaut.executors.celery import create_app
+
+    config = {"uri": "mongodb://127.0.0.1:9/unused", "db_name": "unused"}
+
+    def app(broker: str) -> Any:
+        made, _ = create_app(config=config, cwd=tmp_path, broker_url=broker,
+                             result_backend="cache+memory://")
+        return made
+
+    redis_app, green_app, other_app = (app("redis://127.0.0.1:6379/15") for _ in range(3))
+    memory_app = app("memory://")
+    signals.worker_init.send(sender=_Worker(redis_app, use_eventloop=True))
+    signals.worker_init.send(sender=_Worker(green_app, use_eventloop=False))
+    signals.worker_init.send(sender=_Worker(memory_app, use_eventloop=True))
+    assert redis_app.conf.broker_transport_options["polling_interval"] == REDIS_BRPOP_TIMEOUT_S
+    for unchanged in (green_app, other_app, memory_app):
+        assert "polling_interval" not in unchanged.conf.broker_transport_options
+    # the visibility timeout the app was built with stays
+    assert redis_app.conf.broker_transport_options["visibility_timeout"] == \
+        other_app.conf.broker_transport_options["visibility_timeout"]
 
 
 def test_two_apps_in_one_process_each_run_their_own_installation(tmp_path: Any) -> None:

@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
 __all__ = ["MigronautCelery", "create_app", "enqueue_background", "install"]
 
+#: Broker URLs kombu serves with its Redis transport.
+_REDIS_URLS = ("redis://", "rediss://", "redis+socket://")
+
 def _source(config: Mapping[str, Any] | None, config_path: str | os.PathLike[str] | None,
             cwd: str | os.PathLike[str] | None) -> ConfigSource:
     return ConfigSource(
@@ -86,11 +89,13 @@ def create_app(
     from celery import Celery
     from kombu.entity import Queue
 
+    from migronaut.executors.celery import signals
+
     source = _source(config, config_path, cwd)
     settings = resolve_settings(source.build().config.celery, options)
     broker = settings.broker_url or "redis://127.0.0.1:6379/0"
     app = Celery("migronaut", broker=broker, backend=settings.result_backend or (
-        broker if broker.startswith(("redis://", "rediss://")) else None))
+        broker if broker.startswith(_REDIS_URLS) else None))
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
@@ -108,4 +113,6 @@ def create_app(
                      Queue(settings.background_queue_name)),  # type: ignore[no-untyped-call]
     )
     installed = install(app, config=config, config_path=config_path, cwd=cwd, **options)
+    if broker.startswith(_REDIS_URLS):
+        signals.quiet_redis_polling(app)
     return app, installed
