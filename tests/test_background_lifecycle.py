@@ -820,11 +820,13 @@ def test_a_glance_answers_without_the_lock_only_what_a_step_would(
 def test_a_state_field_the_coordinator_does_not_understand_stops_it(
     project: Any, cli: Any, db: Any, field: str, junk: Any
 ) -> None:
-    """Fail closed: a coordinator step, a glance and ``background run`` refuse a state whose
-    ``status``, ``phase``, ``generation``, ``plan`` or ``schema`` migronaut does not know with
+    """Fail closed: a coordinator step, a glance, a lane slice (a Celery lane task's, and the
+    runner's of ``background work``) and ``background run`` refuse a state whose ``status``,
+    ``phase``, ``generation``, ``plan`` or ``schema`` migronaut does not know with
     ``STATE_INVALID`` (exit 35) naming the field — never read as some status (an unknown one used
-    to end a chain as ``done``) or as "plan again" (an unknown phase used to replan) — and
-    write nothing: no stamp, no plan, no lock left."""
+    to end a chain as ``done``, and a lane as "nothing to claim"), or as "plan again" (an unknown
+    phase used to replan) — and write nothing: no stamp, no plan, no lease, no lock left."""
+    from migronaut.background.runner import BackgroundRunner
     from migronaut.errors import StateInvalidError
 
     seed(db, docs=20)
@@ -836,8 +838,12 @@ def test_a_state_field_the_coordinator_does_not_understand_stops_it(
     before = state(db)
     partitions = db[PARTITIONS].count_documents({})
     with make_migrator(project) as migrator:
-        for attempt in (lambda: migrator.background.glance(B1, round=1),
-                        lambda: migrator.background.coordinate(B1, driver="celery", round=1)):
+        engine = migrator.background
+        runner = BackgroundRunner(migrator, lanes=1)
+        for attempt in (lambda: engine.glance(B1, round=1),
+                        lambda: engine.coordinate(B1, driver="celery", round=1),
+                        lambda: engine.run_slice(B1, ref="lane-task"),
+                        lambda: runner._slice(engine, B1)):
             with pytest.raises(StateInvalidError) as caught:
                 attempt()
             assert caught.value.code == "STATE_INVALID" and caught.value.exit_code == 35
@@ -849,4 +855,5 @@ def test_a_state_field_the_coordinator_does_not_understand_stops_it(
     assert refused.json["error"]["code"] == "STATE_INVALID"
     assert state(db) == before
     assert db[PARTITIONS].count_documents({}) == partitions
+    assert db[PARTITIONS].count_documents({"lease": {"$exists": True}}) == 0
     assert db[LOCKS].count_documents({"_id": f"background:{B1}"}) == 0

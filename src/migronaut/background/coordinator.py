@@ -19,11 +19,17 @@ import contextlib
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from migronaut.background.rollup import roll_up
 from migronaut.background.sharding import epoch_is_stale, plan_collection
-from migronaut.background.state_fields import OPEN_STATUSES, SCHEMA, TERMINAL
+from migronaut.background.state_fields import (
+    TERMINAL,
+    check_state,
+    is_count,
+    newer_schema,
+    stored_round,
+)
 from migronaut.background.version_index import forget, hint_refused, version_index
 from migronaut.core.context import Cancellation
 from migronaut.core.lock import MigrationLock
@@ -31,7 +37,6 @@ from migronaut.errors import (
     ChecksumMismatchError,
     LockAlreadyHeldError,
     MigrationFileNotFoundError,
-    StateInvalidError,
 )
 
 if TYPE_CHECKING:
@@ -84,62 +89,6 @@ class Step(NamedTuple):
     answer: Answer
     state: dict[str, Any] | None = None
     job: BackgroundJob | None = None
-
-
-#: What ``phase`` may hold (reference background §2): plan, process the plan, supersede it.
-PHASES = ("partition", "process", "replan")
-
-
-def _invalid(state: Mapping[str, Any], field: str, value: Any, expected: str
-             ) -> StateInvalidError:
-    return StateInvalidError(
-        f"Background migration {state.get('_id')} has a {field} migronaut does not understand: "
-        f"{value!r} (expected {expected})",
-        {"collection": "background", "record": str(state.get("_id")),
-         "problems": [{"field": field, "value": repr(value)}]})
-
-
-def _is_count(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def stored_round(state: Mapping[str, Any]) -> int:
-    """The state's coordinator ``round`` (0 when absent); anything but a non-negative integer is
-    ``STATE_INVALID`` — a chain must never guess which round is current."""
-    value = state.get("round", 0)
-    if value is None:
-        return 0
-    if not _is_count(value):
-        raise _invalid(state, "round", value, "a non-negative integer")
-    return value
-
-
-def newer_schema(state: Mapping[str, Any]) -> bool:
-    """Whether a newer migronaut wrote ``state`` (its ``schema`` above ours: wait for it); a
-    ``schema`` that is not a positive integer is ``STATE_INVALID``."""
-    value = state.get("schema", SCHEMA)
-    if not _is_count(value) or value < 1:
-        raise _invalid(state, "schema", value, "a positive integer")
-    return bool(value > SCHEMA)
-
-
-def check_state(state: Mapping[str, Any]) -> None:
-    """Fail closed on the fields a coordinator decides on (of a state of our schema or older):
-    a ``status``, ``phase``, ``generation`` or ``plan`` migronaut does not know is
-    ``STATE_INVALID`` naming the field — never read as some status, or as "plan again"."""
-    status = state.get("status")
-    if status not in (*OPEN_STATUSES, *TERMINAL):
-        raise _invalid(state, "status", status, "one of " + ", ".join((*OPEN_STATUSES, *TERMINAL)))
-    phase = state.get("phase")
-    if phase is not None and phase not in PHASES:
-        raise _invalid(state, "phase", phase, "one of " + ", ".join(PHASES))
-    generation = state.get("generation")
-    if generation is not None and not _is_count(generation):
-        raise _invalid(state, "generation", generation, "a non-negative integer")
-    plan = state.get("plan")
-    if plan is not None and (not isinstance(plan, Mapping)
-                             or not isinstance(plan.get("token"), str)):
-        raise _invalid(state, "plan", plan, "a document with a string token")
 
 
 class _Stamp:
@@ -259,7 +208,7 @@ class Coordinator:
         plan, generation = state.get("plan"), state.get("generation")
         spec = state.get("spec")
         max_parallel = spec.get("maxParallel", 1) if isinstance(spec, Mapping) else None
-        if plan is None or generation is None or not _is_count(max_parallel):
+        if plan is None or generation is None or not is_count(max_parallel):
             return None  # a step reads the job's own spec, and says what is wrong with it
         token = str(plan["token"])
         counts, live = self.engine.store.open_counts(name, generation, token)

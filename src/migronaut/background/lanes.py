@@ -55,7 +55,8 @@ from migronaut.background.lane_state import (
     TransformContext,
 )
 from migronaut.background.lease_keeper import CONTROL_INTERVAL_S, LeaseKeeper
-from migronaut.background.store import SCHEMA, BackgroundStore, Lease
+from migronaut.background.state_fields import check_state, newer_schema
+from migronaut.background.store import BackgroundStore, Lease
 from migronaut.background.throttle import AdaptiveController, controller_for
 from migronaut.core.context import Cancellation
 from migronaut.errors import (
@@ -175,14 +176,18 @@ def run_slice(
 
 def settled_outcome(state: Mapping[str, Any] | None) -> SliceResult | None:
     """The outcome of a slice on a migration with nothing to claim now (unregistered, paused,
-    cancelled, failed, completed, not planned, newer schema), or ``None`` to go on and claim."""
+    cancelled, failed, completed, not planned, newer schema), or ``None`` to go on and claim.
+
+    A status, phase, generation, plan or schema migronaut does not know is ``STATE_INVALID``
+    naming the field (as for a coordinator step), never "nothing to claim"."""
     if state is None:
         return SliceResult("cancelled")
+    if newer_schema(state):
+        return SliceResult("stale")
+    check_state(state)
     status = state.get("status")
     if status in ("paused", "cancelled", "failed"):
         return SliceResult(str(status))
-    if int(state.get("schema") or 0) > SCHEMA:
-        return SliceResult("stale")
     plan = state.get("plan") or {}
     if status != "running" or state.get("phase") != "process" or not plan.get("token"):
         return SliceResult("exhausted" if status == "completed" else "stale")

@@ -1,5 +1,6 @@
 """The stored shapes of background state: schema, limits, statuses and their moves, indexes,
-and the builders of the update pipelines that write them.
+the checks that refuse a stored value migronaut does not know, and the builders of the update
+pipelines that write them.
 
 Shared by the state documents (:mod:`~migronaut.background.store`), the partitions and leases
 (:mod:`~migronaut.background.partition_store`) and the features that write beside them; user
@@ -9,9 +10,9 @@ values inside an update pipeline are always wrapped in ``$literal`` (:func:`lite
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
-from migronaut.errors import BackgroundConflictError
+from migronaut.errors import BackgroundConflictError, StateInvalidError
 
 __all__ = [
     "ACTIONS",
@@ -21,15 +22,20 @@ __all__ = [
     "INDEXES",
     "MAX_BAD_IDS",
     "OPEN_STATUSES",
+    "PHASES",
     "SCHEMA",
     "TERMINAL",
     "TRANSITIONS",
+    "check_state",
     "control_stamp",
     "history_entry",
+    "is_count",
     "literal",
+    "newer_schema",
     "set_stage",
     "stamped",
     "state_update",
+    "stored_round",
     "transition",
 ]
 
@@ -55,6 +61,63 @@ INDEXES: tuple[tuple[str, str, list[tuple[str, int]], dict[str, Any]], ...] = (
     ("_partitions", "lease_group_slot", [("background", 1), ("lease.groupSlot", 1)],
      {"unique": True, "partialFilterExpression": {"lease.groupSlot": {"$exists": True}}}),
 )
+
+#: What ``phase`` may hold (reference background §2): plan, process the plan, supersede it.
+PHASES = ("partition", "process", "replan")
+
+
+def _invalid(state: Mapping[str, Any], field: str, value: Any, expected: str
+             ) -> StateInvalidError:
+    return StateInvalidError(
+        f"Background migration {state.get('_id')} has a {field} migronaut does not understand: "
+        f"{value!r} (expected {expected})",
+        {"collection": "background", "record": str(state.get("_id")),
+         "problems": [{"field": field, "value": repr(value)}]})
+
+
+def is_count(value: Any) -> TypeGuard[int]:
+    """A non-negative integer (``True`` is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def stored_round(state: Mapping[str, Any]) -> int:
+    """The state's coordinator ``round`` (0 when absent); anything but a non-negative integer is
+    ``STATE_INVALID`` — a chain must never guess which round is current."""
+    value = state.get("round", 0)
+    if value is None:
+        return 0
+    if not is_count(value):
+        raise _invalid(state, "round", value, "a non-negative integer")
+    return value
+
+
+def newer_schema(state: Mapping[str, Any]) -> bool:
+    """Whether a newer migronaut wrote ``state`` (its ``schema`` above ours: wait for it); a
+    ``schema`` that is not a positive integer is ``STATE_INVALID``."""
+    value = state.get("schema", SCHEMA)
+    if not is_count(value) or value < 1:
+        raise _invalid(state, "schema", value, "a positive integer")
+    return bool(value > SCHEMA)
+
+
+def check_state(state: Mapping[str, Any]) -> None:
+    """Fail closed on the fields a coordinator decides on (of a state of our schema or older):
+    a ``status``, ``phase``, ``generation`` or ``plan`` migronaut does not know is
+    ``STATE_INVALID`` naming the field — never read as some status, or as "plan again"."""
+    status = state.get("status")
+    if status not in (*OPEN_STATUSES, *TERMINAL):
+        raise _invalid(state, "status", status, "one of " + ", ".join((*OPEN_STATUSES, *TERMINAL)))
+    phase = state.get("phase")
+    if phase is not None and phase not in PHASES:
+        raise _invalid(state, "phase", phase, "one of " + ", ".join(PHASES))
+    generation = state.get("generation")
+    if generation is not None and not is_count(generation):
+        raise _invalid(state, "generation", generation, "a non-negative integer")
+    plan = state.get("plan")
+    if plan is not None and (not isinstance(plan, Mapping)
+                             or not isinstance(plan.get("token"), str)):
+        raise _invalid(state, "plan", plan, "a document with a string token")
+
 
 # action -> (allowed from, goes to, already-done statuses) — reference background §2.5.
 TRANSITIONS: dict[str, tuple[tuple[str, ...], str, tuple[str, ...]]] = {

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from migronaut.background.coordinator import stored_round
+from migronaut.background.state_fields import stored_round
 from migronaut.errors import NotAppliedError
 from migronaut.executors.celery.payloads import VERSION, fragment
 
