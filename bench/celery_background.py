@@ -178,6 +178,24 @@ def seed(uri: str, db_name: str, docs: int) -> None:
             coll.create_index([("__v", ASCENDING), ("_id", ASCENDING)])
 
 
+def seeded(uri: str, db_name: str, docs: int) -> bool:
+    """Whether ``--seeded-db`` names a database :func:`seed` filled with ``--docs`` documents
+    (``False``: an empty one, to seed now and keep); anything else would measure another
+    migration — an empty ``docs`` collection reported ratios of nothing."""
+    from pymongo import MongoClient
+
+    with MongoClient(uri, serverSelectionTimeoutMS=10_000) as client:
+        counts = {name: client[db_name][name].count_documents({})
+                  for name in ("docs", "warm")}
+    if counts == {"docs": 0, "warm": 0}:
+        return False
+    if counts != {"docs": docs, "warm": WARM_UP_DOCS}:
+        raise SystemExit(f"--seeded-db {db_name}: it holds {counts['docs']} documents in docs "
+                         f"and {counts['warm']} in warm, not {docs} and {WARM_UP_DOCS}: name "
+                         "an empty database (seeded now, then kept) or the same --docs")
+    return True
+
+
 def reset(uri: str, db_name: str) -> None:
     """The same documents back to v0 and no migronaut state: the next executor starts from
     exactly the data the previous one started from."""
@@ -346,8 +364,9 @@ def main(argv: list[str] | None = None) -> int:
                         "the longest slice a Celery lane task runs); shorter slices show the "
                         "queue's overhead per slice")
     parser.add_argument("--seeded-db", metavar="NAME",
-                        help="use this database, already seeded by an earlier run (kept "
-                        "afterwards; with MIGRONAUT_BENCH_URI naming its server)")
+                        help="use this database and keep it: seeded now when empty, reused "
+                        "when an earlier run seeded it with the same --docs (with "
+                        "MIGRONAUT_BENCH_URI naming its server)")
     parser.add_argument("--markdown", action="store_true")
     options = parser.parse_args(argv)
     server = start_server()
@@ -356,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[dict[str, Any]]] = {"work": [], "celery": []}
     db_name = options.seeded_db or f"bench_celery_{uuid.uuid4().hex[:8]}"
     try:
-        if options.seeded_db is None:
+        if options.seeded_db is None or not seeded(server.uri, db_name, options.docs):
             started = time.perf_counter()
             seed(server.uri, db_name, options.docs)
             log(f"seeded {options.docs} documents in {time.perf_counter() - started:.0f} s "

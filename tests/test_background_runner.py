@@ -171,6 +171,32 @@ def test_failing_turns_back_off_and_reach_on_error(project: Any, cli: Any, db: A
     assert calls[2] - calls[1] >= 1.5
 
 
+@pytest.mark.parametrize("planned", [False, True])
+def test_a_status_it_does_not_know_is_refused_and_reported_not_passed_over(
+    project: Any, cli: Any, db: Any, migrator: Migrator, planned: bool
+) -> None:
+    """Fail closed: ``background work`` serves a migration whose stored ``status`` migronaut does
+    not know only to refuse it — ``STATE_INVALID`` naming the field reaches ``on_error`` (the
+    worker's log), and nothing is claimed or written. Before, the runnable list left it out and
+    the worker passed over it in silence."""
+    register(project, cli, db, docs=40)
+    if planned:  # planned and partitioned first: a lane would have something to claim
+        assert migrator.background.coordinate(NAME, driver="runner").next == "process"
+    db[STATES].update_one({"_id": NAME}, {"$set": {"status": "weird"}})
+    before = db[STATES].find_one({"_id": NAME})
+    seen: list[tuple[BaseException, str | None]] = []
+    with BackgroundRunner(migrator, lanes=2, poll_interval_s=0.05,
+                          on_error=lambda error, name: seen.append((error, name))) as runner:
+        wait_until(lambda: seen, timeout=30, what="the refusal")
+    error, name = seen[0]
+    assert name == NAME and isinstance(error, MigronautError), seen
+    assert error.code == "STATE_INVALID" and error.exit_code == 35
+    assert "has a status migronaut does not understand: 'weird'" in error.message
+    assert runner.stats.slices == 0
+    assert db[STATES].find_one({"_id": NAME}) == before
+    assert leases(db) == 0
+
+
 def test_busy_slices_back_off_without_failing(project: Any, cli: Any, db: Any,
                                               migrator: Migrator,
                                               monkeypatch: pytest.MonkeyPatch) -> None:

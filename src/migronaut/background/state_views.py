@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from migronaut.background.rollup import live_totals, summed_totals
+from migronaut.background.state_fields import TERMINAL
 
 if TYPE_CHECKING:
     from migronaut.background.handles import EngineHandles
@@ -122,15 +123,18 @@ class StateViews:
         return out
 
     def runnable(self) -> list[dict[str, Any]]:
-        """Blocked/pending/running migrations a worker should serve, oldest first."""
+        """Blocked/pending/running migrations a worker should serve, oldest first — and any
+        whose ``status`` migronaut does not know: serving one refuses it with ``STATE_INVALID``
+        naming the field (a worker reports that), where leaving it out would pass over it in
+        silence."""
         out = []
-        for state in self.engine.store.all(["blocked", "pending", "running"]):
-            if state["status"] == "blocked":
+        for state in self.engine.store.all(excluding=("paused", *TERMINAL)):
+            if state.get("status") == "blocked":
                 state = self.requirements.try_unblock(state)
                 if state["status"] == "blocked":
                     continue
             out.append({
-                "migration": state["_id"], "status": state["status"],
+                "migration": state["_id"], "status": state.get("status"),
                 "maxParallel": (state.get("spec") or {}).get("maxParallel", 1),
                 "liveLeases": self.engine.store.live_leases(state["_id"]),
                 "registeredAt": state.get("registeredAt"),

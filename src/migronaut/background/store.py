@@ -137,8 +137,15 @@ class BackgroundStore(PartitionStore):
             )
         return state
 
-    def all(self, statuses: Sequence[str] | None = None) -> list[dict[str, Any]]:
-        query: dict[str, Any] = {"status": {"$in": list(statuses)}} if statuses else {}
+    def all(self, statuses: Sequence[str] | None = None, *,
+            excluding: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """The states (with one of ``statuses``, and none of ``excluding``), oldest first."""
+        condition: dict[str, Any] = {}
+        if statuses:
+            condition["$in"] = list(statuses)
+        if excluding:
+            condition["$nin"] = list(excluding)
+        query = {"status": condition} if condition else {}
         return list(self.states.find(query).sort([("registeredAt", 1), ("_id", 1)]))
 
     # -- registration ---------------------------------------------------------------------
