@@ -314,6 +314,29 @@ def test_enqueue_of_an_unregistered_migration_is_not_applied(
     assert queued(celery_project, redis_db) == 0
 
 
+def test_enqueue_of_a_migration_whose_status_it_does_not_know_is_state_invalid(
+        celery_project: Any, project: Any, cli: Any, db: Any, redis_db: int) -> None:
+    """Fail closed: a named heal refuses a stored status migronaut does not know (exit 35,
+    naming the field) — it used to answer "nothing enqueued" as for a finished migration —
+    and sends nothing. A heal of everything serves it (its coordinator refuses it in turn)
+    instead of passing over it."""
+    configure(project)
+    register(project, cli, db, docs=10)
+    db[STATES].update_one({"_id": NAME}, {"$set": {"status": "weird"}})
+    before = db[STATES].find_one({"_id": NAME})
+    result = cli("background", "enqueue", NAME, "--json")
+    assert result.exit_code == 35, result.stderr
+    assert result.json["error"]["code"] == "STATE_INVALID"
+    assert "has a status migronaut does not understand: 'weird'" in \
+        result.json["error"]["message"]
+    assert queued(celery_project, redis_db) == 0
+    healed = cli("background", "enqueue", "--json")
+    assert healed.exit_code == 0, healed.stderr
+    assert healed.json == {"jobs": [{"migration": NAME, "id": coordinator_id(
+        celery_project.background_queue, NAME)}]}
+    assert db[STATES].find_one({"_id": NAME}) == before
+
+
 def test_enqueue_without_the_celery_extra_is_config_invalid(
         celery_project: Any, project: Any, cli: Any, db: Any, redis_db: int,
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,6 +30,7 @@ __all__ = ["MigronautCelery", "create_app", "enqueue_background", "install"]
 #: Broker URLs kombu serves with its Redis transport.
 _REDIS_URLS = ("redis://", "rediss://", "redis+socket://")
 
+
 def _source(config: Mapping[str, Any] | None, config_path: str | os.PathLike[str] | None,
             cwd: str | os.PathLike[str] | None) -> ConfigSource:
     return ConfigSource(
