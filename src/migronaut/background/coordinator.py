@@ -25,10 +25,9 @@ from migronaut.background.rollup import roll_up
 from migronaut.background.sharding import epoch_is_stale, plan_collection
 from migronaut.background.state_fields import (
     TERMINAL,
-    check_state,
     is_count,
-    newer_schema,
     stored_round,
+    understood,
 )
 from migronaut.background.version_index import forget, hint_refused, version_index
 from migronaut.core.context import Cancellation
@@ -195,9 +194,8 @@ class Coordinator:
         state = self.engine.store.get(name)
         if state is None:
             return Answer("done", status="unregistered")
-        if newer_schema(state):
+        if not understood(state):
             return None
-        check_state(state)
         status = state["status"]
         if status in TERMINAL or status == "paused":
             return Answer("done", status=status)
@@ -224,12 +222,11 @@ class Coordinator:
         state = self.engine.store.get(name)
         if state is None:
             return Step(Answer("done", status="unregistered"))
-        if newer_schema(state):
+        if not understood(state):
             self.engine.warn_once(f"schema:{name}",
                                   "⚠ %s was written by a newer migronaut — waiting", name)
             return Step(Answer("wait", reason="newer-schema",
                                retry_after_ms=self.engine.ttl_ms // 2))
-        check_state(state)
         status = state["status"]
         if status in TERMINAL or status == "paused":
             return Step(Answer("done", status=status), state)

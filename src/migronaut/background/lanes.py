@@ -55,7 +55,7 @@ from migronaut.background.lane_state import (
     TransformContext,
 )
 from migronaut.background.lease_keeper import CONTROL_INTERVAL_S, LeaseKeeper
-from migronaut.background.state_fields import check_state, newer_schema
+from migronaut.background.state_fields import understood
 from migronaut.background.store import BackgroundStore, Lease
 from migronaut.background.throttle import AdaptiveController, controller_for
 from migronaut.core.context import Cancellation
@@ -182,9 +182,8 @@ def settled_outcome(state: Mapping[str, Any] | None) -> SliceResult | None:
     naming the field (as for a coordinator step), never "nothing to claim"."""
     if state is None:
         return SliceResult("cancelled")
-    if newer_schema(state):
+    if not understood(state):
         return SliceResult("stale")
-    check_state(state)
     status = state.get("status")
     if status in ("paused", "cancelled", "failed"):
         return SliceResult(str(status))

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from migronaut.background.outage import DEFAULT_OUTAGE_MS, DriverOutage
-from migronaut.background.state_fields import check_state, newer_schema
+from migronaut.background.state_fields import understood
 from migronaut.core.context import Cancellation, LinkedCancellation
 from migronaut.errors import (
     ChecksumMismatchError,
@@ -361,8 +361,8 @@ class BackgroundRunner:
     def _slice(self, engine: BackgroundEngine, name: str) -> str | None:
         """One slice; its outcome, or ``None`` when the migration is not runnable any more."""
         state = engine.store.get(name)
-        if state is not None and not newer_schema(state):
-            check_state(state)  # a status it does not know is STATE_INVALID, not "not runnable"
+        if state is not None:
+            understood(state)  # a status it does not know is STATE_INVALID, not "not runnable"
         if state is None or state.get("status") not in ("blocked", "pending", "running"):
             self._refresh_soon()
             return None

@@ -26,17 +26,16 @@ __all__ = [
     "SCHEMA",
     "TERMINAL",
     "TRANSITIONS",
-    "check_state",
     "control_stamp",
     "history_entry",
     "is_count",
     "literal",
-    "newer_schema",
     "set_stage",
     "stamped",
     "state_update",
     "stored_round",
     "transition",
+    "understood",
 ]
 
 SCHEMA = 2
@@ -91,19 +90,17 @@ def stored_round(state: Mapping[str, Any]) -> int:
     return value
 
 
-def newer_schema(state: Mapping[str, Any]) -> bool:
-    """Whether a newer migronaut wrote ``state`` (its ``schema`` above ours: wait for it); a
-    ``schema`` that is not a positive integer is ``STATE_INVALID``."""
-    value = state.get("schema", SCHEMA)
-    if not is_count(value) or value < 1:
-        raise _invalid(state, "schema", value, "a positive integer")
-    return bool(value > SCHEMA)
-
-
-def check_state(state: Mapping[str, Any]) -> None:
-    """Fail closed on the fields a coordinator decides on (of a state of our schema or older):
-    a ``status``, ``phase``, ``generation`` or ``plan`` migronaut does not know is
-    ``STATE_INVALID`` naming the field — never read as some status, or as "plan again"."""
+def understood(state: Mapping[str, Any]) -> bool:
+    """Whether migronaut may act on ``state``: ``False`` when a newer migronaut wrote it (its
+    ``schema`` above ours: wait for it). Fail closed on the fields every driver decides on: a
+    ``schema`` that is not a positive integer, or a ``status``, ``phase``, ``generation`` or
+    ``plan`` migronaut does not know is ``STATE_INVALID`` naming the field — never read as some
+    status, as "plan again" or as "nothing to claim"."""
+    schema = state.get("schema", SCHEMA)
+    if not is_count(schema) or schema < 1:
+        raise _invalid(state, "schema", schema, "a positive integer")
+    if schema > SCHEMA:
+        return False
     status = state.get("status")
     if status not in (*OPEN_STATUSES, *TERMINAL):
         raise _invalid(state, "status", status, "one of " + ", ".join((*OPEN_STATUSES, *TERMINAL)))
@@ -117,6 +114,7 @@ def check_state(state: Mapping[str, Any]) -> None:
     if plan is not None and (not isinstance(plan, Mapping)
                              or not isinstance(plan.get("token"), str)):
         raise _invalid(state, "plan", plan, "a document with a string token")
+    return True
 
 
 # action -> (allowed from, goes to, already-done statuses) — reference background §2.5.

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from migronaut.background.state_fields import check_state, newer_schema, stored_round
+from migronaut.background.state_fields import stored_round, understood
 from migronaut.errors import NotAppliedError
 from migronaut.executors.celery.payloads import VERSION, fragment
 
@@ -137,8 +137,7 @@ def enqueue_background(
             raise NotAppliedError(
                 f"Background migration {migration} is not registered — run up first",
                 {"migration": migration})
-        if not newer_schema(state):
-            check_state(state)  # a status it does not know is STATE_INVALID, not "nothing to do"
+        understood(state)  # a status it does not know is STATE_INVALID, not "nothing to do"
         names = [migration] if state.get("status") in ("blocked", "pending", "running") else []
         stalled = set(engine.stalled(quiet_ms, name=migration))
     else:
