@@ -1,10 +1,11 @@
 """The import graph of ``src/migronaut``: no new cycle, and no lower layer importing a higher one.
 
-Layers, low to high: ``errors``/``_redact``/``_version``/``_mongod_rules`` → ``core`` and
-``observability`` (one level: a DAG of modules) → ``background`` → ``commands`` → ``api``/``aio``
-→ everything else (``cli``, ``testing``, the dev server, the package's lazy ``__init__``).
-Every import counts: inside functions and under ``TYPE_CHECKING`` too. Issue 11 removed the
-last ones that were there when this test was written: there are none, and none may come back.
+Layers, low to high: ``errors``/``_redact``/``_version`` → ``core`` and ``observability`` (one
+level: a DAG of modules) → ``background`` → ``commands`` → ``api``/``aio`` → everything else
+(``cli``, ``testing``, the dev server package ``devserver``, the package's lazy ``__init__``).
+Every import counts: inside functions and under ``TYPE_CHECKING`` too: there are none upward,
+and none may come. The dev server imports nothing of ours but ``errors`` and ``_redact``, and
+only ``devserver/mongoeco_internals.py`` reaches into mongoeco's private surface.
 """
 
 from __future__ import annotations
@@ -16,11 +17,19 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 
 LAYERS = (
     ("migronaut.errors", 0), ("migronaut._redact", 0), ("migronaut._version", 0),
-    ("migronaut._mongod_rules", 0), ("migronaut.core", 1), ("migronaut.declared", 1),
+    ("migronaut.core", 1), ("migronaut.declared", 1),
     ("migronaut.observability", 1), ("migronaut.versioning", 1),
     ("migronaut.background", 2), ("migronaut.commands", 3), ("migronaut.api", 4),
     ("migronaut.aio", 4), ("migronaut.integrations", 2), ("migronaut.dashboard", 5),
+    ("migronaut.devserver", 5),
 )
+#: What the dev server may import of ours besides its own modules: the top layer, it stands on
+#: nothing but the error tree and redaction.
+DEVSERVER_IMPORTS = frozenset({"migronaut.errors", "migronaut._redact"})
+#: mongoeco's public modules; any other is its internals.
+MONGOECO_PUBLIC = frozenset({"mongoeco", "mongoeco.engines", "mongoeco.wire", "mongoeco.errors"})
+#: The one module allowed to reach into mongoeco's private surface.
+MONGOECO_INTERNALS = "migronaut.devserver.mongoeco_internals"
 
 
 def _modules() -> dict[str, Path]:
@@ -130,19 +139,60 @@ def test_the_checks_see_the_graph() -> None:
     assert "migronaut.core.run_loop" in graph["migronaut.commands.migrate"]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
     assert _layer("migronaut.cli.app") > _layer("migronaut.api") > _layer("migronaut.commands")
+    assert MONGOECO_INTERNALS in graph["migronaut.devserver.wire"]
+    assert "migronaut.devserver" in graph["migronaut.cli.commands.dev_server"]
+    assert "migronaut.devserver.serve" in graph["migronaut.devserver"]
+    assert _layer("migronaut.devserver.wire") > _layer("migronaut.api")
+    assert _private_reaches(MONGOECO_INTERNALS), "the reach check below would see nothing"
 
 
-def test_architecture_md_names_only_files_that_exist() -> None:
-    """Every module path ARCHITECTURE.md names (``core/lock.py``, ``cli/commands/*.py``) exists,
-    so the map cannot drift from the tree silently."""
-    import re
+def test_the_dev_server_stands_on_errors_and_redaction_only() -> None:
+    graph = _graph()
+    outside = {(name, target) for name, targets in graph.items()
+               if name.startswith("migronaut.devserver") for target in targets
+               if not target.startswith("migronaut.devserver") and target not in DEVSERVER_IMPORTS}
+    assert sorted(outside) == []
 
-    text = (SRC.parent / "ARCHITECTURE.md").read_text(encoding="utf-8")
-    named = set(re.findall(r"`([\w/*]+(?:\.py|/))", text))
-    assert len(named) > 30, "the map names too few files for this check to mean anything"
-    root = SRC.parent
-    missing = sorted(
-        path for path in named
-        if not any(list(base.glob(path.rstrip("/"))) for base in (SRC / "migronaut", root))
-    )
-    assert missing == [], f"ARCHITECTURE.md names files that do not exist: {missing}"
+
+def test_only_one_module_reaches_into_mongoeco_internals() -> None:
+    """A private mongoeco module imported, or a ``_name`` read off an object that is not the
+    module's own (``self``/``cls``), anywhere in the dev server but
+    ``devserver/mongoeco_internals.py``: a mongoeco upgrade could break it unseen."""
+    reaches = {name: found for name in _modules() if name.startswith("migronaut.devserver")
+               and name != MONGOECO_INTERNALS and (found := _private_reaches(name))}
+    private_imports = {name: found for name in _modules() if name != MONGOECO_INTERNALS
+                       and (found := [reach for reach in _private_reaches(name)
+                                      if reach.startswith("import ")])}
+    assert reaches == {}
+    assert private_imports == {}
+
+
+def _private_reaches(name: str) -> list[str]:
+    """What module ``name`` reaches of another object's or package's private surface."""
+    tree = ast.parse(_modules()[name].read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            targets = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                       else [node.module or ""])
+            found += [f"import {target}" for target in targets
+                      if target.split(".")[0] == "mongoeco" and target not in MONGOECO_PUBLIC]
+        elif _reads_a_private_name(node):
+            found.append(f"{ast.unparse(node)} (line {getattr(node, 'lineno', '?')})")
+    return found
+
+
+def _reads_a_private_name(node: ast.AST) -> bool:
+    """``obj._name`` with ``obj`` not ``self``/``cls``, or ``getattr(obj, "_name", ...)`` (and
+    ``hasattr``/``setattr``)."""
+    if isinstance(node, ast.Attribute):
+        own = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+        return _private(node.attr) and not own
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr", "setattr") and len(node.args) > 1
+            and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+            and _private(node.args[1].value))
+
+
+def _private(attribute: str) -> bool:
+    return attribute.startswith("_") and not attribute.startswith("__")

@@ -1,6 +1,6 @@
 """The dev server's test failpoint (``--enable-test-commands``): mongod's ``configureFailPoint``
 ``failCommand``, answered with mongod's reply shapes, and refused as an unknown command without
-the flag (``migronaut/_devserver_failpoints.py``)."""
+the flag (``migronaut/devserver/failpoints.py``)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Each test sends a command a real ``mongod`` refuses, with pymongo, and checks the error code,
 that nothing was written, and that the test suite's wire audit (``tests/helpers/wire_audit.py``)
 found the same rule broken. Against the dev server (strict by default) the refusal comes from its
-wire layer (``migronaut._devserver_wire``); with ``MIGRONAUT_TEST_URI`` the same tests run against
+wire layer (``migronaut.devserver.wire``); with ``MIGRONAUT_TEST_URI`` the same tests run against
 the real server, which is how the codes are kept honest.
 """
 
@@ -20,7 +20,7 @@ from pymongo.database import Database
 from pymongo.errors import OperationFailure, WriteError
 
 from helpers.wire_audit import AUDIT, audit_command
-from migronaut._mongod_rules import check_command, check_pipeline, check_update
+from migronaut.devserver.mongod_rules import check_command, check_pipeline, check_update
 
 SEED = {"_id": 1, "plan": {"token": "t", "partitions": 3}, "a": {"c": 2}, "n": 5}
 

@@ -5,9 +5,9 @@ sees every command the in-process code sends — through ``Migrator``, the CLI r
 lanes in their threads, async clients — whatever server the suite talks to. For each one it
 applies:
 
-* mongod's refusals (:mod:`migronaut._mongod_rules`): path conflicts in ``$set``/``$project``
-  stages and across update operators, mixed or malformed update documents, undefined ``$$``
-  variables, empty write batches;
+* mongod's refusals (:mod:`migronaut.devserver.mongod_rules`): path conflicts in
+  ``$set``/``$project`` stages and across update operators, mixed or malformed update documents,
+  undefined ``$$`` variables, empty write batches;
 * migronaut's own rules for its collections (``_migronaut*``): reads go to the primary (no
   ``$readPreference`` other than ``primary``), and no stored document carries a ``$``-prefixed
   field name (insert documents, replacements, ``$literal`` payloads and operator values).
@@ -29,7 +29,7 @@ from typing import Any
 
 from pymongo import monitoring
 
-from migronaut._mongod_rules import check_command
+from migronaut.devserver.mongod_rules import check_command
 
 #: Our own collections all start with this (``_migronaut_migrations``, ``_migronaut_locks``, …).
 OWN_PREFIX = "_migronaut"

@@ -6,8 +6,10 @@ keyPattern, expireAfterSeconds | hidden | prepareUnique | unique}`` with mongod'
 (``hidden_old``/``hidden_new``, …) and error codes. Everything is checked before anything
 changes. An index change is a drop and re-create of the same index inside mongoeco (it has no
 way to alter one), so it is not atomic towards concurrent clients; ``prepareUnique`` is
-remembered by the layer (:class:`~migronaut._devserver_catalog.IndexExtras`) and listed, but
-mongoeco does not refuse new duplicates because of it.
+remembered by the layer (:class:`~migronaut.devserver.catalog.IndexExtras`) and listed, but
+mongoeco does not refuse new duplicates because of it. The collection's options are replaced
+through ``set_options`` (the wire layer passes
+:func:`~migronaut.devserver.mongoeco_internals.set_collection_options`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
-from migronaut._devserver_catalog import (
+from migronaut.devserver.catalog import (
     IndexExtras,
     Refused,
     mongod_collection,
@@ -25,7 +27,7 @@ from migronaut._devserver_catalog import (
     wrong_type,
 )
 
-__all__ = ["CollMod", "check_validator", "set_collection_options"]
+__all__ = ["CollMod", "check_validator"]
 
 #: Runs one command inside mongoeco (no layer) and returns its reply; raises on ``ok: 0``.
 Run = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -257,32 +259,3 @@ async def check_validator(run: Run, coll: str, validator: Mapping[str, Any]) -> 
         await run({"find": coll, "filter": dict(validator), "limit": 1, "projection": {"_id": 1}})
     except Exception as error:  # mongoeco's refusal of the expression
         raise Refused(2, "BadValue", str(error)) from error
-
-
-async def set_collection_options(
-    engine: Any, db: str, coll: str, options: dict[str, Any]
-) -> None:
-    """Replace a collection's stored options in mongoeco's memory or SQLite engine (it has no
-    public way to); its validation reads them on every write."""
-    store = getattr(engine, "_collection_options", None)
-    if isinstance(store, dict):
-        async with engine._get_lock(db, coll):
-            store.setdefault(db, {})[coll] = dict(options)
-        return
-    if hasattr(engine, "_run_blocking") and hasattr(engine, "_require_connection"):
-        from mongoeco.core.json_compat import json_dumps_compact
-
-        encoded = json_dumps_compact(options, sort_keys=True)
-
-        def write() -> None:
-            with engine._lock:
-                connection = engine._require_connection(None)
-                connection.execute(
-                    "UPDATE collections SET options_json = ? WHERE db_name = ? AND coll_name = ?",
-                    (encoded, db, coll))
-                connection.commit()
-
-        await engine._run_blocking(write)
-        return
-    raise Refused(115, "CommandNotSupported",
-                  "collMod: this mongoeco engine cannot change collection options")

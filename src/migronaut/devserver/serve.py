@@ -1,19 +1,19 @@
-"""The embedded development endpoint: a local MongoDB-compatible server from ``mongoeco``.
+"""Serving the dev server: mongoeco's wire server behind the layer, until SIGINT or SIGTERM.
 
-This module owns the dev server's whole life: starting mongoeco's wire server (in memory, or
-persisted to a SQLite file), building the connection URI (with credentials when ``auth`` is on),
-waiting for SIGINT/SIGTERM and closing cleanly. It also owns :func:`start_subprocess`, the one way
-tests, the demo and tooling run the server as a separate process and learn its URI.
+This module owns one server's life in its own process: checking the options and the installed
+mongoeco, starting mongoeco's wire server (in memory, or persisted to a SQLite file) with the
+layer of :mod:`migronaut.devserver.wire` in front of its command executor, building the
+connection URI (with credentials when ``auth`` is on), waiting for SIGINT/SIGTERM and closing
+cleanly; and :func:`main`, the ``python -m migronaut.devserver`` command line.
 
 Invariants:
 
 * Importing this module imports neither mongoeco nor pymongo; :func:`serve` imports mongoeco
-  lazily, and its absence (or Python < 3.13) is a :class:`~migronaut.errors.ConfigInvalidError`
-  with a one-line install hint, never a traceback.
-* The URI a server process prints on stdout is its first line and is redacted of the password;
-  :func:`start_subprocess` puts the real password back into the URI it returns.
-
-It is a development convenience, never a production store (see ``docs/`` for its known limits).
+  lazily, and its absence (or Python < 3.13, or a mongoeco release line the dev server was not
+  written against) is a :class:`~migronaut.errors.ConfigInvalidError` with a one-line message,
+  never a traceback.
+* The URI a server process prints on stdout is its first line and is redacted of the password
+  (:func:`migronaut.devserver.start_subprocess` puts the real password back).
 
 Run it directly with ``python -m migronaut.devserver --port N [--path F] [--auth user:pass]
 [--standalone | --sharded] [--no-strict] [--search [--search-delay S] [--search-lag S]]
@@ -24,50 +24,33 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import importlib.util
-import os
-import queue
-import re
 import signal
-import subprocess
 import sys
-import tempfile
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Any, Final
+from typing import Any, Final
 from urllib.parse import quote_plus
 
-from migronaut._redact import MASK, redact
-from migronaut.errors import (
-    EXIT_CODES,
-    ConfigInvalidError,
-    ConnectionFailedError,
-    MigronautError,
-)
+from migronaut._redact import redact
+from migronaut.errors import ConfigInvalidError, MigronautError
 
 __all__ = [
     "DEFAULT_SEARCH_DELAY",
-    "PYTHON_ENV_VAR",
-    "DevServerProcess",
+    "INSTALL_HINT",
+    "MIN_PYTHON",
     "build_uri",
     "check_search_delay",
-    "default_python",
     "main",
     "parse_auth",
     "serve",
-    "start_subprocess",
 ]
-
-#: Environment variable naming the interpreter (with ``migronaut[embedded]``) that runs the server.
-PYTHON_ENV_VAR: Final = "MIGRONAUT_DEVSERVER_PYTHON"
 
 # A named constant, not a literal: mypy would otherwise treat the code after a literal version
 # check as unreachable under ``python_version = "3.11"`` and skip checking it.
-_MIN_PYTHON: Final = (3, 13)
-_INSTALL_HINT: Final = (
+#: The oldest Python mongoeco (and so the dev server) runs on.
+MIN_PYTHON: Final = (3, 13)
+#: What the dev server's refusal of a missing mongoeco or an old Python tells the user to do.
+INSTALL_HINT: Final = (
     "the dev server needs Python 3.13+ with the 'embedded' extra: "
     "pip install 'migronaut[embedded]' on Python 3.13+"
 )
@@ -120,34 +103,38 @@ def serve(
     refuses transactions exactly as a standalone ``mongod`` does (error 20); ``sharded`` answers
     ``hello`` like a ``mongos`` (a test aid: the shard metadata is whatever is put in the
     ``config`` database, the data lives on one node); ``strict`` (the default) refuses what
-    ``mongod`` refuses, with its codes (see :mod:`migronaut._devserver_wire`); ``search`` answers
+    ``mongod`` refuses, with its codes (see :mod:`migronaut.devserver.wire`); ``search`` answers
     Atlas's search-index commands like Atlas, each build spending ``search_delay`` seconds in
     ``PENDING`` and again in ``BUILDING``, and listing a submitted change only ``search_lag``
-    seconds later (see :mod:`migronaut._devserver_search`); ``test_commands`` serves mongod's
+    seconds later (see :mod:`migronaut.devserver.search`); ``test_commands`` serves mongod's
     ``configureFailPoint`` ``failCommand`` (a test aid, see
-    :mod:`migronaut._devserver_failpoints`). ``on_ready`` is
+    :mod:`migronaut.devserver.failpoints`). ``on_ready`` is
     called once with the connection URI (it carries the password: redact it before printing).
-    Must run in the main thread, which receives the signals.
+    Must run in the main thread, which receives the signals. A mongoeco outside the release
+    line the dev server was written against is refused before anything starts
+    (:func:`migronaut.devserver.mongoeco_internals.check_version`).
     """
     if standalone and sharded:
         raise ConfigInvalidError(
             "--standalone and --sharded exclude each other (a mongos runs transactions)",
             {"flag": "--sharded"},
         )
-    if sys.version_info < _MIN_PYTHON:
+    if sys.version_info < MIN_PYTHON:
         found = ".".join(str(part) for part in sys.version_info[:2])
-        raise ConfigInvalidError(f"{_INSTALL_HINT} (this is Python {found})")
+        raise ConfigInvalidError(f"{INSTALL_HINT} (this is Python {found})")
     try:
         import sqlite3
 
         from mongoeco.engines import SQLiteEngine
         from mongoeco.wire import AsyncMongoEcoProxyServer, WireAuthUser
-
-        from migronaut._devserver_failpoints import FailCommand
-        from migronaut._devserver_search import SearchIndexes
-        from migronaut._devserver_wire import install
     except ImportError as error:
-        raise ConfigInvalidError(f"{_INSTALL_HINT} (mongoeco is not installed)") from error
+        raise ConfigInvalidError(f"{INSTALL_HINT} (mongoeco is not installed)") from error
+    from migronaut.devserver.failpoints import FailCommand
+    from migronaut.devserver.mongoeco_internals import check_version
+    from migronaut.devserver.search import SearchIndexes
+    from migronaut.devserver.wire import install
+
+    check_version()
     if not 0 <= port <= 65535:
         raise ConfigInvalidError(
             f"--port must be between 0 and 65535 (got {port})", {"flag": "--port"}
@@ -238,202 +225,6 @@ def _remove_signal_handlers(
             signal.signal(sig, previous)
 
 
-# --------------------------------------------------------------------------- subprocess helper
-
-
-def default_python() -> str:
-    """The interpreter that runs the dev server: ``$MIGRONAUT_DEVSERVER_PYTHON``, else this one
-    when it is Python 3.13+ with mongoeco installed."""
-    configured = os.environ.get(PYTHON_ENV_VAR, "").strip()
-    if configured:
-        return configured
-    if sys.version_info >= _MIN_PYTHON and importlib.util.find_spec("mongoeco") is not None:
-        return sys.executable
-    raise ConfigInvalidError(
-        f"{_INSTALL_HINT}, or set {PYTHON_ENV_VAR} to such an interpreter "
-        f"(this is {sys.executable})"
-    )
-
-
-class DevServerProcess:
-    """A dev server running as a child process; ``uri`` carries the real credentials.
-
-    Use it as a context manager, or call :meth:`stop`. Its stdout past the URI line is drained
-    and discarded; its stderr goes to a temporary file readable with :meth:`read_stderr`.
-    """
-
-    def __init__(self, process: subprocess.Popen[bytes], uri: str, stderr: IO[bytes]) -> None:
-        self.process = process
-        self.uri = uri
-        self._stderr = stderr
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def read_stderr(self) -> str:
-        """Everything the server wrote to stderr so far."""
-        self._stderr.flush()
-        self._stderr.seek(0)
-        return self._stderr.read().decode("utf-8", "replace")
-
-    def stop(self, timeout: float = 10.0) -> int:
-        """SIGTERM, wait up to ``timeout`` seconds, SIGKILL if still running; the exit code."""
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.process.terminate()
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-        return self.process.returncode
-
-    def close(self) -> None:
-        """Stop the server and release the stderr file."""
-        self.stop()
-        self._stderr.close()
-
-    def __enter__(self) -> DevServerProcess:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"DevServerProcess(pid={self.pid}, uri={redact(self.uri)!r})"
-
-
-def start_subprocess(
-    python: str | None = None,
-    *,
-    port: int = 0,
-    path: str | None = None,
-    auth: tuple[str, str] | None = None,
-    standalone: bool = False,
-    sharded: bool = False,
-    strict: bool = True,
-    search: bool = False,
-    search_delay: float | None = None,
-    search_lag: float | None = None,
-    test_commands: bool = False,
-    timeout: float = 30.0,
-) -> DevServerProcess:
-    """Start ``python -m migronaut.devserver`` and wait (up to ``timeout`` s) for its URI line.
-
-    ``python`` defaults to :func:`default_python`. That interpreter must have
-    ``migronaut[embedded]`` installed. Raises :class:`ConfigInvalidError` when the server refuses
-    its options or its interpreter, :class:`ConnectionFailedError` when it fails otherwise or does
-    not print its URI in time. ``search``/``search_delay``/``search_lag``: Atlas Search index
-    commands served; ``test_commands``: the ``failCommand`` failpoint (see :func:`serve`).
-    """
-    interpreter = python or default_python()
-    argv = [interpreter, "-m", "migronaut.devserver", "--port", str(port)]
-    if path is not None:
-        argv += ["--path", str(path)]
-    if standalone:
-        argv.append("--standalone")
-    if sharded:
-        argv.append("--sharded")
-    if not strict:
-        argv.append("--no-strict")
-    if search:
-        argv.append("--search")
-    if search_delay is not None:
-        argv += ["--search-delay", repr(float(search_delay))]
-    if search_lag is not None:
-        argv += ["--search-lag", repr(float(search_lag))]
-    if test_commands:
-        argv.append("--enable-test-commands")
-    shown = list(argv)  # for error messages: the password masked
-    if auth is not None:
-        argv += ["--auth", f"{auth[0]}:{auth[1]}"]
-        shown += ["--auth", f"{auth[0]}:{MASK}"]
-    stderr = tempfile.TemporaryFile()  # noqa: SIM115 - owned by the DevServerProcess
-    try:
-        process = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr
-        )
-    except OSError as error:
-        stderr.close()
-        raise ConfigInvalidError(
-            f"cannot run the dev server interpreter {interpreter!r}: {error.strerror or error}",
-            {"python": interpreter},
-        ) from error
-    assert process.stdout is not None
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(
-        target=_drain, args=(process.stdout, lines), name="devserver-stdout", daemon=True
-    ).start()
-    timed_out = False
-    try:
-        first = lines.get(timeout=timeout)
-    except queue.Empty:
-        first, timed_out = "", True
-    server = DevServerProcess(process, "", stderr)
-    uri = first.strip()
-    if not uri.startswith("mongodb://"):
-        if not timed_out:  # stdout ended or was not a URI: let the process finish on its own
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(5.0)
-        server.stop(timeout=5.0)
-        if timed_out:
-            fallback = f"no URI line within {timeout:g} s"
-        elif uri:
-            fallback = f"it printed {redact(uri)!r} instead of its URI"
-        else:
-            fallback = f"it exited with code {process.returncode}"
-        detail = _last_line(server.read_stderr()).removeprefix("error: ") or fallback
-        stderr.close()
-        refused = not timed_out and process.returncode == EXIT_CODES[ConfigInvalidError.code]
-        error_type = ConfigInvalidError if refused else ConnectionFailedError
-        raise error_type(f"dev server did not start: {detail}", {"argv": " ".join(shown)})
-    if auth is not None:
-        try:
-            uri = _with_password(uri, *auth)
-        except MigronautError:
-            server.close()
-            raise
-    server.uri = uri
-    return server
-
-
-def _drain(stream: IO[bytes], lines: queue.Queue[str]) -> None:
-    """Hand the first stdout line to ``lines`` and discard the rest, so the pipe never fills."""
-    first = True
-    for raw in stream:
-        if first:
-            lines.put(raw.decode("utf-8", "replace"))
-            first = False
-    if first:
-        lines.put("")  # EOF before any line: the process ended
-
-
-def _last_line(text: str) -> str:
-    stripped = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return stripped[-1] if stripped else ""
-
-
-def _with_password(uri: str, user: str, password: str) -> str:
-    """Put ``password`` back into a URI whose userinfo password was redacted."""
-    userinfo = re.compile(r"^(?P<scheme>mongodb://)(?P<user>[^:/@]*):[^@/]*@")
-    if not userinfo.match(uri):
-        raise ConnectionFailedError(
-            "dev server printed a URI without credentials although --auth was given",
-            {"uri": redact(uri)},
-        )
-    return userinfo.sub(
-        lambda m: f"{m['scheme']}{quote_plus(user)}:{quote_plus(password)}@", uri, count=1
-    )
-
-
 # --------------------------------------------------------------------------------- entry point
 
 
@@ -503,7 +294,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # SIGINT before the server installed its handlers
         return 130
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

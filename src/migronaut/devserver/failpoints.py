@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from migronaut._devserver_catalog import Refused, wrong_type
+from migronaut.devserver.catalog import Refused, wrong_type
 
 __all__ = ["COMMAND", "CloseConnection", "FailCommand"]
 

@@ -4,7 +4,7 @@ mongoeco serves the wire protocol; this layer makes it answer the way ``mongod``
 migronaut, its tests and the official clients depend on it:
 
 * **strict** (the default): a command ``mongod`` refuses is refused with ``mongod``'s code and
-  message shape (:mod:`migronaut._mongod_rules`) — ``ok: 0`` for the whole command, or a
+  message shape (:mod:`migronaut.devserver.mongod_rules`) — ``ok: 0`` for the whole command, or a
   ``writeErrors`` entry for one update statement (ordered batches stop there, unordered ones run
   the others);
 * **mongod's ``$set`` semantics**: in a pipeline ``$set``/``$addFields`` stage, a nested
@@ -14,31 +14,31 @@ migronaut, its tests and the official clients depend on it:
   and int64 ids sent back by ``getMore``/``killCursors`` are understood; a command mongoeco does
   not serve is mongod's ``CommandNotFound`` (59), which clients such as ``mongosh`` expect;
 * **catalog commands mongoeco lacks or lists differently**: ``collMod`` is served
-  (:mod:`migronaut._devserver_collmod`), ``listIndexes``/``listCollections`` replies are reshaped
+  (:mod:`migronaut.devserver.collmod`), ``listIndexes``/``listCollections`` replies are reshaped
   as ``mongod`` 7.0 lists them and ``createIndexes`` keeps the options mongoeco cannot store
-  (:mod:`migronaut._devserver_catalog`);
+  (:mod:`migronaut.devserver.catalog`);
 * **Atlas Search index commands** (``createSearchIndexes``, ``updateSearchIndex``,
   ``dropSearchIndex``, ``$listSearchIndexes``): served like Atlas with ``search``
-  (:mod:`migronaut._devserver_search`), refused like a ``mongod`` without Search otherwise (31082);
+  (:mod:`migronaut.devserver.search`), refused like a ``mongod`` without Search otherwise (31082);
 * **test failpoint** (``--enable-test-commands`` only): mongod's ``configureFailPoint`` with its
-  ``failCommand`` failpoint (:mod:`migronaut._devserver_failpoints`), so failure paths are
+  ``failCommand`` failpoint (:mod:`migronaut.devserver.failpoints`), so failure paths are
   reached over the wire; without the flag the command is unknown (59), as on a production mongod
   (mongoeco's own failpoint, which would also fail this layer's internal reads, is never reached);
 * ``standalone``: ``startTransaction`` is refused like a standalone ``mongod`` (error 20);
 * ``sharded``: ``hello`` answers like a ``mongos`` and a ``find``'s ``min``/``max`` index bounds
   are applied as a filter (mongoeco ignores them).
 
-mongoeco's executor is an internal attribute: :func:`install` checks it is there, so a newer
+mongoeco's command executor is internal: the layer reaches it only through
+:class:`~migronaut.devserver.mongoeco_internals.CommandHooks`, which checks it is there, so a newer
 mongoeco fails loudly with ``CONFIG_INVALID`` instead of silently serving without this layer.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
-from migronaut._devserver_catalog import (
+from migronaut.devserver.catalog import (
     IndexExtras,
     Refused,
     equivalent_index_refusal,
@@ -47,16 +47,27 @@ from migronaut._devserver_catalog import (
     mongoeco_index_spec,
     with_collection_collation,
 )
-from migronaut._devserver_collmod import CollMod, check_validator, set_collection_options
-from migronaut._devserver_failpoints import COMMAND as CONFIGURE_FAIL_POINT
-from migronaut._devserver_failpoints import FailCommand
-from migronaut._devserver_search import SearchIndexes, is_search_request, not_enabled
-from migronaut._mongod_rules import Violation, check_batch_size, check_command, is_nested_spec
-from migronaut.errors import ConfigInvalidError
+from migronaut.devserver.collmod import CollMod, check_validator
+from migronaut.devserver.failpoints import COMMAND as CONFIGURE_FAIL_POINT
+from migronaut.devserver.failpoints import FailCommand
+from migronaut.devserver.mongod_rules import (
+    Violation,
+    check_batch_size,
+    check_command,
+    is_nested_spec,
+)
+from migronaut.devserver.mongoeco_internals import (
+    CommandHooks,
+    Execute,
+    Request,
+    set_collection_options,
+)
+from migronaut.devserver.search import SearchIndexes, is_search_request, not_enabled
 
 __all__ = ["install"]
 
-Execute = Callable[[Any], Awaitable[Any]]
+#: Runs one command straight in mongoeco (no layer) and returns its reply; raises on ``ok: 0``.
+Run = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 _STANDALONE_TXN_MESSAGE: Final = (
     "Transaction numbers are only allowed on a replica set member or mongos"
@@ -84,30 +95,24 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool,
     from bson.int64 import Int64
     from mongoeco.errors import OperationFailure
 
-    executor: Any = getattr(server, "_executor", None)
-    original: Execute | None = getattr(executor, "execute_prepared", None)
-    prepare: Callable[..., Any] | None = getattr(executor, "_build_request_context", None)
-    if executor is None or original is None or prepare is None:
-        raise ConfigInvalidError("the dev server does not support this mongoeco version "
-                                 "(its command executor moved)")
-
-    surface: Any = getattr(executor, "_surface", None)
-    engine: Any = getattr(getattr(executor, "_client", None), "_engine", None)
+    hooks = CommandHooks(server)
+    original, prepare = hooks.original_execute, hooks.prepare
     extras = IndexExtras()
     #: createIndexes options set aside before mongoeco validates the command, by context id.
     aside_by_context: dict[int, dict[str, dict[str, Any]]] = {}
 
-    def inside(context: Any, db: str) -> Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]:
-        """Run a command straight in mongoeco, on ``context``'s connection."""
+    def inside(request: Request) -> Run:
+        """Run a command straight in mongoeco, on ``request``'s connection and database."""
         async def run(body: dict[str, Any]) -> dict[str, Any]:
-            reply = await original(prepare({**body, "$db": db}, connection=context.connection))
+            context = prepare({**body, "$db": request.db}, connection=request.connection)
+            reply = await original(context)
             if not isinstance(reply, dict) or not reply.get("ok", 1):
                 raise OperationFailure(str(reply.get("errmsg")), code=reply.get("code"))
             return dict(reply)
         return run
 
     async def set_options(db: str, coll: str, options: dict[str, Any]) -> None:
-        await set_collection_options(engine, db, coll, options)
+        await set_collection_options(hooks.engine, db, coll, options)
 
     def build_request_context(body: Any, **options: Any) -> Any:
         """What must happen before mongoeco validates the command (it refuses all three without
@@ -125,14 +130,11 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool,
                 fail_command is not None and name == CONFIGURE_FAIL_POINT)
             if served:  # served here: a context mongoeco accepts
                 carrier = {key: body[key] for key in body if key in _INTERNAL_KEYS}
-                context = prepare({"ping": 1, **carrier}, **options)
                 command = {key: body[key] for key in body if key not in _INTERNAL_KEYS}
-                return dataclasses.replace(context, command_name=name,
-                                           command_document=command)
+                return hooks.served_context(carrier, name, command, **options)
             aside = _split_index_specs(body) if name == "createIndexes" else None
             unknown = name == CONFIGURE_FAIL_POINT or (  # mongoeco's own, served without a flag
-                isinstance(name, str) and surface is not None
-                and not surface.supports_command(name))
+                isinstance(name, str) and not hooks.supports_command(name))
             if unknown:
                 raise OperationFailure(f"no such command: '{name}'", code=59,
                                        details={"codeName": "CommandNotFound"})
@@ -143,19 +145,19 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool,
         return prepare(body, **options)
 
     async def execute_prepared(context: Any) -> Any:
-        name = getattr(context, "command_name", None)
-        command = getattr(context, "command_document", None)
+        request = hooks.request(context)
         aside = aside_by_context.pop(id(context), {})
-        if not isinstance(command, dict):
+        if request is None:
             return await original(context)
+        name, command, db = request.name, request.command, request.db
         if fail_command is not None:
             try:
                 if name == CONFIGURE_FAIL_POINT:
-                    return fail_command.configure(command, context.db_name)
-                fail_command.check(name, getattr(context, "connection", None))
+                    return fail_command.configure(command, db)
+                fail_command.check(name, request.connection)
             except Refused as refusal:
                 raise _refused(refusal) from None
-        if standalone and (getattr(context, "raw_body", None) or {}).get("startTransaction"):
+        if standalone and request.starts_transaction:
             raise OperationFailure(_STANDALONE_TXN_MESSAGE, code=20)
         if sharded and name == "find":
             _index_bounds(command)
@@ -166,16 +168,14 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool,
         _merge_nested_specs(command)
         try:
             if search is not None and is_search_request(name, command):
-                return await search.serve(name, command, context.db_name,
-                                          inside(context, context.db_name))
+                return await search.serve(name, command, db, inside(request))
             if name == "collMod":
-                run = inside(context, context.db_name)
-                return await CollMod(context.db_name, run, set_options, extras)(command)
+                return await CollMod(db, inside(request), set_options, extras)(command)
             if name == "createIndexes":
-                return await _create_indexes(original, context, command, aside,
-                                             inside(context, context.db_name), extras)
+                return await _create_indexes(original, context, db, command, aside,
+                                             inside(request), extras)
             if name == "create":
-                await _check_create(command, context.db_name, inside(context, context.db_name))
+                await _check_create(command, db, inside(request))
         except Refused as refusal:
             raise _refused(refusal) from None
         if refused:
@@ -183,27 +183,23 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool,
         else:
             reply = await original(context)
         if search is not None and isinstance(reply, dict) and reply.get("ok"):
-            search.follow(name, command, context.db_name)
+            search.follow(name, command, db)
         if isinstance(reply, dict):
             cursor = reply.get("cursor")
             if isinstance(cursor, dict) and isinstance(cursor.get("id"), int):
                 cursor["id"] = Int64(cursor["id"])
             if name in ("listIndexes", "listCollections") and isinstance(cursor, dict):
-                await _reshape_listing(name, command, cursor, context.db_name,
-                                       inside(context, context.db_name), extras)
+                await _reshape_listing(name, command, cursor, db, inside(request), extras)
             if sharded and name in _HELLO_COMMANDS:
                 for field in _NOT_ON_MONGOS:
                     reply.pop(field, None)
                 reply["msg"] = "isdbgrid"
         return reply
 
-    executor._build_request_context = build_request_context
-    executor.execute_prepared = execute_prepared
+    hooks.install(build_request_context, execute_prepared)
 
 
 # -- catalog: createIndexes, listIndexes, listCollections ------------------------------------
-
-Run = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 def _split_index_specs(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -223,12 +219,12 @@ def _split_index_specs(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 async def _create_indexes(
-    original: Execute, context: Any, command: dict[str, Any],
+    original: Execute, context: Any, db: str, command: dict[str, Any],
     aside: dict[str, dict[str, Any]], run: Run, extras: IndexExtras,
 ) -> Any:
-    """``createIndexes`` with the collection's default collation applied; what was set
-    ``aside`` is remembered for the indexes this command creates."""
-    coll, db = command.get("createIndexes"), context.db_name
+    """``createIndexes`` on database ``db`` with the collection's default collation applied;
+    what was set ``aside`` is remembered for the indexes this command creates."""
+    coll = command.get("createIndexes")
     specs = command.get("indexes")
     if not isinstance(coll, str) or not isinstance(specs, list):
         return await original(context)

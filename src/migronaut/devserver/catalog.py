@@ -4,7 +4,7 @@ mongoeco lists indexes its own way (``ns``, ``unique: false`` everywhere, text i
 fields, no defaults filled in) and drops or refuses a few options ``mongod`` keeps (``bits``,
 ``wildcardProjection``, ``textIndexVersion``, …). Converge compares what it declared with what
 the server lists, so the dev server must list what ``mongod`` 7.0 would. These are pure
-functions over documents; :mod:`migronaut._devserver_wire` applies them, and keeps the options
+functions over documents; :mod:`migronaut.devserver.wire` applies them, and keeps the options
 mongoeco cannot store in :class:`IndexExtras`.
 """
 

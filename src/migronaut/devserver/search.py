@@ -5,7 +5,7 @@
 of search indexes per collection, so converge's Search path is tested over the wire without
 Atlas. Builds run on a clock, not for real: a new index is ``PENDING`` for ``delay`` seconds,
 then ``BUILDING`` for ``delay`` more, then ``READY`` (queryable) — or ``FAILED`` with a message
-when Atlas could not build its definition (:mod:`migronaut._devserver_search_definition`). An
+when Atlas could not build its definition (:mod:`migronaut.devserver.search_definition`). An
 update moves the index back through the same states while the previous definition stays
 queryable (``statusDetail[].mainIndex``, the new one being ``stagedIndex``); a drop leaves it
 ``DELETING`` for ``delay`` seconds, its name not free yet. Re-sending the definition an index
@@ -28,13 +28,14 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from migronaut._devserver_catalog import (
+from migronaut.devserver.catalog import (
     Refused,
     missing_field,
     unknown_field,
     wrong_type,
 )
-from migronaut._devserver_search_definition import definition_problem
+from migronaut.devserver.mongoeco_internals import apply_pipeline
+from migronaut.devserver.search_definition import definition_problem
 
 __all__ = ["SEARCH_COMMANDS", "SearchIndexes", "is_search_request", "not_enabled"]
 
@@ -190,7 +191,6 @@ class SearchIndexes:
 
     async def _aggregate(self, command: dict[str, Any], db: str, run: Run) -> dict[str, Any]:
         from bson.int64 import Int64
-        from mongoeco.core.aggregation.stages import apply_pipeline
 
         coll, pipeline = command.get("aggregate"), command["pipeline"]
         if not isinstance(coll, str):

@@ -4,7 +4,7 @@ The dev server (mongoeco) accepts commands a real ``mongod`` refuses — one ``$
 both ``plan`` and ``plan.at``, say — so a green test on it could hide code that can never run in
 production. This module writes mongod's rules down once; two places apply them:
 
-* the dev server (``migronaut._devserver_wire``) refuses a violating command with mongod's error
+* the dev server (:mod:`migronaut.devserver.wire`) refuses a violating command with mongod's error
   code and message shape, so every client (pymongo, the Node driver, ``mongosh``) sees what it
   would see against ``mongod``;
 * the test suite's wire audit (``tests/helpers/wire_audit.py``) checks every command the suite

@@ -1,0 +1,328 @@
+"""mongoeco's private surface, where the dev server's one module over it expects to find it.
+
+``migronaut.devserver.mongoeco_internals`` is the only module that names mongoeco's internals.
+Each test below checks one of them on the installed mongoeco — that it is there, of the kind and
+with the parameters the module passes — so an upgrade that moves or reshapes one fails here,
+naming it, instead of in the middle of a served command. Then the hooks are run in-process, and
+the version guard that refuses a mongoeco release line the module was not written against.
+
+In-process, on Python 3.13+ with mongoeco installed; skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib.metadata
+import importlib.util
+import inspect
+import subprocess
+import sys
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from migronaut.errors import EXIT_CODES, ConfigInvalidError
+
+pytestmark = pytest.mark.skipif(
+    sys.version_info < (3, 13) or importlib.util.find_spec("mongoeco") is None,
+    reason="needs mongoeco (the 'embedded' extra, Python 3.13+): these are its internals",
+)
+
+ANY_VERSION = "MIGRONAUT_DEVSERVER_ANY_MONGOECO"
+
+
+def parameters(function: Callable[..., Any]) -> dict[str, inspect.Parameter]:
+    return dict(inspect.signature(function).parameters)
+
+
+def takes(function: Callable[..., Any], *positional: str, keywords: tuple[str, ...] = ()) -> bool:
+    """``function`` takes ``positional`` first, in that order, and each of ``keywords`` by
+    name."""
+    found = parameters(function)
+    first = [name for name, parameter in found.items()
+             if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD)]
+    by_name = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return first[: len(positional)] == list(positional) and all(
+        name in found and found[name].kind in by_name for name in keywords)
+
+
+def new_server(engine: Any = None) -> Any:
+    from mongoeco.wire import AsyncMongoEcoProxyServer
+
+    return AsyncMongoEcoProxyServer(engine=engine, host="127.0.0.1", port=0,
+                                    pymongo_profile="auto-installed")
+
+
+# ------------------------------------------------------------ the names, on the installed mongoeco
+
+
+def test_the_proxy_server_keeps_its_command_executor() -> None:
+    executor = getattr(new_server(), "_executor", None)
+
+    assert executor is not None, "mongoeco moved AsyncMongoEcoProxyServer._executor"
+
+
+def test_the_executor_runs_a_prepared_context() -> None:
+    execute = getattr(new_server()._executor, "execute_prepared", None)
+
+    assert execute is not None, "mongoeco moved WireCommandExecutor.execute_prepared"
+    assert inspect.iscoroutinefunction(execute), "execute_prepared is no longer a coroutine"
+    assert takes(execute, "context"), f"execute_prepared now takes {parameters(execute)}"
+
+
+def test_the_executor_builds_request_contexts_from_a_body_and_a_connection() -> None:
+    prepare = getattr(new_server()._executor, "_build_request_context", None)
+
+    assert prepare is not None, "mongoeco moved WireCommandExecutor._build_request_context"
+    assert not inspect.iscoroutinefunction(prepare), "_build_request_context became a coroutine"
+    assert takes(prepare, "body", keywords=("connection",)), (
+        f"_build_request_context now takes {parameters(prepare)}")
+
+
+def test_the_executor_says_which_commands_mongoeco_serves() -> None:
+    surface = getattr(new_server()._executor, "_surface", None)
+    supports = getattr(surface, "supports_command", None)
+
+    assert supports is not None, "mongoeco moved WireCommandExecutor._surface.supports_command"
+    assert takes(supports, "command_name"), f"supports_command now takes {parameters(supports)}"
+    assert supports("find") is True
+    assert supports("collMod") is False  # the layer serves it
+
+
+def test_the_executor_reaches_the_engine_through_its_client() -> None:
+    from mongoeco.engines import MemoryEngine
+
+    client = getattr(new_server()._executor, "_client", None)
+
+    assert client is not None, "mongoeco moved WireCommandExecutor._client"
+    assert isinstance(getattr(client, "_engine", None), MemoryEngine), (
+        "mongoeco moved the client's _engine")
+
+
+def test_a_request_context_is_a_dataclass_with_the_fields_the_layer_reads() -> None:
+    prepare = new_server()._executor._build_request_context
+    context_type = typing.get_type_hints(prepare)["return"]
+    fields = {field.name for field in dataclasses.fields(context_type)}
+
+    assert dataclasses.is_dataclass(context_type), f"{context_type} is no dataclass any more"
+    missing = {"command_name", "command_document", "raw_body", "db_name", "connection"} - fields
+    assert missing == set(), f"mongoeco's request context lost {sorted(missing)}"
+
+
+def test_the_memory_engine_keeps_collection_options_under_a_lock() -> None:
+    from mongoeco.engines import MemoryEngine
+
+    engine = MemoryEngine()
+
+    assert isinstance(getattr(engine, "_collection_options", None), dict), (
+        "mongoeco moved MemoryEngine._collection_options")
+    assert takes(engine._get_lock, "db", "coll"), (
+        f"MemoryEngine._get_lock now takes {parameters(engine._get_lock)}")
+    lock = engine._get_lock("db", "coll")
+    assert hasattr(lock, "__aenter__") and hasattr(lock, "__aexit__"), (
+        "MemoryEngine._get_lock no longer returns an async context manager")
+
+
+def test_the_sqlite_engine_runs_blocking_work_on_its_connection(tmp_path: Path) -> None:
+    from mongoeco.engines import SQLiteEngine
+
+    engine = SQLiteEngine(str(tmp_path / "data.sqlite"))
+
+    assert not hasattr(engine, "_collection_options"), (
+        "SQLiteEngine grew a memory option store: set_collection_options would write there")
+    assert hasattr(engine._lock, "__enter__") and hasattr(engine._lock, "__exit__"), (
+        "SQLiteEngine._lock is no longer a lock")
+    assert takes(engine._require_connection, "context"), (
+        f"SQLiteEngine._require_connection now takes {parameters(engine._require_connection)}")
+    assert inspect.iscoroutinefunction(engine._run_blocking), (
+        "SQLiteEngine._run_blocking is no longer a coroutine")
+    assert takes(engine._run_blocking, "func"), (
+        f"SQLiteEngine._run_blocking now takes {parameters(engine._run_blocking)}")
+
+
+def test_the_json_encoder_of_stored_options() -> None:
+    from mongoeco.core.json_compat import json_dumps_compact
+
+    assert takes(json_dumps_compact, "value", keywords=("sort_keys",))
+    assert json_dumps_compact({"b": 1, "a": 2}, sort_keys=True) == '{"a":2,"b":1}'
+
+
+def test_the_in_memory_aggregation() -> None:
+    from mongoeco.core.aggregation.stages import apply_pipeline
+
+    assert takes(apply_pipeline, "documents", "pipeline")
+
+
+# ---------------------------------------------------------------------- the hooks, in process
+
+
+def test_the_hooks_run_a_command_straight_in_mongoeco() -> None:
+    from migronaut.devserver.mongoeco_internals import CommandHooks
+
+    hooks = CommandHooks(new_server())
+    connection_type = typing.get_type_hints(hooks.prepare)["connection"]
+    connection = connection_type(connection_id=1)
+    context = hooks.prepare({"ping": 1, "$db": "admin"}, connection=connection)
+
+    request = hooks.request(context)
+    assert request is not None
+    assert (request.name, request.command, request.db) == ("ping", {"ping": 1}, "admin")
+    assert request.connection is connection and request.starts_transaction is False
+    assert asyncio.run(hooks.original_execute(context)) == {"ok": 1.0}
+
+
+def test_a_served_context_names_the_command_the_layer_serves() -> None:
+    from migronaut.devserver.mongoeco_internals import CommandHooks
+
+    hooks = CommandHooks(new_server())
+    connection = typing.get_type_hints(hooks.prepare)["connection"](connection_id=1)
+
+    context = hooks.served_context({"$db": "shop"}, "collMod", {"collMod": "orders"},
+                                   connection=connection)
+
+    request = hooks.request(context)
+    assert request is not None
+    assert (request.name, request.command, request.db) == (
+        "collMod", {"collMod": "orders"}, "shop")
+
+
+def test_hooks_over_a_server_without_an_executor_refuse_this_mongoeco() -> None:
+    from migronaut.devserver.mongoeco_internals import CommandHooks
+
+    with pytest.raises(ConfigInvalidError) as raised:
+        CommandHooks(object())
+
+    assert raised.value.message.startswith(
+        "the dev server does not support this mongoeco version")
+
+
+@pytest.mark.parametrize("persisted", [False, True], ids=["memory", "sqlite"])
+def test_set_collection_options_is_what_list_collections_shows(
+    persisted: bool, tmp_path: Path
+) -> None:
+    from mongoeco.engines import SQLiteEngine
+
+    from migronaut.devserver.mongoeco_internals import CommandHooks, set_collection_options
+
+    server = new_server(SQLiteEngine(str(tmp_path / "data.sqlite")) if persisted else None)
+    hooks = CommandHooks(server)
+    connection = typing.get_type_hints(hooks.prepare)["connection"](connection_id=1)
+
+    async def run(body: dict[str, Any]) -> Any:
+        return await hooks.original_execute(hooks.prepare(body, connection=connection))
+
+    async def scenario() -> Any:
+        await server.start()
+        try:
+            await run({"create": "people", "$db": "shop"})
+            await set_collection_options(hooks.engine, "shop", "people",
+                                         {"validator": {"age": {"$type": "int"}}})
+            return await run({"listCollections": 1, "filter": {"name": "people"}, "$db": "shop"})
+        finally:
+            await server.close()
+
+    listed = asyncio.run(scenario())
+
+    assert listed["cursor"]["firstBatch"][0]["options"] == {
+        "validator": {"age": {"$type": "int"}}}
+
+
+def test_apply_pipeline_runs_the_stages_in_memory() -> None:
+    from migronaut.devserver.mongoeco_internals import apply_pipeline
+
+    documents = [{"name": "a", "n": 1}, {"name": "b", "n": 2}]
+
+    assert apply_pipeline(documents, [{"$match": {"n": 2}}, {"$project": {"_id": 0}}]) == [
+        {"name": "b", "n": 2}]
+
+
+# ---------------------------------------------------------------------------- the version guard
+
+
+def installed(monkeypatch: pytest.MonkeyPatch, version: str | None) -> None:
+    """Make ``importlib.metadata`` report mongoeco ``version`` (``None``: not installed)."""
+    real = importlib.metadata.version
+
+    def version_of(name: str) -> str:
+        if name != "mongoeco":
+            return real(name)
+        if version is None:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return version
+
+    monkeypatch.setattr(importlib.metadata, "version", version_of)
+
+
+def test_the_installed_mongoeco_is_a_supported_release_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from migronaut.devserver.mongoeco_internals import SUPPORTED, check_version, installed_version
+
+    monkeypatch.delenv(ANY_VERSION, raising=False)
+
+    assert installed_version() == importlib.metadata.version("mongoeco")
+    assert ".".join(installed_version().split(".")[:2]) in SUPPORTED
+    check_version()
+
+
+@pytest.mark.parametrize("version", ["4.12.0", "4.10.3", "5.0.0", "4.1.11", None])
+def test_another_release_line_is_refused_naming_both_versions(
+    monkeypatch: pytest.MonkeyPatch, version: str | None
+) -> None:
+    from migronaut.devserver.mongoeco_internals import check_version
+
+    monkeypatch.delenv(ANY_VERSION, raising=False)
+    installed(monkeypatch, version)
+
+    with pytest.raises(ConfigInvalidError) as raised:
+        check_version()
+
+    message = raised.value.message
+    assert raised.value.code == "CONFIG_INVALID"
+    assert raised.value.exit_code == EXIT_CODES["CONFIG_INVALID"]
+    assert "\n" not in message
+    assert f"the installed {version or 'unknown'}" in message
+    assert "supports mongoeco 4.11.x" in message
+    assert ANY_VERSION in message
+
+
+def test_the_escape_hatch_serves_any_release_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from migronaut.devserver.mongoeco_internals import check_version
+
+    monkeypatch.setenv(ANY_VERSION, "1")
+    installed(monkeypatch, "4.12.0")
+
+    check_version()
+
+
+def test_serve_refuses_another_release_line_before_it_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from migronaut import devserver
+
+    monkeypatch.delenv(ANY_VERSION, raising=False)
+    installed(monkeypatch, "4.12.0")
+    ready: list[str] = []
+
+    with pytest.raises(ConfigInvalidError) as raised:
+        devserver.serve(on_ready=ready.append)
+
+    assert "the installed 4.12.0" in raised.value.message
+    assert ready == []
+
+
+# ------------------------------------------------------------------------------ the boundary
+
+
+def test_importing_the_dev_server_package_imports_neither_mongoeco_nor_pymongo() -> None:
+    code = ("import sys, migronaut.devserver; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'mongoeco', 'pymongo'}))")
+
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True, timeout=60).stdout.strip()
+
+    assert loaded == "[]"
