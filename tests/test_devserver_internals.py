@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib
 import importlib.metadata
 import importlib.util
 import inspect
@@ -158,6 +159,134 @@ def test_the_in_memory_aggregation() -> None:
 
 
 # ---------------------------------------------------------------------- the hooks, in process
+
+
+# -- the indexed memory engine: what it overrides, calls and replaces
+
+#: MemoryEngine methods the indexed engine overrides or calls, with the parameters it passes.
+ENGINE_METHODS = {
+    "_storage_key": (("self", "value"), ()),
+    "_index_keys": (("self", "document", "fields"), ()),
+    "_unique_index_keys": (("self", "document", "fields"), ()),
+    "_validate_compound_multikey_shape": (("self", "document", "index"), ()),
+    "_unique_key_error": (("self", "message", "namespace", "document"), ("index", "conflict")),
+    "_ensure_unique_indexes": (("self", "db_name", "coll_name", "candidate"), (
+        "exclude_storage_key", "indexes_view", "storage_view", "index_data_view",
+        "check_id_storage", "scan_payload_id")),
+    "_candidate_items_for_plan_locked": (("self", "coll", "query_plan"), (
+        "dialect", "indexes", "index_data", "collation")),
+    "_indexed_candidate_storage_keys_for_plan_locked": (
+        ("self", "indexes", "index_data", "query_plan"), ("dialect", "collation")),
+    "_storage_view": (("self", "context"), ()),
+    "_indexes_view": (("self", "context"), ()),
+    "_index_data_view": (("self", "context"), ()),
+    "_get_lock": (("self", "db", "coll"), ()),
+    "_purge_expired_documents_locked": (("self", "db_name", "coll_name"), (
+        "context", "indexes_view", "index_data_view", "storage_view", "now")),
+    "_is_profile_namespace": (("self", "coll_name"), ()),
+    "_borrow_storage_document": (("self", "payload"), ()),
+    "scan_find_semantics": (("self", "db_name", "coll_name", "semantics"), ("context",)),
+    "count_find_semantics": (("self", "db_name", "coll_name", "semantics"), (
+        "context", "operation_context")),
+    "create_index": (("self", "db_name", "coll_name", "keys"), ("unique", "name", "context")),
+    "drop_index": (("self", "db_name", "coll_name"), ("context",)),
+    # mongoeco's methods that scan for a numeric _id its typed key missed
+    "_insert_documents_impl": (("self", "db_name", "coll_name", "documents"), ()),
+    "get_document": (("self", "db_name", "coll_name", "doc_id"), ()),
+    "delete_document": (("self", "db_name", "coll_name"), ()),
+    "merge_document": (("self", "db_name", "coll_name"), ()),
+    "update_with_operation": (("self", "db_name", "coll_name"), ()),
+    "delete_with_operation": (("self", "db_name", "coll_name"), ()),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ENGINE_METHODS))
+def test_the_memory_engine_methods_the_indexed_engine_overrides_or_calls(name: str) -> None:
+    from mongoeco.engines.memory import MemoryEngine
+
+    method = getattr(MemoryEngine, name, None)
+    positional, keywords = ENGINE_METHODS[name]
+    assert method is not None, f"mongoeco moved MemoryEngine.{name}"
+    assert takes(method, *positional, keywords=keywords), (
+        f"MemoryEngine.{name} now takes {parameters(method)}")
+
+
+def test_the_memory_engine_module_names_the_indexed_engine_replaces_or_calls() -> None:
+    import mongoeco.engines.memory as memory
+    from mongoeco.engines._memory_collection import MemoryCollection
+
+    for name in ("id_contains_numeric_value", "document_in_virtual_index",
+                 "normalize_index_keys", "default_index_name", "index_build_duplicate_error",
+                 "deepcopy"):
+        assert callable(getattr(memory, name, None)), f"mongoeco.engines.memory lost {name}"
+    assert memory.MemoryCollection is MemoryCollection or issubclass(
+        memory.MemoryCollection, MemoryCollection)
+    for name in ("_values", "_snapshot_state", "_restore_state", "replace_key", "copy",
+                 "ordered_keys", "items"):
+        assert hasattr(MemoryCollection(), name), f"MemoryCollection lost {name}"
+    assert len(MemoryCollection()._snapshot_state()) == 8, "MemoryCollection's state changed"
+
+
+def test_the_query_plan_nodes_the_indexed_engine_reads() -> None:
+    from mongoeco.core import query_plan
+
+    for name in ("AndCondition", "EqualsCondition", "InCondition", "MatchAll",
+                 "GreaterThanCondition", "GreaterThanOrEqualCondition", "LessThanCondition",
+                 "LessThanOrEqualCondition"):
+        assert hasattr(query_plan, name), f"mongoeco.core.query_plan lost {name}"
+    assert [f.name for f in dataclasses.fields(query_plan.GreaterThanCondition)] == [
+        "field", "value"]
+    assert "clauses" in {f.name for f in dataclasses.fields(query_plan.AndCondition)}
+
+
+def test_the_find_semantics_the_indexed_engine_reads_and_replaces() -> None:
+    from mongoeco.engines.semantic_core import EngineFindSemantics
+
+    fields = {field.name for field in dataclasses.fields(EngineFindSemantics)}
+    assert {"query_plan", "sort", "skip", "limit", "collation", "text_query", "hint",
+            "variables"} <= fields
+
+
+def test_the_insert_command_the_indexed_engine_batches() -> None:
+    from mongoeco.api._async import _database_admin_write_commands as commands
+    from mongoeco.api._async.database_admin import AsyncDatabaseAdminService
+    from mongoeco.errors import BulkWriteError
+    from mongoeco.types import WriteCommandResult, WriteErrorEntry
+
+    service = commands.DatabaseAdminWriteCommandService
+    assert takes(service.command_insert, "self", "spec", keywords=("session",))
+    for name in ("command_boolean", "write_command_acknowledged", "_write_command_result"):
+        assert callable(getattr(commands, name, None)), f"the write commands lost {name}"
+    for name in ("_require_collection_name", "_normalize_insert_documents",
+                 "_normalize_ordered_from_command"):
+        assert callable(getattr(AsyncDatabaseAdminService, name, None)), f"admin lost {name}"
+    assert {"index", "errmsg", "code", "details"} <= {
+        f.name for f in dataclasses.fields(WriteErrorEntry)}
+    assert {"count", "write_errors"} <= {f.name for f in dataclasses.fields(WriteCommandResult)}
+    assert "details" in dir(BulkWriteError("x", details={}))
+
+
+def test_the_modules_whose_deepcopy_the_indexed_engine_replaces() -> None:
+    from migronaut.devserver import mongoeco_internals
+
+    for name in mongoeco_internals._DEEPCOPY_USERS:
+        module = importlib.import_module(name)
+        assert callable(getattr(module, "deepcopy", None)), f"{name} no longer uses deepcopy"
+
+
+def test_the_indexed_engine_serves_a_client() -> None:
+    from mongoeco import MongoClient
+
+    from migronaut.devserver.mongoeco_internals import indexed_memory_engine
+
+    client = MongoClient(indexed_memory_engine())
+    try:
+        coll = client.get_database("hooks").get_collection("ids")
+        coll.insert_many([{"_id": n} for n in (3, 1, 2)])
+        assert [doc["_id"] for doc in coll.find({"_id": {"$gt": 1}}).sort("_id", -1)] == [3, 2]
+        assert coll.count_documents({}) == 3
+    finally:
+        client.close()
 
 
 def test_the_hooks_run_a_command_straight_in_mongoeco() -> None:

@@ -130,7 +130,7 @@ def serve(
     except ImportError as error:
         raise ConfigInvalidError(f"{INSTALL_HINT} (mongoeco is not installed)") from error
     from migronaut.devserver.failpoints import FailCommand
-    from migronaut.devserver.mongoeco_internals import check_version
+    from migronaut.devserver.mongoeco_internals import check_version, indexed_memory_engine
     from migronaut.devserver.search import SearchIndexes
     from migronaut.devserver.wire import install
 
@@ -152,7 +152,8 @@ def serve(
             )
 
     async def run() -> None:
-        engine = None if path is None else SQLiteEngine(str(Path(path).expanduser()))
+        engine = (indexed_memory_engine() if path is None
+                  else SQLiteEngine(str(Path(path).expanduser())))
         users = () if auth is None else (WireAuthUser(auth[0], auth[1]),)
         server = AsyncMongoEcoProxyServer(
             engine=engine,

@@ -1,0 +1,219 @@
+"""The dev server's storage serves lookups, duplicate checks, ``_id`` ranges, counts and limited
+reads from indexes: each test counts the stored documents an operation reads (the engine's
+decode of a stored document) in a 2,000-document collection, where a scan would read them all.
+
+In-process, on the engine the dev server serves (mongoeco's client in front of it); what goes
+over the wire is checked against a reference in ``test_devserver_equivalence.py``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from bson.decimal128 import Decimal128
+from bson.int64 import Int64
+from bson.objectid import ObjectId
+
+pytestmark = pytest.mark.skipif(
+    sys.version_info < (3, 13) or importlib.util.find_spec("mongoeco") is None,
+    reason="the dev server's engine needs Python 3.13+ with mongoeco (the 'embedded' extra)",
+)
+
+SIZE = 2_000
+#: What a lookup may read: the document itself, and one more where mongoeco reads a document
+#: again after it found it (an update reads it, then writes it).
+FEW = 3
+
+
+class Counted:
+    """The indexed engine, counting the stored documents it decodes."""
+
+    def __init__(self) -> None:
+        from mongoeco import MongoClient
+
+        from migronaut.devserver.mongoeco_internals import indexed_memory_engine
+
+        self.engine = indexed_memory_engine()
+        self.reads = 0
+        borrow = self.engine._borrow_storage_document
+
+        def counting(payload: Any, **options: Any) -> Any:
+            self.reads += 1
+            return borrow(payload, **options)
+
+        self.engine._borrow_storage_document = counting
+        self.client = MongoClient(self.engine)
+        self.db = self.client.get_database("fast")
+
+    def reading(self) -> _Reads:
+        return _Reads(self)
+
+
+class _Reads:
+    def __init__(self, counted: Counted) -> None:
+        self.counted = counted
+        self.count = 0
+
+    def __enter__(self) -> _Reads:
+        self.start = self.counted.reads
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.count = self.counted.reads - self.start
+
+
+@pytest.fixture
+def fresh() -> Iterator[Counted]:
+    """An empty engine of its own."""
+    counted = Counted()
+    yield counted
+    counted.client.close()
+
+
+@pytest.fixture(scope="module")
+def counted() -> Iterator[Counted]:
+    counted = Counted()
+    numbers = counted.db.numbers
+    numbers.insert_many([{"_id": n, "tag": n % 10, "a": n % 50, "b": n // 50} for n in range(SIZE)])
+    counted.db.oids.insert_many([{"_id": ObjectId(), "n": n} for n in range(SIZE)])
+    yield counted
+    counted.client.close()
+
+
+def test_an_insert_checks_its_id_without_reading_the_collection(counted: Counted) -> None:
+    with counted.reading() as reads:
+        counted.db.numbers.insert_one({"_id": SIZE + 1})
+        counted.db.command({"insert": "numbers",
+                            "documents": [{"_id": SIZE + 2}, {"_id": SIZE + 3}]})
+        counted.db.oids.insert_one({"_id": ObjectId(), "n": -1})
+    assert reads.count <= FEW
+
+
+@pytest.mark.parametrize("twin", [5.0, Int64(5), Decimal128("5"), Decimal128("5.000")])
+def test_a_numeric_duplicate_is_found_by_value_without_a_scan(counted: Counted, twin: Any
+                                                              ) -> None:
+    from mongoeco.errors import DuplicateKeyError
+
+    with counted.reading() as reads, pytest.raises(DuplicateKeyError):
+        counted.db.numbers.insert_one({"_id": twin})
+    assert reads.count <= FEW
+    reply = counted.db.command({"insert": "numbers", "documents": [{"_id": twin}],
+                                "ordered": False})
+    assert reply["n"] == 0 and reply["writeErrors"][0]["code"] == 11000
+
+
+@pytest.mark.parametrize("twin", [7, 7.0, Int64(7), Decimal128("7")])
+def test_a_lookup_by_id_finds_the_equal_number_and_reads_one_document(counted: Counted,
+                                                                     twin: Any) -> None:
+    with counted.reading() as reads:
+        found = counted.db.numbers.find_one({"_id": twin})
+    assert found is not None and found["_id"] == 7 and reads.count <= FEW
+
+
+def test_an_id_range_sorted_on_id_reads_as_far_as_its_limit(counted: Counted) -> None:
+    with counted.reading() as reads:
+        ascending = list(counted.db.numbers.find({"_id": {"$gte": 100}}).sort("_id", 1).limit(10))
+    assert [doc["_id"] for doc in ascending] == list(range(100, 110))
+    assert reads.count <= 10 + FEW
+    with counted.reading() as reads:
+        descending = list(counted.db.numbers.find({"_id": {"$lt": 100.5, "$gt": 50}})
+                          .sort("_id", -1).limit(5))
+    assert [doc["_id"] for doc in descending] == [100, 99, 98, 97, 96]
+    assert reads.count <= 5 + FEW
+    first = list(counted.db.oids.find({}).sort("_id", 1).limit(3))
+    with counted.reading() as reads:
+        after = list(counted.db.oids.find({"_id": {"$gt": first[0]["_id"]}}).sort("_id", 1)
+                     .limit(2))
+    assert after == first[1:] and reads.count <= 2 + FEW
+
+
+def test_a_bounded_id_range_reads_only_its_documents(counted: Counted) -> None:
+    with counted.reading() as reads:
+        found = list(counted.db.numbers.find({"_id": {"$gte": 500, "$lt": 520}}))
+        updated = counted.db.numbers.update_many({"_id": {"$gte": 500, "$lt": 520}},
+                                                 {"$set": {"seen": True}})
+    assert sorted(doc["_id"] for doc in found) == list(range(500, 520))
+    assert updated.modified_count == 20
+    assert reads.count <= 3 * 20 + FEW
+
+
+def test_writes_by_id_read_one_document(counted: Counted) -> None:
+    with counted.reading() as reads:
+        counted.db.numbers.update_one({"_id": 42}, {"$inc": {"tag": 1}})
+        counted.db.numbers.replace_one({"_id": 43.0}, {"tag": -1})
+        counted.db.numbers.delete_one({"_id": Int64(44)})
+    assert reads.count <= 3 * FEW
+    assert counted.db.numbers.find_one({"_id": 44}) is None
+    assert counted.db.numbers.find_one({"_id": 43})["tag"] == -1
+
+
+def test_a_count_of_everything_reads_nothing(counted: Counted) -> None:
+    with counted.reading() as reads:
+        total = counted.db.oids.count_documents({})
+        skipped = counted.db.oids.count_documents({}, skip=10, limit=5)
+    assert total == counted.db.oids.count_documents({"n": {"$exists": True}})
+    assert skipped == 5 and reads.count == 0
+
+
+def test_an_unindexed_find_with_a_limit_stops_reading(counted: Counted) -> None:
+    with counted.reading() as reads:
+        found = list(counted.db.numbers.find({"tag": 3}).limit(4))
+    assert len(found) == 4 and reads.count <= 4 * 10 + FEW
+
+
+def test_unique_indexes_are_checked_from_their_index(counted: Counted) -> None:
+    from mongoeco.errors import DuplicateKeyError
+
+    pairs = counted.db.pairs
+    pairs.insert_many([{"_id": n, "a": n % 50, "b": n // 50} for n in range(SIZE)])
+    pairs.create_index([("a", 1), ("b", 1)], unique=True, name="a_b")
+    pairs.create_index("c", unique=True, name="c_partial",
+                       partial_filter_expression={"c": {"$exists": True}})
+    with counted.reading() as reads:
+        with pytest.raises(DuplicateKeyError):
+            pairs.insert_one({"_id": "pair", "a": 3, "b": 1})  # as _id 53 has
+        pairs.insert_one({"_id": "fresh", "a": 3, "b": 999})
+        pairs.insert_one({"_id": "c1", "c": 1, "a": -1, "b": -1})
+        pairs.insert_one({"_id": "no c", "a": -2, "b": -2})  # outside the partial index
+        with pytest.raises(DuplicateKeyError):
+            pairs.insert_one({"_id": "c2", "c": 1.0, "a": -3, "b": -3})
+    assert reads.count <= 5 * FEW
+
+
+def test_a_compound_unique_index_sees_every_element_of_an_array(fresh: Counted) -> None:
+    from mongoeco.errors import DuplicateKeyError
+
+    tags = fresh.db.tags
+    tags.create_index([("k", 1), ("t", 1)], unique=True)
+    tags.insert_one({"_id": 1, "k": "x", "t": ["red", "blue"]})
+    with pytest.raises(DuplicateKeyError):
+        tags.insert_one({"_id": 2, "k": "x", "t": "blue"})  # the second element collides
+    tags.insert_one({"_id": 3, "k": "y", "t": "blue"})
+    tags.delete_one({"_id": 1})
+    tags.insert_one({"_id": 2, "k": "x", "t": "blue"})  # free again once the array is gone
+    assert sorted(doc["_id"] for doc in tags.find()) == [2, 3]
+
+
+def test_a_unique_index_build_refuses_duplicates_and_leaves_no_index(fresh: Counted) -> None:
+    from mongoeco.errors import DuplicateKeyError
+
+    counted = fresh
+    people = counted.db.people
+    people.insert_many([{"_id": n, "email": f"{n}@x", "team": n % 3} for n in range(SIZE)])
+    people.insert_one({"_id": "twin", "email": "7@x", "team": 1})
+    with counted.reading() as reads, pytest.raises(DuplicateKeyError) as refused:
+        people.create_index("email", unique=True, name="email_unique")
+    assert "email_unique" in str(refused.value) and "7@x" in str(refused.value)
+    assert "email_unique" not in people.index_information()
+    assert reads.count <= 2 * (SIZE + 1) + FEW  # two passes (build, then entries), not pairs
+    people.delete_one({"_id": "twin"})
+    people.create_index("email", unique=True, name="email_unique")
+    assert people.index_information()["email_unique"]["unique"] is True
+    with pytest.raises(DuplicateKeyError):
+        people.insert_one({"_id": "again", "email": "7@x"})
+    people.create_index("email", unique=True, name="email_unique")  # the same again: a no-op
+    people.create_index([("team", 1), ("email", 1)], unique=True)
