@@ -12,7 +12,6 @@ import math
 from fractions import Fraction
 from typing import Any
 
-from bson.binary import Binary
 from bson.decimal128 import Decimal128
 from bson.int64 import Int64
 from bson.objectid import ObjectId
@@ -117,7 +116,7 @@ def _millis(moment: datetime.datetime) -> int:
 
 #: Whole numbers in every numeric type, so ``1``, ``1.0``, ``Int64(1)`` and ``Decimal128("1")``
 #: meet; halves (exact in binary and decimal) and ``0.1`` (exact only in decimal) too.
-_small = st.integers(-6, 6)
+_small = st.integers(-3, 3)  # a small pool: stored values and query bounds meet often
 numbers = st.one_of(
     _small,
     _small.map(float),
@@ -129,13 +128,13 @@ numbers = st.one_of(
                      Decimal128("Infinity")]),
     st.integers(-(2**62), 2**62).map(Int64),
 )
-strings = st.text(alphabet="aAbé€😀 z", max_size=3)
+strings = st.sampled_from(["", "a", "ab", "b", "Z", "é", "€", "😀"])
 _OIDS = [ObjectId(f"{n:024x}") for n in (1, 2, 3, 0xFFFF, 2**90)]
 object_ids = st.sampled_from(_OIDS)
-dates = st.sampled_from([datetime.datetime(2026, 1, d, tzinfo=datetime.UTC) for d in (1, 2, 3)])
+dates = st.sampled_from([datetime.datetime(2026, 1, d) for d in (1, 2, 3)])  # naive: UTC
 #: Values an ``_id`` may hold (no arrays), mixed across types.
 ids = st.one_of(numbers, strings, object_ids, dates, st.booleans(), st.none(),
                 st.dictionaries(st.sampled_from("ab"), numbers | strings, max_size=2),
-                st.binary(max_size=3).map(lambda data: Binary(data, 0)))
+                st.binary(max_size=3))
 #: Values whose order the dev server serves ranges and sorts in.
 ordered_ids = st.one_of(numbers, strings, object_ids, dates)

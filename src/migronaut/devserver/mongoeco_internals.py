@@ -351,18 +351,22 @@ def _indexed_engine_type() -> type:
 
     def id_bounds(clauses: list[Any]) -> tuple[Any, bool, Any, bool] | None:
         """The tightest ``_id`` sort-key bounds of the range clauses, within one ordered type
-        bracket (as mongod's comparison operators are); ``None`` when there is none."""
+        bracket (mongod's comparison operators match values of their operand's type only);
+        ``None`` when there is no range clause or one outside the ordered brackets; bounds
+        that meet nothing when two clauses name different brackets."""
         from migronaut.devserver.id_order import ORDERED
 
         low = high = bracket = None
         low_inclusive = high_inclusive = True
+        brackets = set()
         for clause in clauses:
             side = ranges.get(type(clause))
             if side is None:
                 continue
             key = _value_sort_key(clause.value)
-            if key[0] not in ORDERED or (bracket is not None and key[0] != bracket):
+            if key[0] not in ORDERED:
                 return None
+            brackets.add(key[0])
             bracket = key[0]
             if side[0] == "low" and (low is None or key > low or (key == low and not side[1])):
                 low, low_inclusive = key, side[1]
@@ -371,6 +375,8 @@ def _indexed_engine_type() -> type:
                 high, high_inclusive = key, side[1]
         if bracket is None:
             return None
+        if len(brackets) > 1:  # a value of two types at once: none
+            return (bracket,), False, (bracket,), False
         if low is None:
             low, low_inclusive = (bracket,), True
         if high is None:
