@@ -22,7 +22,11 @@ Its modules, one job each:
   build;
 * :mod:`~migronaut.devserver.failpoints` — ``--enable-test-commands``: ``failCommand``;
 * :mod:`~migronaut.devserver.mongoeco_internals` — the one module that reaches into mongoeco's
-  private surface, and the check of the mongoeco release line it was written against.
+  private surface: the command executor's hooks, the indexed memory engine (``_id`` lookups,
+  duplicate checks, ranges and counts that cost the same at any size), and the check of the
+  mongoeco release line it was written against;
+* :mod:`~migronaut.devserver.id_order` — ``_id`` values in mongod's order and equality, and the
+  copy-on-write ordered index the indexed engine keeps beside each collection.
 
 The names below are the package's surface; the submodules are internal and may change.
 
