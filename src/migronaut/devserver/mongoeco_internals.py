@@ -241,11 +241,28 @@ def _indexed_engine_type() -> type:
     global _KEYED_BY_VALUE, _FIND_ORDER
     import contextvars
 
+    from bson.objectid import ObjectId
+
     from migronaut.devserver.id_order import OrderedIds, sort_key
 
     memory = _module("mongoeco.engines.memory")
     plans = _module("mongoeco.core.query_plan")
     bson_engine_key = _module("mongoeco.core.bson_ordering").bson_engine_key
+    object_ids = frozenset({ObjectId, _module("mongoeco.types").ObjectId})
+    codec = _module("mongoeco.core.codec")
+    normalize_date = _scalars().normalize_utc_bson_datetime
+
+    def _plain_copy(value: Any) -> Any:
+        """``value`` as mongoeco's codec gives it back (plain dicts and lists, dates in UTC)."""
+        if isinstance(value, dict):
+            return {key: _plain_copy(item) for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            return [_plain_copy(item) for item in value]
+        if isinstance(value, datetime.datetime):
+            return normalize_date(value)
+        if isinstance(value, bytearray):
+            return bytes(value)
+        return value
     collection_base: Any = _module("mongoeco.engines._memory_collection").MemoryCollection
     engine_base: Any = memory.MemoryEngine
 
@@ -325,6 +342,8 @@ def _indexed_engine_type() -> type:
         their exact value: ``1``, ``1.0``, ``Int64(1)`` and ``Decimal128("1")`` are one key
         (Python's ``==`` and ``hash`` across int, float and Decimal are exact)."""
         kind = type(value)
+        if kind in object_ids:  # equal and hashed alike, pymongo's and mongoeco's
+            return ("objectid", value)
         if kind is str:
             return ("str", value)
         if kind is int:
@@ -395,6 +414,16 @@ def _indexed_engine_type() -> type:
     class IndexedMemoryEngine(engine_base):  # type: ignore[misc]
         def _storage_key(self, value: Any) -> Any:
             return storage_key(value)
+
+        def _encode_storage_document(self, document: Any) -> Any:
+            """Keep a stored document as the plain document it decodes to, already decoded:
+            mongoeco encodes it into tagged JSON-like values, then decodes a second copy on
+            its first read and keeps both (its readers copy a document before changing it)."""
+            codec.validate_bson_value(document)
+            plain = _plain_copy(document)
+            stored = memory._StoredDocument(plain)
+            stored.decoded_wrapped = plain
+            return stored
 
         def _index_keys(self, document: Any, fields: list[str]) -> Any:
             if len(fields) > 1:  # every combination, as the uniqueness check compares them
@@ -558,6 +587,7 @@ def _indexed_engine_type() -> type:
         setattr(IndexedMemoryEngine, name,
                 _keyed_by_value(getattr(engine_base, name), _KEYED_BY_VALUE))
     _copy_documents_cheaply()
+    _validate_values_cheaply()
     _insert_in_batches()
     return IndexedMemoryEngine
 
@@ -615,11 +645,11 @@ def _plain(value: Any) -> Any:
     """mongoeco's own scalar types as the Python and pymongo values they stand for."""
     from bson.max_key import MaxKey
     from bson.min_key import MinKey
-    wrap_bson_numeric = _module("mongoeco.core.bson_scalars").wrap_bson_numeric
+
     if hasattr(value, "to_decimal"):  # Decimal128, pymongo's or mongoeco's
         return value.to_decimal()
     try:
-        wrapped = wrap_bson_numeric(value)
+        wrapped = _scalars().wrap_bson_numeric(value)
     except (TypeError, ValueError, OverflowError):
         wrapped = None
     if wrapped is not None:
@@ -660,6 +690,47 @@ class _FirstStepIn:
 def _module(name: str) -> Any:
     """A mongoeco module, untyped: what is read of it is checked by the internals tests."""
     return importlib.import_module(name)
+
+
+@functools.cache
+def _scalars() -> Any:
+    return _module("mongoeco.core.bson_scalars")
+
+
+def _validate_values_cheaply() -> None:
+    """mongoeco checks every value of a document it stores (a BSON type, an int within int64)
+    by wrapping each number in an object first; check the common types directly, and hand
+    the rest to mongoeco's own check."""
+    codec = _module("mongoeco.core.codec")
+    scalars = _scalars()
+    original = codec.validate_bson_value
+    low, high = scalars.INT64_MIN, scalars.INT64_MAX
+    from bson.objectid import ObjectId
+
+    fine = frozenset({str, float, bool, type(None), bytes, datetime.datetime, ObjectId,
+                      _module("mongoeco.types").ObjectId, scalars.BsonInt32, scalars.BsonInt64,
+                      scalars.BsonDouble})
+
+    def validate_bson_value(value: object) -> None:
+        pending: list[Any] = [value]
+        while pending:
+            current = pending.pop()
+            kind = type(current)
+            if kind in fine:
+                continue
+            if kind is dict:
+                for key in current:
+                    if type(key) is not str:
+                        raise TypeError("BSON document keys must be strings")
+                pending.extend(current.values())
+            elif kind is list:
+                pending.extend(current)
+            elif kind is int and not low <= current <= high:
+                raise scalars.BsonScalarOverflowError("integer exceeds BSON int64 range")
+            elif kind is not int:
+                original(current)
+
+    codec.validate_bson_value = validate_bson_value
 
 
 def _copy_documents_cheaply() -> None:
