@@ -17,6 +17,8 @@ import pytest
 from bson.decimal128 import Decimal128
 from bson.int64 import Int64
 from bson.objectid import ObjectId
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 pytestmark = pytest.mark.skipif(
     sys.version_info < (3, 13) or importlib.util.find_spec("mongoeco") is None,
@@ -217,3 +219,31 @@ def test_a_unique_index_build_refuses_duplicates_and_leaves_no_index(fresh: Coun
         people.insert_one({"_id": "again", "email": "7@x"})
     people.create_index("email", unique=True, name="email_unique")  # the same again: a no-op
     people.create_index([("team", 1), ("email", 1)], unique=True)
+
+
+_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.floats(allow_nan=True), st.text(max_size=3),
+              st.integers(-(2**64), 2**64), st.builds(ObjectId), st.binary(max_size=2),
+              st.sets(st.integers(0, 2), max_size=2)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.one_of(st.text(max_size=2), st.integers(0, 2)), inner, max_size=3)),
+    max_leaves=8)
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_values)
+def test_stored_values_are_checked_as_mongoeco_checks_them(counted: Counted, value: Any) -> None:
+    from mongoeco.core import bson_scalars, codec
+
+    assert codec.validate_bson_value is not bson_scalars.validate_bson_value  # ours is in place
+
+    def outcome(check: Any) -> str:
+        try:
+            check(value)
+        except Exception as error:  # the type and message the server would turn into a reply
+            return f"{type(error).__name__}: {error}"
+        return "ok"
+
+    assert outcome(codec.validate_bson_value) == outcome(bson_scalars.validate_bson_value)

@@ -718,16 +718,17 @@ def _validate_values_cheaply() -> None:
             kind = type(current)
             if kind in fine:
                 continue
-            if kind is dict:
+            if isinstance(current, dict):  # and mongoeco's internal documents
                 for key in current:
-                    if type(key) is not str:
+                    if not isinstance(key, str):
                         raise TypeError("BSON document keys must be strings")
                 pending.extend(current.values())
-            elif kind is list:
+            elif isinstance(current, list | tuple):
                 pending.extend(current)
-            elif kind is int and not low <= current <= high:
-                raise scalars.BsonScalarOverflowError("integer exceeds BSON int64 range")
-            elif kind is not int:
+            elif kind is int:
+                if not low <= current <= high:
+                    raise scalars.BsonScalarOverflowError("integer exceeds BSON int64 range")
+            else:
                 original(current)
 
     codec.validate_bson_value = validate_bson_value
