@@ -6,6 +6,7 @@
     .venv-3.13/bin/python bench/run.py --scale [--scale-sizes N,N,...]
     .venv-3.13/bin/python bench/run.py --converge [--converge-collections N] [--markdown]
     .venv-3.13/bin/python bench/run.py --dashboard [--markdown]
+    .venv-3.13/bin/python bench/run.py --devserver [--quick] [--markdown]
 
 Run it with the interpreter of an environment where migronaut is installed (``.venv-3.13``, the
 one ``bash scripts/test.sh`` creates, also has the dev server's ``mongoeco``). It
@@ -35,6 +36,10 @@ documents, fewer repeats): a smoke run, not the figures the targets are judged o
 ``--dashboard`` runs only the dashboard section (issue 14): the overview's server time over
 1,000 applied and 20 background migrations (``_dashboard_report.py``; needs the ``dashboard``
 extra).
+``--devserver`` runs only the dev server section: seeding 1,000,000 documents (``--quick``:
+100,000) in ``insert_many`` batches of 10,000, per-operation costs at 10,000 and at N, the server's
+resident memory, and the ``--path`` (SQLite) mode at small sizes (``_devserver_report.py``; it
+starts its own servers).
 ``--profile`` adds one cProfile pass (CPU clock) per background variant, written to
 ``bench/results/profile-*.txt``.
 """
@@ -985,6 +990,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dashboard", action="store_true",
                         help="run only the dashboard section: server time of the overview over "
                              "1,000 applied and 20 background migrations")
+    parser.add_argument("--devserver", action="store_true",
+                        help="run only the dev server section: seeding 1,000,000 documents "
+                             "(--quick: 100,000), per-operation costs at 10,000 and at N, "
+                             "resident memory, and the --path (SQLite) mode at small sizes")
     args = parser.parse_args(argv)
     missing = [name for name in ("migronaut", "pymongo") if importlib.util.find_spec(name) is None]
     if missing:
@@ -1013,6 +1022,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_scale(command, scale_sizes, 1 if args.quick else 3, args.markdown)
     if args.dashboard:
         return run_dashboard(command, args.markdown)
+    if args.devserver:
+        return run_devserver(command, args.quick, args.markdown)
     if args.converge:
         if args.converge_collections < 1:
             parser.error("--converge-collections must be at least 1")
@@ -1076,12 +1087,12 @@ def main(argv: list[str] | None = None) -> int:
     print("- round trips = commands sent (pymongo CommandListener `started` events); connection "
           "handshakes and server monitoring are not commands and are counted only as "
           "'connections opened'.")
-    print("- the dev server (mongoeco) is not a real mongod: an `insert` costs time roughly "
-          "proportional to the collection's size (≈1.7 ms into 10 documents, ≈20-25 ms into "
-          "2,000), an upsert matched through a unique index does not (≈2-3 ms either way). "
-          "A tool whose changelog write is an insert (mongodb-migrations) slows down as its "
-          "changelog grows (the 'first 10 % → last 10 %' row); the body's collection holds a "
-          "single document. Wall times also move with the machine's load (line above).")
+    print("- the dev server (mongoeco behind migronaut's layer) is not a real mongod: it runs "
+          "in Python, about 1 ms a round trip (`--devserver` measures its costs). Its inserts, "
+          "`_id` lookups and updates by `_id` no longer cost more as a collection grows, so the "
+          "'first 10 % → last 10 %' row no longer reflects inserts into a growing changelog; "
+          "the body's collection holds a single document. Wall times also move with the "
+          "machine's load (line above).")
     for note in notes:
         print(f"- {note}")
     print("- background: " + BACKGROUND_METHOD)
@@ -1146,6 +1157,62 @@ def run_dashboard(command: str, markdown: bool) -> int:
         return (*grid(report.HEADERS, lines), notes, {"figures": figures})
 
     return run_section("dashboard", command, markdown, measure)
+
+
+def run_devserver(command: str, quick: bool, markdown: bool) -> int:
+    """``--devserver``: the dev server's own costs as its collection grows (several tables,
+    printed, and written to ``results/latest-devserver.json`` and ``.md``). Always starts its
+    own servers: one in memory for the seeding, operations and memory, then a fresh one with
+    ``--path`` (it reads their resident memory, so ``MIGRONAUT_BENCH_URI`` is not used)."""
+    import _devserver_report as report
+
+    from migronaut.devserver import default_python, start_subprocess
+
+    n = report.QUICK_N if quick else report.FULL_N
+    load_before = load_average()
+    started = time.perf_counter()
+    python = default_python()
+    log(f"starting the dev server with {python}")
+    process = start_subprocess(python)
+    mongoeco = package_version(python, "mongoeco")
+    server = Server(process.uri, f"migronaut dev server (mongoeco {mongoeco}, in memory; "
+                    f"started for this section)", process)
+    try:
+        facts = machine_facts(None, server)
+        figures: dict[str, Any] = {"memory": report.measure_memory_server(process, n, log)}
+    finally:
+        server.close()
+    figures["sqlite"] = report.measure_sqlite(
+        lambda **options: start_subprocess(python, **options), log)
+    took = time.perf_counter() - started
+    facts.append(f"load average (1/5/15 min) before: {load_before}, after: {load_average()} "
+                 f"on {os.cpu_count()} CPUs (other work on the machine skews wall times)")
+    facts.append(f"the section took {took:.0f} s")
+    found, notes = report.tables(figures, quick)
+    print(f"command: {command}" + (f"   (--quick: N = {n:,}, not the judged 1,000,000)"
+                                   if quick else ""))
+    for fact in facts:
+        print(fact)
+    shown = [report.render(title, headers, lines, markdown, grid)
+             for title, headers, lines in found]
+    as_markdown = [report.render(title, headers, lines, True, grid)
+                   for title, headers, lines in found]
+    for text in shown:
+        print()
+        print(text)
+    print()
+    print("notes:")
+    for note in notes:
+        print(f"- {note}")
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "latest-devserver.json").write_text(json.dumps(
+        {"command": command, "facts": facts, "figures": figures, "notes": notes}, indent=2,
+        default=str), encoding="utf-8")
+    (RESULTS / "latest-devserver.md").write_text(
+        f"`{command}`\n\n" + "\n".join(f"- {f}" for f in facts) + "\n\n"
+        + "\n\n".join(as_markdown) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n",
+        encoding="utf-8")
+    return 0
 
 
 def run_section(name: str, command: str, markdown: bool,
