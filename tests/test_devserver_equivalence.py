@@ -157,4 +157,25 @@ def test_keys_and_id_ranges_behave_as_the_reference_says(
                 operation, found)
     stored = [doc["_id"] for doc in keys.find({}, {"_id": 1})]
     assert sorted(map(repr, stored)) == sorted(repr(doc["_id"]) for doc in reference.documents)
-    assert keys.count_documents({}) == len(reference.documents)
+    total = len(reference.documents)
+    assert keys.count_documents({}) == total
+    assert keys.count_documents({}, skip=1, limit=2) == max(0, min(total - 1, 2))
+    assert keys.count_documents({"a": 1}) == sum(doc["a"] == 1 for doc in reference.documents)
+    numbers = [doc for doc in reference.documents if kind(doc["_id"]) == "number"]
+    assert keys.count_documents({"_id": {"$gte": 0}}) == sum(
+        compare(doc["_id"], 0) >= 0 for doc in numbers)
+
+
+def test_a_count_and_a_group_over_more_than_fifty_thousand_documents(
+    keys: Collection[dict[str, Any]],
+) -> None:
+    """mongoeco refuses a pipeline holding more than 50,000 documents; mongod does not."""
+    keys.drop()
+    keys.insert_many([{"_id": n, "t": n % 3} for n in range(50_001)])
+    assert keys.count_documents({}) == 50_001
+    assert keys.count_documents({"_id": {"$gte": 50_000}}) == 1
+    assert keys.count_documents({}, skip=50_000, limit=5) == 1
+    groups = {doc["_id"]: doc["n"] for doc in keys.aggregate(
+        [{"$group": {"_id": "$t", "n": {"$sum": 1}}}])}
+    assert groups == {0: 16_667, 1: 16_667, 2: 16_667}
+    keys.drop()

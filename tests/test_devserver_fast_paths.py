@@ -247,3 +247,66 @@ def test_stored_values_are_checked_as_mongoeco_checks_them(counted: Counted, val
         return "ok"
 
     assert outcome(codec.validate_bson_value) == outcome(bson_scalars.validate_bson_value)
+
+
+def test_count_documents_is_served_as_a_count_not_a_pipeline_over_every_document() -> None:
+    from migronaut.devserver.wire import _as_count
+
+    group = {"$group": {"_id": 1, "n": {"$sum": 1}}}
+    sent = {"aggregate": "c", "pipeline": [{"$match": {"a": 1}}, {"$skip": 2}, {"$limit": 3},
+                                           group], "cursor": {}, "$db": "d", "lsid": {"id": 1},
+            "hint": "a_1"}
+    assert _as_count(sent) == {"count": "c", "query": {"a": 1}, "skip": 2, "limit": 3,
+                               "$db": "d", "lsid": {"id": 1}, "hint": "a_1"}
+    assert _as_count({**sent, "pipeline": [{"$match": {}}, group]}) == {
+        "count": "c", "query": {}, "$db": "d", "lsid": {"id": 1}, "hint": "a_1"}
+    others = [
+        {**sent, "autocommit": False},  # in a transaction mongod refuses count
+        {**sent, "allowDiskUse": True},  # an option count has not
+        {**sent, "pipeline": [{"$match": {}}, {"$limit": 3}, {"$skip": 2}, group]},
+        {**sent, "pipeline": [{"$match": {}}, {"$group": {"_id": 1, "n": {"$sum": 2}}}]},
+        {**sent, "pipeline": [{"$project": {"a": 1}}, group]},
+    ]
+    assert [_as_count(body) for body in others] == [None] * len(others)
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.dictionaries(st.text(max_size=2), _values.filter(lambda v: not _has_set(v)),
+                       max_size=4))
+def test_documents_become_internal_as_mongoeco_makes_them(counted: Counted,
+                                                          document: dict[str, Any]) -> None:
+    import datetime
+
+    from mongoeco.api._async import _collection_insert
+    from mongoeco.core.codec import DocumentCodec
+
+    ours = _collection_insert.DocumentCodec
+    assert ours is not DocumentCodec  # the batch insert uses the dev server's copy
+    document = {**document, "at": datetime.datetime(2026, 1, 2, 3, 4, 5, 6000,
+                                                     tzinfo=datetime.UTC)}
+
+    def made_by(codec: Any) -> Any:
+        try:
+            made = codec.to_internal(document)
+        except Exception as error:  # the refusal a client would get
+            return f"{type(error).__name__}: {error}"
+        return made, _types(made)
+
+    assert made_by(ours) == made_by(DocumentCodec)
+
+
+def _has_set(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(not isinstance(key, str) or _has_set(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(_has_set(item) for item in value)
+    return isinstance(value, set)
+
+
+def _types(value: Any) -> Any:
+    if isinstance(value, dict):
+        return (type(value).__name__, {key: _types(item) for key, item in value.items()})
+    if isinstance(value, list):
+        return (type(value).__name__, [_types(item) for item in value])
+    return type(value).__name__

@@ -222,7 +222,10 @@ def indexed_memory_engine() -> Any:
     indexes without a collation, compound and partial ones included), ``_id`` ranges, sorts on
     ``_id``, plain counts and ``insert`` commands cost the same in a collection of ten
     documents as of a million."""
-    return _indexed_engine_type()(change_log_max_entries=_CHANGE_LOG_ENTRIES)
+    # mongoeco refuses a pipeline that holds more than 50,000 documents at once (a $group over
+    # a larger collection); mongod has no such limit
+    return _indexed_engine_type()(change_log_max_entries=_CHANGE_LOG_ENTRIES,
+                                  aggregation_materialization_limit=None)
 
 
 #: Set while the indexed engine runs one of mongoeco's methods that scans for a numeric ``_id``
@@ -250,19 +253,6 @@ def _indexed_engine_type() -> type:
     bson_engine_key = _module("mongoeco.core.bson_ordering").bson_engine_key
     object_ids = frozenset({ObjectId, _module("mongoeco.types").ObjectId})
     codec = _module("mongoeco.core.codec")
-    normalize_date = _scalars().normalize_utc_bson_datetime
-
-    def _plain_copy(value: Any) -> Any:
-        """``value`` as mongoeco's codec gives it back (plain dicts and lists, dates in UTC)."""
-        if isinstance(value, dict):
-            return {key: _plain_copy(item) for key, item in value.items()}
-        if isinstance(value, list | tuple):
-            return [_plain_copy(item) for item in value]
-        if isinstance(value, datetime.datetime):
-            return normalize_date(value)
-        if isinstance(value, bytearray):
-            return bytes(value)
-        return value
     collection_base: Any = _module("mongoeco.engines._memory_collection").MemoryCollection
     engine_base: Any = memory.MemoryEngine
 
@@ -588,6 +578,7 @@ def _indexed_engine_type() -> type:
                 _keyed_by_value(getattr(engine_base, name), _KEYED_BY_VALUE))
     _copy_documents_cheaply()
     _validate_values_cheaply()
+    _internal_documents_cheaply()
     _insert_in_batches()
     return IndexedMemoryEngine
 
@@ -695,6 +686,39 @@ def _module(name: str) -> Any:
 @functools.cache
 def _scalars() -> Any:
     return _module("mongoeco.core.bson_scalars")
+
+
+def _plain_copy(value: Any) -> Any:
+    """``value`` as mongoeco's codec gives it back from its encoding (plain dicts and lists,
+    dates in UTC, bytes), without the encoding."""
+    if isinstance(value, dict):
+        return {key: _plain_copy(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain_copy(item) for item in value]
+    if isinstance(value, datetime.datetime):
+        return _scalars().normalize_utc_bson_datetime(value)
+    if isinstance(value, bytearray):
+        return bytes(value)
+    return value
+
+
+def _internal_documents_cheaply() -> None:
+    """mongoeco's batch insert makes each document internal by encoding it into tagged values
+    and decoding it again; documents that came off the wire hold mongoeco's values already:
+    copy them into its immutable internal form directly."""
+    codec = _module("mongoeco.core.codec")
+    base: Any = codec.DocumentCodec
+    own = codec._own_internal_bson
+
+    class InternalByCopy(base):  # type: ignore[misc]
+        @staticmethod
+        def to_internal(data: Any) -> Any:
+            if base.is_internal(data):
+                return data
+            codec.validate_bson_value(data)  # as mongoeco's encoding checks it
+            return own(_plain_copy(data))
+
+    _module("mongoeco.api._async._collection_insert").DocumentCodec = InternalByCopy
 
 
 def _validate_values_cheaply() -> None:

@@ -100,6 +100,8 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool,
     extras = IndexExtras()
     #: createIndexes options set aside before mongoeco validates the command, by context id.
     aside_by_context: dict[int, dict[str, dict[str, Any]]] = {}
+    #: count_documents aggregates served as a count, by context id: the collection's name.
+    counted_by_context: dict[int, str] = {}
 
     def inside(request: Request) -> Run:
         """Run a command straight in mongoeco, on ``request``'s connection and database."""
@@ -132,6 +134,11 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool,
                 carrier = {key: body[key] for key in body if key in _INTERNAL_KEYS}
                 command = {key: body[key] for key in body if key not in _INTERNAL_KEYS}
                 return hooks.served_context(carrier, name, command, **options)
+            counting = _as_count(body) if name == "aggregate" else None
+            if counting is not None:
+                context = prepare(counting, **options)
+                counted_by_context[id(context)] = body["aggregate"]
+                return context
             aside = _split_index_specs(body) if name == "createIndexes" else None
             unknown = name == CONFIGURE_FAIL_POINT or (  # mongoeco's own, served without a flag
                 isinstance(name, str) and not hooks.supports_command(name))
@@ -147,6 +154,7 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool,
     async def execute_prepared(context: Any) -> Any:
         request = hooks.request(context)
         aside = aside_by_context.pop(id(context), {})
+        counted = counted_by_context.pop(id(context), None)
         if request is None:
             return await original(context)
         name, command, db = request.name, request.command, request.db
@@ -184,6 +192,10 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool,
             reply = await original(context)
         if search is not None and isinstance(reply, dict) and reply.get("ok"):
             search.follow(name, command, db)
+        if counted is not None and isinstance(reply, dict) and reply.get("ok"):
+            total = int(reply.get("n") or 0)
+            reply = {"cursor": {"firstBatch": [{"_id": 1, "n": total}] if total else [],
+                                "id": 0, "ns": f"{db}.{counted}"}, "ok": 1.0}
         if isinstance(reply, dict):
             cursor = reply.get("cursor")
             if isinstance(cursor, dict) and isinstance(cursor.get("id"), int):
@@ -197,6 +209,46 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool,
         return reply
 
     hooks.install(build_request_context, execute_prepared)
+
+
+# -- count_documents -------------------------------------------------------------------------
+
+#: The last stage of the pipeline pymongo sends for ``count_documents``.
+_COUNT_GROUP: Final = {"$group": {"_id": 1, "n": {"$sum": 1}}}
+#: Options of such an ``aggregate`` that the ``count`` command takes under the same name.
+_COUNT_OPTIONS: Final = ("collation", "hint", "maxTimeMS", "comment", "readConcern")
+
+
+def _as_count(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``count`` command that answers a ``count_documents`` aggregate (``$match``, then
+    ``$skip``/``$limit``, then ``{$group: {_id: 1, n: {$sum: 1}}}``), or ``None`` for any other
+    pipeline, option or a transaction (mongod refuses ``count`` in one). mongoeco runs the
+    pipeline over every matching document, holding them all (and refuses past 50,000); its
+    ``count`` is served from the collection's size, or from the ``_id`` index for a range."""
+    pipeline = body.get("pipeline")
+    if (not isinstance(body.get("aggregate"), str) or not isinstance(pipeline, list)
+            or len(pipeline) < 2 or pipeline[-1] != _COUNT_GROUP
+            or "autocommit" in body or "startTransaction" in body):
+        return None
+    first = pipeline[0]
+    if not isinstance(first, dict) or list(first) != ["$match"] or not isinstance(
+            first["$match"], dict):
+        return None
+    count: dict[str, Any] = {"count": body["aggregate"], "query": first["$match"]}
+    for stage in pipeline[1:-1]:
+        if not isinstance(stage, dict) or len(stage) != 1:
+            return None
+        (operator, value), = stage.items()
+        field = {"$skip": "skip", "$limit": "limit"}.get(operator)
+        if field is None or field in count or (field == "skip" and "limit" in count):
+            return None
+        count[field] = value
+    for key, value in body.items():
+        if key in _COUNT_OPTIONS or key in _INTERNAL_KEYS:
+            count[key] = value
+        elif key not in ("aggregate", "pipeline", "cursor"):
+            return None  # an option count has not: mongoeco runs the pipeline
+    return count
 
 
 # -- catalog: createIndexes, listIndexes, listCollections ------------------------------------
