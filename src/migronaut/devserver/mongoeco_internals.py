@@ -409,7 +409,8 @@ def _indexed_engine_type() -> type:
             """Keep a stored document as the plain document it decodes to, already decoded:
             mongoeco encodes it into tagged JSON-like values, then decodes a second copy on
             its first read and keeps both (its readers copy a document before changing it)."""
-            codec.validate_bson_value(document)
+            if not codec.DocumentCodec.is_internal(document):  # internal ones were checked
+                codec.validate_bson_value(document)
             plain = _plain_copy(document)
             stored = memory._StoredDocument(plain)
             stored.decoded_wrapped = plain
