@@ -1,11 +1,12 @@
 """The import graph of ``src/migronaut``: no new cycle, and no lower layer importing a higher one.
 
-Layers, low to high: ``errors``/``_redact``/``_version`` → ``core`` and ``observability`` (one
-level: a DAG of modules) → ``background`` → ``commands`` → ``api``/``aio`` → everything else
-(``cli``, ``testing``, the dev server package ``devserver``, the package's lazy ``__init__``).
-Every import counts: inside functions and under ``TYPE_CHECKING`` too: there are none upward,
-and none may come. The dev server imports nothing of ours but ``errors`` and ``_redact``, and
-only ``devserver/mongoeco_internals.py`` reaches into mongoeco's private surface.
+Layers, low to high: ``errors``/``_redact``/``_version``/``_names`` → ``core`` and
+``observability`` (one level: a DAG of modules) → ``background`` → ``commands`` → ``api``/``aio``
+→ everything else (``cli``, ``testing``, the dev server package ``devserver``, the package's lazy
+``__init__``). Every import counts: inside functions and under ``TYPE_CHECKING`` too: there are
+none upward, and none may come. The dev server imports nothing of ours but ``errors``,
+``_redact`` and ``_names`` (MongoDB's name rules), and only ``devserver/mongoeco_internals.py``
+reaches into mongoeco's private surface.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 
 LAYERS = (
     ("migronaut.errors", 0), ("migronaut._redact", 0), ("migronaut._version", 0),
+    ("migronaut._names", 0),
     ("migronaut.core", 1), ("migronaut.declared", 1),
     ("migronaut.observability", 1), ("migronaut.versioning", 1),
     ("migronaut.background", 2), ("migronaut.commands", 3), ("migronaut.api", 4),
@@ -24,8 +26,8 @@ LAYERS = (
     ("migronaut.devserver", 5),
 )
 #: What the dev server may import of ours besides its own modules: the top layer, it stands on
-#: nothing but the error tree and redaction.
-DEVSERVER_IMPORTS = frozenset({"migronaut.errors", "migronaut._redact"})
+#: nothing but the error tree, redaction and MongoDB's name rules.
+DEVSERVER_IMPORTS = frozenset({"migronaut.errors", "migronaut._redact", "migronaut._names"})
 #: mongoeco's public modules; any other is its internals.
 MONGOECO_PUBLIC = frozenset({"mongoeco", "mongoeco.engines", "mongoeco.wire", "mongoeco.errors"})
 #: The one module allowed to reach into mongoeco's private surface.

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from migronaut._names import validate_collection_name, validate_db_name
 from migronaut.errors import ConfigInvalidError, MigronautError
 
 __all__ = [
@@ -227,30 +228,7 @@ def _fail(issues: list[Issue]) -> ConfigInvalidError:
     return ConfigInvalidError(message, {"issues": [i.as_dict() for i in issues]})
 
 
-def validate_collection_name(value: Any) -> str | None:
-    """The collection-name rule of reference §3.6; returns a problem or ``None``."""
-    if not isinstance(value, str) or not value:
-        return "must be a non-empty string"
-    if "$" in value or "\x00" in value or value.startswith("system."):
-        return "must be a valid collection name (no '$'/NUL, not system.*)"
-    return None
-
-
-#: What MongoDB refuses in a database name (pymongo raises ``InvalidName`` on these).
-_DB_NAME_FORBIDDEN = (" ", ".", "$", "/", "\\", "\x00", '"')
 URI_SCHEMES = ("mongodb://", "mongodb+srv://")
-
-
-def validate_db_name(value: Any) -> str | None:
-    """MongoDB's database-name rule; returns a problem or ``None``."""
-    if not isinstance(value, str) or not value.strip():
-        return "must be a non-empty string"
-    bad = [ch for ch in _DB_NAME_FORBIDDEN if ch in value]
-    if bad:
-        return f"must be a valid database name (no {bad[0]!r})"
-    if len(value.encode("utf-8")) > 63:
-        return "must be a valid database name (at most 63 bytes)"
-    return None
 
 
 def _check_value(spec: KeySpec, value: Any, *, from_text: bool) -> tuple[Any, str | None]:

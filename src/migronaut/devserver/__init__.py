@@ -21,6 +21,8 @@ Its modules, one job each:
 * :mod:`~migronaut.devserver.search_definition` — which search-index definitions Atlas fails to
   build;
 * :mod:`~migronaut.devserver.failpoints` — ``--enable-test-commands``: ``failCommand``;
+* :mod:`~migronaut.devserver.seed` — ``--seed DB.COLLECTION:N``: collections filled with small
+  orders before the URI is printed;
 * :mod:`~migronaut.devserver.mongoeco_internals` — the one module that reaches into mongoeco's
   private surface: the command executor's hooks, the indexed memory engine (``_id`` lookups,
   duplicate checks, ranges and counts that cost the same at any size), and the check of the
@@ -42,6 +44,7 @@ from migronaut.devserver.process import (
     default_python,
     start_subprocess,
 )
+from migronaut.devserver.seed import Seed, parse_seeds
 from migronaut.devserver.serve import (
     DEFAULT_SEARCH_DELAY,
     build_uri,
@@ -55,11 +58,13 @@ __all__ = [
     "DEFAULT_SEARCH_DELAY",
     "PYTHON_ENV_VAR",
     "DevServerProcess",
+    "Seed",
     "build_uri",
     "check_search_delay",
     "default_python",
     "main",
     "parse_auth",
+    "parse_seeds",
     "serve",
     "start_subprocess",
 ]

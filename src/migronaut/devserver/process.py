@@ -20,11 +20,13 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Iterable
 from types import TracebackType
 from typing import IO, Final
 from urllib.parse import quote_plus
 
 from migronaut._redact import MASK, redact
+from migronaut.devserver.seed import Seed, parse_seeds
 from migronaut.devserver.serve import INSTALL_HINT, MIN_PYTHON
 from migronaut.errors import (
     EXIT_CODES,
@@ -33,10 +35,23 @@ from migronaut.errors import (
     MigronautError,
 )
 
-__all__ = ["PYTHON_ENV_VAR", "DevServerProcess", "default_python", "start_subprocess"]
+__all__ = [
+    "PYTHON_ENV_VAR",
+    "SEED_TIMEOUT_PER_DOCUMENT",
+    "START_TIMEOUT",
+    "DevServerProcess",
+    "default_python",
+    "start_subprocess",
+]
 
 #: Environment variable naming the interpreter (with ``migronaut[embedded]``) that runs the server.
 PYTHON_ENV_VAR: Final = "MIGRONAUT_DEVSERVER_PYTHON"
+#: Seconds :func:`start_subprocess` waits for the URI line by default, plus
+#: :data:`SEED_TIMEOUT_PER_DOCUMENT` per document seeded (in memory; 100 times that into a
+#: ``--path`` file, whose inserts read the whole collection).
+START_TIMEOUT: Final = 30.0
+#: The dev server inserts several thousand documents a second; this allows for a slow machine.
+SEED_TIMEOUT_PER_DOCUMENT: Final = 0.002
 
 
 def default_python() -> str:
@@ -122,7 +137,8 @@ def start_subprocess(
     search_delay: float | None = None,
     search_lag: float | None = None,
     test_commands: bool = False,
-    timeout: float = 30.0,
+    seed: Iterable[str | Seed] | str = (),
+    timeout: float | None = None,
 ) -> DevServerProcess:
     """Start ``python -m migronaut.devserver`` and wait (up to ``timeout`` s) for its URI line.
 
@@ -130,8 +146,15 @@ def start_subprocess(
     ``migronaut[embedded]`` installed. Raises :class:`ConfigInvalidError` when the server refuses
     its options or its interpreter, :class:`ConnectionFailedError` when it fails otherwise or does
     not print its URI in time. ``search``/``search_delay``/``search_lag``: Atlas Search index
-    commands served; ``test_commands``: the ``failCommand`` failpoint (see :func:`serve`).
+    commands served; ``test_commands``: the ``failCommand`` failpoint; ``seed``: collections
+    filled before the URI is printed, ``"DB.COLLECTION:N"`` values checked here before anything
+    starts (see :func:`serve`). ``timeout`` defaults to :data:`START_TIMEOUT` s plus
+    :data:`SEED_TIMEOUT_PER_DOCUMENT` s per document seeded (100 times that with ``path``).
     """
+    seeds = parse_seeds(seed, path=path)
+    if timeout is None:
+        per_document = SEED_TIMEOUT_PER_DOCUMENT * (1 if path is None else 100)
+        timeout = START_TIMEOUT + per_document * sum(one.count for one in seeds)
     interpreter = python or default_python()
     argv = [interpreter, "-m", "migronaut.devserver", "--port", str(port)]
     if path is not None:
@@ -150,6 +173,8 @@ def start_subprocess(
         argv += ["--search-lag", repr(float(search_lag))]
     if test_commands:
         argv.append("--enable-test-commands")
+    for one in seeds:
+        argv += ["--seed", str(one)]
     shown = list(argv)  # for error messages: the password masked
     if auth is not None:
         argv += ["--auth", f"{auth[0]}:{auth[1]}"]

@@ -3,8 +3,9 @@
 This module owns one server's life in its own process: checking the options and the installed
 mongoeco, starting mongoeco's wire server (in memory, or persisted to a SQLite file) with the
 layer of :mod:`migronaut.devserver.wire` in front of its command executor, building the
-connection URI (with credentials when ``auth`` is on), waiting for SIGINT/SIGTERM and closing
-cleanly; and :func:`main`, the ``python -m migronaut.devserver`` command line.
+connection URI (with credentials when ``auth`` is on), seeding collections when asked
+(:mod:`migronaut.devserver.seed`), waiting for SIGINT/SIGTERM and closing cleanly; and
+:func:`main`, the ``python -m migronaut.devserver`` command line.
 
 Invariants:
 
@@ -14,10 +15,13 @@ Invariants:
   never a traceback.
 * The URI a server process prints on stdout is its first line and is redacted of the password
   (:func:`migronaut.devserver.start_subprocess` puts the real password back).
+* ``on_ready`` is called only once the server listens and every ``--seed`` collection is filled:
+  whoever waits for the URI gets a seeded server. A refused ``--seed`` value refuses the server
+  before it starts.
 
 Run it directly with ``python -m migronaut.devserver --port N [--path F] [--auth user:pass]
 [--standalone | --sharded] [--no-strict] [--search [--search-delay S] [--search-lag S]]
-[--enable-test-commands]``.
+[--enable-test-commands] [--seed DB.COLLECTION:N ...]``.
 """
 
 from __future__ import annotations
@@ -26,12 +30,13 @@ import argparse
 import asyncio
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import quote_plus
 
 from migronaut._redact import redact
+from migronaut.devserver.seed import Seed, fill, parse_seeds
 from migronaut.errors import ConfigInvalidError, MigronautError
 
 __all__ = [
@@ -94,7 +99,9 @@ def serve(
     search_delay: float = DEFAULT_SEARCH_DELAY,
     search_lag: float = 0.0,
     test_commands: bool = False,
+    seed: Iterable[str | Seed] | str = (),
     on_ready: Callable[[str], None],
+    on_progress: Callable[[str], None] | None = None,
 ) -> None:
     """Serve a MongoDB-compatible endpoint until SIGINT or SIGTERM, then close it and return.
 
@@ -108,7 +115,11 @@ def serve(
     ``PENDING`` and again in ``BUILDING``, and listing a submitted change only ``search_lag``
     seconds later (see :mod:`migronaut.devserver.search`); ``test_commands`` serves mongod's
     ``configureFailPoint`` ``failCommand`` (a test aid, see
-    :mod:`migronaut.devserver.failpoints`). ``on_ready`` is
+    :mod:`migronaut.devserver.failpoints`). ``seed`` (``"DB.COLLECTION:N"`` values, or
+    :class:`~migronaut.devserver.seed.Seed`) fills each collection with N small orders through
+    the server's own endpoint before ``on_ready``, reporting to ``on_progress`` (a line about
+    every 10 %); a malformed value is refused before anything starts, a collection that already
+    holds documents (in a ``path`` file) before anything is inserted. ``on_ready`` is
     called once with the connection URI (it carries the password: redact it before printing).
     Must run in the main thread, which receives the signals. A mongoeco outside the release
     line the dev server was written against is refused before anything starts
@@ -119,6 +130,7 @@ def serve(
             "--standalone and --sharded exclude each other (a mongos runs transactions)",
             {"flag": "--sharded"},
         )
+    seeds = parse_seeds(seed, path=path)
     if sys.version_info < MIN_PYTHON:
         found = ".".join(str(part) for part in sys.version_info[:2])
         raise ConfigInvalidError(f"{INSTALL_HINT} (this is Python {found})")
@@ -182,7 +194,11 @@ def serve(
                     {"flag": "--port", "host": host, "port": port},
                 ) from error
             try:
-                on_ready(build_uri(address.host, address.port, auth))
+                uri = build_uri(address.host, address.port, auth)
+                if seeds and not await fill(uri, seeds, path=path, on_progress=on_progress,
+                                            stop=stop):
+                    return  # stopped while seeding: never ready
+                on_ready(uri)
                 await stop.wait()
             finally:
                 await server.close()
@@ -268,10 +284,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--enable-test-commands", dest="test_commands", action="store_true",
         help="serve mongod's configureFailPoint failCommand (a test aid, never for real data)",
     )
+    parser.add_argument(
+        "--seed", action="append", default=[], metavar="DB.COLLECTION:N",
+        help="fill that collection with N small orders before printing the URI (repeatable)",
+    )
     args = parser.parse_args(argv)
 
     def announce(uri: str) -> None:
         print(redact(uri), flush=True)
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
 
     try:
         auth = None if args.auth is None else parse_auth(args.auth)
@@ -287,7 +310,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             search_delay=args.search_delay,
             search_lag=args.search_lag,
             test_commands=args.test_commands,
+            seed=args.seed,
             on_ready=announce,
+            on_progress=progress,
         )
     except MigronautError as error:
         print(f"error: {error.message}", file=sys.stderr, flush=True)

@@ -47,10 +47,13 @@ _CONFIG_FLAGS = (("uri", "--uri"), ("db", "--db"), ("dir", "--dir"), ("config", 
               "update, as Atlas's eventually consistent list does (default 0).")
 @click.option("--enable-test-commands", "test_commands", is_flag=True,
               help="Serve mongod's configureFailPoint failCommand (for testing failure paths).")
+@click.option("--seed", "seed", multiple=True, metavar="DB.COLLECTION:N",
+              help="Before printing the URI, fill that collection with N small orders "
+              "({_id, __v: 1, customer, status, total}); repeatable.")
 def dev_server(
     session: Session, port: str | None, data_path: str | None, auth: str | None,
     standalone: bool, sharded: bool, strict: bool, search: bool, search_delay: str | None,
-    search_lag: str | None, test_commands: bool,
+    search_lag: str | None, test_commands: bool, seed: tuple[str, ...],
 ) -> int:
     from migronaut import devserver
 
@@ -60,7 +63,7 @@ def dev_server(
         raise ConfigInvalidError(
             f"{given[0]} does not apply to dev-server: it reads no configuration (its options "
             "are --port, --path, --auth, --standalone, --sharded, --no-strict, --search, "
-            "--enable-test-commands)",
+            "--enable-test-commands, --seed)",
             {"option": given[0]},
         )
     number = parse_int(port, "--port")
@@ -71,6 +74,7 @@ def dev_server(
     delay = _seconds(search_delay, "--search-delay", devserver.DEFAULT_SEARCH_DELAY)
     lag = _seconds(search_lag, "--search-lag", 0.0)
     credentials = devserver.parse_auth(auth) if auth is not None else None
+    seeds = devserver.parse_seeds(seed, path=data_path)
     out = session.out
 
     def ready(uri: str) -> None:
@@ -83,6 +87,8 @@ def dev_server(
             where += ", Atlas Search index commands served"
         if test_commands:
             where += ", test failpoint served"
+        if seeds:
+            where += "".join(f", {one.count:,} documents in {one.namespace}" for one in seeds)
         out.note(f"Dev server ready ({where}) — press Ctrl-C to stop")
 
     try:
@@ -98,7 +104,9 @@ def dev_server(
             search_delay=delay,
             search_lag=lag,
             test_commands=test_commands,
+            seed=seeds,
             on_ready=ready,
+            on_progress=out.note,
         )
     except ConfigInvalidError as error:
         if number is None and error.context.get("flag") == "--port":  # the default is taken
