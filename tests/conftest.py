@@ -464,7 +464,7 @@ ONE_INTERPRETER_MODULES = frozenset({
     "test_devserver.py", "test_devserver_collmod.py", "test_devserver_search.py",
     "test_devserver_strict.py", "test_devserver_failpoints.py", "test_dev_server_modes.py",
     "test_devserver_internals.py", "test_packaging.py", "test_cli_junk.py",
-    "test_dev_server_seed.py",
+    "test_dev_server_seed.py", "test_devserver_equivalence.py", "test_devserver_fast_paths.py",
 })
 
 
