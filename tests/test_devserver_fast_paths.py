@@ -310,3 +310,16 @@ def _types(value: Any) -> Any:
     if isinstance(value, list):
         return (type(value).__name__, [_types(item) for item in value])
     return type(value).__name__
+
+
+def test_a_document_id_is_one_key_whichever_numeric_types_it_holds(fresh: Counted) -> None:
+    from mongoeco.errors import DuplicateKeyError
+
+    ids = fresh.db.ids
+    fresh.db.command({"insert": "ids", "documents": [{"_id": {"a": 1, "b": [2, "x"]}}]})
+    for twin in ({"a": 1.0, "b": [Int64(2), "x"]}, {"a": Decimal128("1"), "b": [2.0, "x"]}):
+        assert ids.find_one({"_id": twin}) is not None
+        with pytest.raises(DuplicateKeyError):
+            ids.insert_one({"_id": twin})
+    ids.insert_one({"_id": {"b": [2, "x"], "a": 1}})  # field order counts
+    assert ids.count_documents({}) == 2

@@ -338,9 +338,9 @@ def _indexed_engine_type() -> type:
             return ("str", value)
         if kind is int:
             return ("number", value)
-        if kind is dict:
+        if isinstance(value, dict):  # and mongoeco's internal documents
             return ("dict", tuple((name, storage_key(item)) for name, item in value.items()))
-        if kind is list:
+        if isinstance(value, list | tuple):
             return ("list", tuple(storage_key(item) for item in value))
         plain = _plain(value)
         if isinstance(plain, int | float | decimal.Decimal) and not isinstance(plain, bool):
