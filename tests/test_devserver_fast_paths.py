@@ -133,6 +133,19 @@ def test_an_id_range_sorted_on_id_reads_as_far_as_its_limit(counted: Counted) ->
     assert after == first[1:] and reads.count <= 2 + FEW
 
 
+def test_a_batch_read_with_a_type_and_another_field_starts_at_its_bound(counted: Counted
+                                                                       ) -> None:
+    # a background batch: the match, and the partition's _id type and cursor in one condition
+    # (compiled to an $and inside the $and, where the bound was once not seen: a scan from the
+    # first _id)
+    with counted.reading() as reads:
+        found = list(counted.db.numbers.find(
+            {"tag": {"$in": [None, 1]}, "_id": {"$type": ["int", "double"], "$gt": 1_500}})
+            .sort("_id", 1).limit(5))
+    assert [doc["_id"] for doc in found] == [1_501, 1_511, 1_521, 1_531, 1_541]
+    assert reads.count <= 50 + FEW
+
+
 def test_a_bounded_id_range_reads_only_its_documents(counted: Counted) -> None:
     with counted.reading() as reads:
         found = list(counted.db.numbers.find({"_id": {"$gte": 500, "$lt": 520}}))

@@ -354,8 +354,11 @@ def _indexed_engine_type() -> type:
         return _sort_key_of(storage_key(value))
 
     def id_clauses(plan: Any) -> list[Any]:
+        """The conditions on ``_id`` that every match meets: those of the plan's top-level
+        ``$and``, nested ones included (``{a: 1, _id: {$type: …, $gt: …}}`` compiles to an
+        ``$and`` holding an ``$and``)."""
         if isinstance(plan, plans.AndCondition):
-            return [clause for clause in plan.clauses if getattr(clause, "field", None) == "_id"]
+            return [found for clause in plan.clauses for found in id_clauses(clause)]
         return [plan] if getattr(plan, "field", None) == "_id" else []
 
     def id_bounds(clauses: list[Any]) -> tuple[Any, bool, Any, bool] | None:
