@@ -319,6 +319,64 @@ def test_a_served_context_names_the_command_the_layer_serves() -> None:
         "collMod", {"collMod": "orders"}, "shop")
 
 
+def test_the_proxy_server_dispatches_each_request_from_its_header_and_payload() -> None:
+    from mongoeco.wire.protocol import parse_message_header
+
+    dispatch = getattr(new_server(), "_dispatch_wire_request", None)
+
+    assert dispatch is not None, "mongoeco moved AsyncMongoEcoProxyServer._dispatch_wire_request"
+    assert inspect.iscoroutinefunction(dispatch), "_dispatch_wire_request is no longer a coroutine"
+    assert takes(dispatch, "header", "payload", keywords=("connection",)), \
+        f"_dispatch_wire_request now takes {parameters(dispatch)}"
+    header = parse_message_header((16).to_bytes(4, "little") + (7).to_bytes(4, "little")
+                                  + bytes(4) + (2013).to_bytes(4, "little"))
+    assert header.op_code == 2013, "a parsed header no longer names its op code as op_code"
+
+
+def test_routed_requests_are_answered_through_the_router() -> None:
+    from pymongo import MongoClient
+
+    from migronaut.devserver.engine_loop import MONITORING
+    from migronaut.devserver.mongoeco_internals import route_requests
+
+    seen: list[tuple[int, str | None]] = []
+
+    async def router(op_code: int, payload: bytes, request: Any) -> Any:
+        from migronaut.devserver.engine_loop import command_name
+
+        seen.append((op_code, command_name(op_code, payload)))
+        return await request()
+
+    async def main() -> None:
+        server = new_server()
+        route_requests(server, router)
+        address = await server.start()
+        try:
+            def ping() -> Any:
+                with MongoClient(f"mongodb://{address.host}:{address.port}/?directConnection=true",
+                                 serverSelectionTimeoutMS=5_000) as client:
+                    return client.admin.command("ping")
+            assert (await asyncio.to_thread(ping))["ok"] == 1.0
+        finally:
+            await server.close()
+
+    asyncio.run(main())
+    assert (2013, "ping") in seen and any(name in MONITORING for _, name in seen)
+
+
+def test_routing_over_a_server_without_a_dispatch_refuses_this_mongoeco() -> None:
+    from migronaut.devserver.mongoeco_internals import route_requests
+
+    async def router(op_code: int, payload: bytes, request: Any) -> Any:
+        raise AssertionError("never called")
+
+    with pytest.raises(ConfigInvalidError) as raised:
+        route_requests(object(), router)
+
+    assert raised.value.message.startswith(
+        "the dev server does not support this mongoeco version")
+
+
 def test_hooks_over_a_server_without_an_executor_refuse_this_mongoeco() -> None:
     from migronaut.devserver.mongoeco_internals import CommandHooks
 

@@ -13,7 +13,10 @@ mongoeco's public API serves the wire protocol (``mongoeco.wire``), stores data
   to change (the memory engine's option store and lock, the SQLite engine's connection, lock
   and worker, ``mongoeco.core.json_compat``);
 * :func:`apply_pipeline` — mongoeco's aggregation pipeline over documents in memory
-  (``mongoeco.core.aggregation.stages``).
+  (``mongoeco.core.aggregation.stages``);
+* :func:`route_requests` — the server's dispatch of one wire request
+  (``server._dispatch_wire_request``, and the ``op_code`` of the header it is given), which
+  :mod:`migronaut.devserver.engine_loop` moves to a loop of its own.
 
 Invariants:
 
@@ -39,7 +42,7 @@ import importlib.metadata
 import math
 import os
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, Final
 
 from migronaut.devserver.catalog import Refused
@@ -54,6 +57,7 @@ __all__ = [
     "check_version",
     "indexed_memory_engine",
     "installed_version",
+    "route_requests",
     "set_collection_options",
 ]
 
@@ -66,6 +70,9 @@ ANY_VERSION_ENV_VAR: Final = "MIGRONAUT_DEVSERVER_ANY_MONGOECO"
 Execute = Callable[[Any], Awaitable[Any]]
 #: mongoeco's build of a request context from a command body (``_build_request_context``).
 Prepare = Callable[..., Any]
+#: What runs one wire request: given its op code, its bytes after the header, and mongoeco's
+#: answer to it (a coroutine function), returns that answer's reply bytes.
+Router = Callable[[int, bytes, Callable[[], Coroutine[Any, Any, Any]]], Awaitable[Any]]
 
 
 def installed_version() -> str:
@@ -159,6 +166,24 @@ class CommandHooks:
         return Request(name=getattr(context, "command_name", None), command=command,
                        db=context.db_name, connection=getattr(context, "connection", None),
                        starts_transaction=bool(raw_body.get("startTransaction")))
+
+
+def route_requests(server: Any, router: Router) -> None:
+    """Put ``router`` in front of ``server``'s dispatch of each wire request (before it starts).
+
+    Raises :class:`~migronaut.errors.ConfigInvalidError` when the dispatch is not where mongoeco
+    4.11 keeps it.
+    """
+    original: Any = getattr(server, "_dispatch_wire_request", None)
+    if original is None:
+        raise ConfigInvalidError("the dev server does not support this mongoeco version "
+                                 "(its request dispatch moved)")
+
+    async def dispatch(header: Any, payload: bytes, *, connection: Any) -> Any:
+        return await router(header.op_code, payload,
+                            lambda: original(header, payload, connection=connection))
+
+    server._dispatch_wire_request = dispatch
 
 
 async def set_collection_options(

@@ -141,8 +141,13 @@ def serve(
         from mongoeco.wire import AsyncMongoEcoProxyServer, WireAuthUser
     except ImportError as error:
         raise ConfigInvalidError(f"{INSTALL_HINT} (mongoeco is not installed)") from error
+    from migronaut.devserver.engine_loop import EngineLoop
     from migronaut.devserver.failpoints import FailCommand
-    from migronaut.devserver.mongoeco_internals import check_version, indexed_memory_engine
+    from migronaut.devserver.mongoeco_internals import (
+        check_version,
+        indexed_memory_engine,
+        route_requests,
+    )
     from migronaut.devserver.search import SearchIndexes
     from migronaut.devserver.wire import install
 
@@ -177,6 +182,9 @@ def serve(
         install(server, strict=strict, standalone=standalone, sharded=sharded,
                 search=SearchIndexes(search_delay, lag=search_lag) if search else None,
                 fail_command=FailCommand() if test_commands else None)
+        commands = EngineLoop()
+        route_requests(server, commands.route)
+        commands.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         installed = _install_signal_handlers(loop, stop)
@@ -203,6 +211,7 @@ def serve(
             finally:
                 await server.close()
         finally:
+            commands.stop()
             _remove_signal_handlers(loop, installed)
 
     asyncio.run(run())
