@@ -655,12 +655,15 @@ class Trace(monitoring.CommandListener):
         steps: dict[tuple[tuple[str, str], ...], list[list[float]]] = {}
         waits: dict[tuple[tuple[str, str], ...], list[list[float]]] = {}
         lanes = 0
+        caller_trips = 0.0
         for thread, events in by_thread.items():
             if not any(batch_read for _, _, batch_read, _, _ in events):
                 role = ("lease keeper (timer)" if thread.name.startswith("migronaut-lease")
                         else "caller: registration, planning, coordination")
                 other.setdefault(role, collections.Counter()).update(
                     (name, collection) for name, collection, _, _, _ in events)
+                if role.startswith("caller"):
+                    caller_trips += sum(trip or 0.0 for *_, trip in events)
                 continue
             lanes += 1
             current: list[tuple[str, str]] | None = None
@@ -707,6 +710,9 @@ class Trace(monitoring.CommandListener):
             "outside": {role: [[n, c, k] for (n, c), k in sorted(counter.items())]
                         for role, counter in other.items()},
             "total": len(self.events),
+            # the round trips of the calling thread (planning, coordination), summed: mostly the
+            # server's work
+            "caller_trip_seconds": caller_trips,
             "batch_wall": [wall for wall, _ in spans],
             "batch_cpu": [cpu for _, cpu in spans],
             # for the typical batch: median thread CPU from each command's start to the next
@@ -796,6 +802,17 @@ def _engine_pass(spec: dict[str, Any], trace: Trace | None, memory: bool) -> dic
         out["totals"] = view.get("totals")
         out["plan"] = view.get("plan")
         out["partitions"] = (view.get("partitions") or {}).get("total")
+        if trace is not None:  # what `background status` / `progress --json` read, and cost
+            trace.reset()
+            trace.active = True
+            started = time.perf_counter()
+            engine.status(name)
+            engine.partitions_view(name)
+            out["views_seconds"] = time.perf_counter() - started
+            trace.active = False
+            out["views_trip_seconds"] = sum(trace.durations.values())
+            out["views_commands"] = [[event[1], event[2]] for event in trace.events]
+            trace.reset()
     return out
 
 

@@ -653,6 +653,9 @@ BACKGROUND_COLUMNS = tuple(label for label, _, _ in BACKGROUND_VARIANTS)
 LOOP = "hand-written loop"
 CPU_RATIO_TARGET = 1.3
 TRIPS_TARGET = 3
+#: What `background status` and `progress --json` may cost the server, whatever N (they read
+#: the migration's state and partitions, never its documents).
+VIEWS_TARGET_S = 0.1
 #: "flat": the peak at the largest N at most this many times the peak at the smallest N (a
 #: collection held in memory would grow with N, here 4x)
 MEMORY_FLAT_TARGET = 1.5
@@ -750,6 +753,17 @@ def background_rows(figures: dict[str, Any], sizes: Sizes,
             caller_cpu = timed.get("caller_cpu")
             cells["caller_cpu"][label] = (f"{caller_cpu * 1000:.0f} ms" if caller_cpu is not None
                                           else "—" if engine else "0 ms")
+            planning = drive.get("caller_trip_seconds")
+            cells["caller_trips"][label] = (f"{planning * 1000:,.0f} ms" if planning is not None
+                                            and engine else "—")
+            if engine and "views_trip_seconds" in timed:
+                views = timed["views_commands"]
+                on_docs = sum(1 for _, coll in views if coll == "docs")
+                cells["views"][label] = (f"{timed['views_trip_seconds'] * 1000:.1f} ms, "
+                                         f"{len(views)} commands, {on_docs} on the documents")
+                met["views"].append(f"{label.split(', ')[1]}: " + (
+                    "yes" if timed["views_trip_seconds"] < VIEWS_TARGET_S and not on_docs
+                    else "NO"))
             partitions = timed.get("partitions")
             cells["batches"][label] = (f"{batches} / {partitions} / {drive.get('lanes_used')}"
                                        if engine else f"{batches} / — / 1")
@@ -798,7 +812,13 @@ def background_rows(figures: dict[str, Any], sizes: Sizes,
                 "lease-keeper timers", "", cells["oneoff"]),
             Row("client CPU of the calling thread in `drive` (planning, coordination; "
                 "fixed, whatever N)", "", cells["caller_cpu"]),
+            Row("round trips of the calling thread in `drive`, summed (planning, "
+                "coordination: mostly the server's work)", "", cells["caller_trips"]),
             Row("batches / partitions / lanes that read", "", cells["batches"]),
+            Row("`background status` + `progress` views at the end: their round trips "
+                "(server), commands, reads of the documents",
+                f"< {VIEWS_TARGET_S * 1000:.0f} ms, none", cells["views"],
+                "; ".join(met["views"])),
             Row("peak traced memory (tracemalloc, a second pass)", "flat in N", cells["peak"]),
             Row("ru_maxrss growth during the timed pass", "", cells["rss"]),
             Row("every document migrated (x2 = 2x, version 1, revision 1), both passes", "",
