@@ -105,6 +105,9 @@ BACKGROUND_VARIANTS = (
     ("engine, 4 lanes", "engine", 4),
     ("hand-written loop", "loop", 1),
 )
+#: --background-variants names.
+VARIANT_KEYS = (("engine-1", "engine, 1 lane"), ("engine-4", "engine, 4 lanes"),
+                ("loop", "hand-written loop"))
 SEED_CHUNK = 10_000
 
 
@@ -989,6 +992,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--background-sizes", type=int, nargs="+", default=None, metavar="N",
                         help="document counts of the background section (default: 1,500 and "
                              "4,500; --quick: 500 and 1,500), e.g. --background-sizes 2000")
+    parser.add_argument("--background-variants", nargs="+", metavar="V",
+                        choices=[key for key, _ in VARIANT_KEYS], default=None,
+                        help="run only these background variants: engine-1, engine-4, loop "
+                             "(default: all three)")
     parser.add_argument("--no-memory-pass", action="store_true",
                         help="skip the background variants' pass under tracemalloc (at "
                              "1,000,000 documents it doubles the run; ru_maxrss growth is "
@@ -1075,7 +1082,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_background:
             figures["background"] = measure_background(me, server, sizes, batch,
                                                        args.profile, args.rounds,
-                                                       memory=not args.no_memory_pass)
+                                                       memory=not args.no_memory_pass,
+                                                       only=args.background_variants)
     finally:
         server.close()
 
@@ -1341,8 +1349,8 @@ def measure_workloads(figures: dict[str, Any], me: Path, peers_python: Path | No
 
 
 def measure_background(me: Path, server: Server, sizes: Sizes, batch: int,
-                       profile: bool, rounds: int = 3, *, memory: bool = True
-                       ) -> dict[str, Any]:
+                       profile: bool, rounds: int = 3, *, memory: bool = True,
+                       only: list[str] | None = None) -> dict[str, Any]:
     """Each size, each variant: a fresh process on a freshly seeded database."""
     if importlib.util.find_spec("migronaut.background.lanes") is None:
         why = "skipped (migronaut.background.lanes is not importable: engine not built yet)"
@@ -1351,7 +1359,11 @@ def measure_background(me: Path, server: Server, sizes: Sizes, batch: int,
     out: dict[str, Any] = {}
     for n in sizes.background_docs:
         out[str(n)] = {}
+        chosen = {dict(VARIANT_KEYS)[key] for key in only} if only else None
         for label, variant, lanes in BACKGROUND_VARIANTS:
+            if chosen is not None and label not in chosen:
+                out[str(n)][label] = {"error": "not run (--background-variants)"}
+                continue
             out[str(n)][label] = run_driver(
                 me, "background", server.uri, n, 1, max(900.0, n * 0.004),
                 extra={"variant": variant, "lanes": lanes, "batch_size": batch,
