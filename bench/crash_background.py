@@ -46,6 +46,14 @@ def migrated_now(db: Any) -> int:
     return int(db["docs"].count_documents({"__v": 1}))
 
 
+def start_worker(root: Path, env: dict[str, str], lanes: int, log_path: Path
+                 ) -> subprocess.Popen[bytes]:
+    """``migronaut background work --lanes L`` in ``root``, its output into ``log_path``."""
+    with open(log_path, "wb") as out:
+        return subprocess.Popen(command("work", lanes, env, 1000), cwd=root, env=env,
+                                stdout=out, stderr=subprocess.STDOUT)
+
+
 def check(db: Any, docs: int) -> dict[str, Any]:
     """Every document once and right, and the stored totals."""
     rows = list(db["docs"].find({}, {"x": 1, "y": 1, "__v": 1, "__rev": 1}))
@@ -98,9 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             threshold = int(options.docs * options.kill_at)
             log_path = root / "first.log"
             started = time.perf_counter()
-            with open(log_path, "wb") as out:
-                first = subprocess.Popen(command("work", options.lanes, env, 1000), cwd=root,
-                                         env=env, stdout=out, stderr=subprocess.STDOUT)
+            first = start_worker(root, env, options.lanes, log_path)
             try:
                 wait_for(first, log_path, "work", lambda: migrated_now(db) >= threshold)
                 first.send_signal(signal.SIGKILL)
@@ -115,9 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                 {"background": NAME, "lease": {"$type": "object"}})
             log_path = root / "second.log"
             restarted = time.perf_counter()
-            with open(log_path, "wb") as out:
-                second = subprocess.Popen(command("work", options.lanes, env, 1000), cwd=root,
-                                          env=env, stdout=out, stderr=subprocess.STDOUT)
+            second = start_worker(root, env, options.lanes, log_path)
             try:
                 states = db["_migronaut_background"]
                 wait_for(second, log_path, "work", lambda: (states.find_one(
