@@ -100,14 +100,12 @@ QUICK = Sizes(status_files=200, up_migrations=100, status_repeats=3, cli_runs=5,
               background_docs=(500, 1500), background_batch=500)
 
 #: background variants: (label, driver variant, lanes = max_parallel = drive concurrency)
+#: (label, --background-variants name, driver variant, lanes)
 BACKGROUND_VARIANTS = (
-    ("engine, 1 lane", "engine", 1),
-    ("engine, 4 lanes", "engine", 4),
-    ("hand-written loop", "loop", 1),
+    ("engine, 1 lane", "engine-1", "engine", 1),
+    ("engine, 4 lanes", "engine-4", "engine", 4),
+    ("hand-written loop", "loop", "loop", 1),
 )
-#: --background-variants names.
-VARIANT_KEYS = (("engine-1", "engine, 1 lane"), ("engine-4", "engine, 4 lanes"),
-                ("loop", "hand-written loop"))
 SEED_CHUNK = 10_000
 
 
@@ -652,7 +650,7 @@ def grid(headers: tuple[str, ...], lines: list[list[str]]) -> tuple[str, str]:
 
 # ------------------------------------------------------------------------------ background
 
-BACKGROUND_COLUMNS = tuple(label for label, _, _ in BACKGROUND_VARIANTS)
+BACKGROUND_COLUMNS = tuple(label for label, *_ in BACKGROUND_VARIANTS)
 LOOP = "hand-written loop"
 CPU_RATIO_TARGET = 1.3
 TRIPS_TARGET = 3
@@ -993,7 +991,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="document counts of the background section (default: 1,500 and "
                              "4,500; --quick: 500 and 1,500), e.g. --background-sizes 2000")
     parser.add_argument("--background-variants", nargs="+", metavar="V",
-                        choices=[key for key, _ in VARIANT_KEYS], default=None,
+                        choices=[key for _, key, *_ in BACKGROUND_VARIANTS], default=None,
                         help="run only these background variants: engine-1, engine-4, loop "
                              "(default: all three)")
     parser.add_argument("--no-memory-pass", action="store_true",
@@ -1359,9 +1357,8 @@ def measure_background(me: Path, server: Server, sizes: Sizes, batch: int,
     out: dict[str, Any] = {}
     for n in sizes.background_docs:
         out[str(n)] = {}
-        chosen = {dict(VARIANT_KEYS)[key] for key in only} if only else None
-        for label, variant, lanes in BACKGROUND_VARIANTS:
-            if chosen is not None and label not in chosen:
+        for label, key, variant, lanes in BACKGROUND_VARIANTS:
+            if only and key not in only:
                 out[str(n)][label] = {"error": "not run (--background-variants)"}
                 continue
             out[str(n)][label] = run_driver(
