@@ -953,16 +953,17 @@ def test_lanes_never_hold_more_partitions_than_max_parallel(
     db: Database[dict[str, Any]]
 ) -> None:
     seed(db, 400)
-    live = {"now": 0, "most": 0}
+    held: list[int] = []
     guard = threading.Lock()
 
     def on_event(event: str, payload: dict[str, Any]) -> None:
-        with guard:
-            if event == "background:slice:start":
-                live["now"] += 1
-                live["most"] = max(live["most"], live["now"])
-            elif event == "background:slice:end":
-                live["now"] -= 1
+        # the leases held in MongoDB when a lane starts working its partition (the slice
+        # events alone can overlap: a partition's last checkpoint frees its slot before its
+        # lane says the slice ended, so another lane may start in between)
+        if event == "background:slice:start":
+            leases = store.partitions.count_documents({"lease": {"$exists": True}})
+            with guard:
+                held.append(leases)
 
     def migrate(doc: dict[str, Any], ctx: Any) -> dict[str, Any]:
         time.sleep(0.001)
@@ -988,7 +989,7 @@ def test_lanes_never_hold_more_partitions_than_max_parallel(
         thread.start()
     for thread in threads:
         thread.join()
-    assert live["most"] <= 2
+    assert len(held) >= 8 and 1 <= max(held) <= 2
     assert db.items.count_documents({"__v": 1, "__rev": 1}) == 400
 
 
