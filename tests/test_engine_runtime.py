@@ -118,18 +118,21 @@ def test_the_changelog_write_is_inside_the_transaction(
 def test_recording_failure_without_a_transaction_says_the_body_succeeded(
     project: Any, db: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def fail(self: Any, record: Any, session: Any = None) -> None:
+    def fail(self: Any, change: Any, status: str) -> bool:
         raise RuntimeError("changelog unavailable")
 
-    monkeypatch.setattr(changelog_module.Changelog, "mark_applied", fail)
+    monkeypatch.setattr(changelog_module.Changelog, "finish", fail)
     write_simple(project, "0001_a", "0002_b")
     with make_migrator(project) as migrator, pytest.raises(MigrationExecutionFailedError) as info:
         migrator.up()
     context = info.value.context
     assert context["phase"] == "changelog-write" and context["bodySucceeded"] is True
+    assert context["inDoubt"] is True
     assert "changelog unavailable" in info.value.message
+    assert "migronaut resolve 0001_a.py --applied" in info.value.message
     assert calls(db) == ["0001_a"]  # the body ran and its write stays; 0002 never ran
-    assert records(db) == {}  # and no failed trace claims the body failed
+    # no failed trace claims the body failed: its intent stays, in doubt
+    assert {name: r["status"] for name, r in records(db).items()} == {"0001_a.py": "running"}
 
 
 # ------------------------------------------------------------------------------ timeouts

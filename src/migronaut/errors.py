@@ -37,12 +37,14 @@ original exception as ``__cause__``::
     ├── BackgroundFailedError          BACKGROUND_FAILED           32
     ├── BackgroundConflictError        BACKGROUND_CONFLICT         33
     ├── SandboxRefusedError            SANDBOX_REFUSED             34
-    └── StateInvalidError              STATE_INVALID               35
+    ├── StateInvalidError              STATE_INVALID               35
+    └── MigrationInDoubtError          MIGRATION_IN_DOUBT          36
 
-``STATE_INVALID`` is ours, not the original's: stored state migronaut did not write or does not
+``STATE_INVALID`` and ``MIGRATION_IN_DOUBT`` are ours, not the original's: stored state migronaut did not write or does not
 understand (a changelog record with an unknown status, two records for one migration, …). No
 code of the original means "we cannot read what is stored", and none of them may stand for it:
-fail closed, never "pending".
+fail closed, never "pending". ``MIGRATION_IN_DOUBT`` stands for a migration whose run ended
+without recording whether its body finished: only an operator can say (``migronaut resolve``).
 
 Exit code ``2`` (``PENDING_MIGRATIONS``) is a CLI condition of ``status --check``, and ``28``
 (``COLLECTIONS_DRIFT``) one of ``converge --check``, not error classes; anything that is not a
@@ -78,6 +80,7 @@ __all__ = [
     "MigrationExecutionFailedError",
     "MigrationFileExistsError",
     "MigrationFileNotFoundError",
+    "MigrationInDoubtError",
     "MigrationInvalidExportError",
     "MigrationInvalidNameError",
     "MigrationTimeoutError",
@@ -131,6 +134,7 @@ EXIT_CODES: Mapping[str, int] = MappingProxyType(
         "BACKGROUND_CONFLICT": 33,
         "SANDBOX_REFUSED": 34,
         "STATE_INVALID": 35,
+        "MIGRATION_IN_DOUBT": 36,
     }
 )
 
@@ -391,3 +395,13 @@ class StateInvalidError(MigronautError):
     field (``problems``) or the names recorded twice (``duplicates``)."""
 
     code = "STATE_INVALID"
+
+
+class MigrationInDoubtError(MigronautError):
+    """A migration's outcome is unknown: a run started its body outside a transaction and ended
+    (killed, its lock lost, its changelog write failed) without recording whether it finished.
+    ``context`` names it (``name``, ``runId``, ``host``, ``pid``, ``startedAt``, ``direction``)
+    and lists every such migration (``inDoubt``); nothing runs it again until ``migronaut
+    resolve`` records the operator's decision."""
+
+    code = "MIGRATION_IN_DOUBT"

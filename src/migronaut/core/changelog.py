@@ -1,8 +1,19 @@
 """The changelog collection (``_migronaut_migrations``): one record per migration name.
 
 Invariant: a record is never deleted; ``status`` says where a migration stands (``applied``,
-``reverted`` or ``failed``). Applying upserts by name, reverting flips the status, a failed
-attempt leaves a trace without ever demoting an applied record. Every timestamp except
+``reverted`` or ``failed``; ``running`` or ``reverting`` while a body runs outside a
+transaction). Applying upserts by name, reverting flips the status, a failed attempt leaves a
+trace without ever demoting an applied record.
+
+Before a body that runs outside a transaction, its run claims the record (:func:`intent_write`):
+``running`` (up) or ``reverting`` (down), with an ``intent`` sub-document naming the run (its id,
+which is also its lock's owner token), host, pid, start time (server clock), direction and the
+status it found. The claim only matches the status the run planned from, so of two runs that
+both planned a migration (a lock lost between them) one claims it and the other refuses. The
+final write matches that intent only, and clears it. A record left ``running``/``reverting`` by a
+run that is gone is *in doubt* (:func:`judge_unfinished`): nothing runs it again until an
+operator resolves it (:func:`resolved_write`). The Node original reads ``status: 'applied'``
+only, so such a record never counts as applied there. Every timestamp except
 ``firstAppliedAt`` comes from the server clock. Field names are the Node original's. The writes
 are idempotent, so outside a transaction they are retried over transient network errors: a
 record whose reply was lost is sent again, never lost (a lost record would let a later ``up``
@@ -25,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from migronaut._redact import shown_value
 from migronaut.core.retry import retry_transient
-from migronaut.errors import StateInvalidError
+from migronaut.errors import MigrationInDoubtError, StateInvalidError
 
 if TYPE_CHECKING:
     from pymongo.asynchronous.client_session import AsyncClientSession
@@ -36,22 +47,34 @@ if TYPE_CHECKING:
 
 __all__ = [
     "INDEXES",
+    "UNFINISHED",
     "Changelog",
     "ChangelogWrite",
     "RecordCheck",
     "RecordProblem",
+    "Unfinished",
     "applied_write",
     "check_records",
+    "finished_write",
+    "in_doubt_error",
+    "intent_write",
+    "judge_unfinished",
     "record_problems",
+    "resolved_write",
     "reverted_write",
+    "withdrawn_write",
 ]
 
 APPLIED = "applied"
 REVERTED = "reverted"
 FAILED = "failed"
-STATUSES = (APPLIED, REVERTED, FAILED)
+RUNNING = "running"
+REVERTING = "reverting"
+#: A body runs (or ran, and its run is gone: in doubt) outside a transaction.
+UNFINISHED = (RUNNING, REVERTING)
+STATUSES = (APPLIED, REVERTED, FAILED, RUNNING, REVERTING)
 #: What a mutating command reads to check every record before it writes one.
-_CHECKED_FIELDS = {"_id": 1, "name": 1, "status": 1, "batch": 1, "appliedAt": 1}
+_CHECKED_FIELDS = {"_id": 1, "name": 1, "status": 1, "batch": 1, "appliedAt": 1, "intent": 1}
 #: How many problems an error message names (the context lists up to ``_LISTED``).
 _NAMED, _LISTED = 5, 100
 
@@ -112,6 +135,12 @@ class Changelog:
 
     def get(self, name: str) -> dict[str, Any] | None:
         return self.collection.find_one({"name": name}, {"_id": 0})
+
+    def unfinished(self) -> list[dict[str, Any]]:
+        """Records a body outside a transaction left ``running``/``reverting``, name
+        ascending (served by the ``status_name`` index)."""
+        query = {"status": {"$in": list(UNFINISHED)}}
+        return list(self.collection.find(query, {"_id": 0}).sort("name", 1))
 
     def applied_names(self) -> list[str]:
         cursor = self.collection.find({"status": APPLIED}, {"name": 1, "_id": 0}).sort("name", 1)
@@ -196,6 +225,34 @@ class Changelog:
 
         return send() if session is not None else retry_transient(send)
 
+    def claim(self, change: ChangelogWrite, run_id: str) -> bool:
+        """Send an :func:`intent_write`; ``False`` when another run changed the record since it
+        was planned (no match, or the unique index refused a second record). A claim whose reply
+        was lost and whose resend matches nothing is recognised by its run id."""
+        from pymongo.errors import DuplicateKeyError
+
+        try:
+            result = self.write(change)
+        except DuplicateKeyError:
+            result = None
+        if result is not None and (result.matched_count or result.upserted_id is not None):
+            return True
+        found = self.collection.find_one({"name": change.filter["name"]},
+                                         {"_id": 0, "status": 1, "intent.runId": 1})
+        intent = (found or {}).get("intent")
+        return isinstance(intent, dict) and intent.get("runId") == run_id \
+            and (found or {}).get("status") in UNFINISHED
+
+    def finish(self, change: ChangelogWrite, status: str) -> bool:
+        """Send a :func:`finished_write` or :func:`withdrawn_write`; ``False`` when the record
+        is no longer this run's claim and is not ``status`` either (an operator resolved it, or
+        the first send's reply was lost: then it already is ``status``)."""
+        if self.write(change).matched_count:
+            return True
+        found = self.collection.find_one({"name": change.filter["name"]},
+                                         {"_id": 0, "status": 1})
+        return found is not None and found.get("status") == status
+
     def mark_applied_bulk(self, records: Iterable[Mapping[str, Any]]) -> None:
         from pymongo import UpdateOne
 
@@ -228,7 +285,7 @@ class Changelog:
                 return
             self.collection.update_one(
                 {"name": record["name"], "status": {"$ne": APPLIED}},
-                {"$set": fields, "$currentDate": {"failedAt": True}},
+                {"$set": fields, "$currentDate": {"failedAt": True}, "$unset": {"intent": ""}},
                 upsert=True,
             )
 
@@ -285,6 +342,10 @@ def record_problems(doc: Mapping[str, Any]) -> list[RecordProblem]:
         problem("status", "has no status")
     elif not isinstance(status, str) or status not in STATUSES:
         problem("status", f"status {shown_value(status)} is not one of {', '.join(STATUSES)}")
+    elif status in UNFINISHED:
+        intent = doc.get("intent")
+        if not isinstance(intent, Mapping) or not isinstance(intent.get("runId"), str):
+            problem("intent", f"is {status} but has no intent naming its run")
     batch = doc.get("batch")
     if batch is not None and not _positive_int(batch):
         problem("batch", f"batch {shown_value(batch)} is not a positive integer")
@@ -393,7 +454,7 @@ def applied_update(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     fields["appliedAt"] = "$$NOW" if applied_at is None else {"$literal": applied_at}
     first = dt.datetime.now(dt.UTC) if applied_at is None else applied_at
     fields["firstAppliedAt"] = {"$ifNull": ["$firstAppliedAt", {"$literal": first}]}
-    unset = ["revertedAt", "failedAt", "error"]
+    unset = ["revertedAt", "failedAt", "error", "intent"]
     unset += [key for key in _ACTOR_FIELDS if record.get(key) is None]
     return [{"$set": fields}, {"$unset": unset}]
 
@@ -435,3 +496,172 @@ def reverted_write(
     if unset:
         update["$unset"] = unset
     return ChangelogWrite({"name": name, "status": APPLIED}, update)
+
+
+# -- intents: a body outside a transaction, and what its run left behind ------------------------
+
+#: The fields of an ``applied`` record an intent keeps (``intent.record``), so ``resolve
+#: --applied`` records the migration as its run would have.
+_INTENT_RECORD_FIELDS = ("batch", "checksum", "environment", "executedBy", "description", "kind",
+                         "requestedBy", "reason")
+
+
+def intent_write(
+    name: str, *, direction: str, planned: str | None, intent: Mapping[str, Any],
+    record: Mapping[str, Any] | None = None,
+) -> ChangelogWrite:
+    """Claim the record before a body that runs outside a transaction: ``running`` (up) or
+    ``reverting`` (down), with ``intent`` (run id, lock owner, host, pid, direction; the server
+    stamps ``startedAt`` and keeps the status it replaced as ``previous``).
+
+    The filter is the status the run planned from (``planned``: ``applied`` for a revert or a
+    forced re-run, else anything but applied and unfinished), so the claim matches nothing — or
+    collides on the unique index — when another run changed the record since: the caller then
+    refuses instead of running the body a second time.
+    """
+    fields: dict[str, Any] = {key: {"$literal": value} for key, value in intent.items()}
+    fields["startedAt"] = "$$NOW"
+    fields["previous"] = {"$ifNull": ["$status", None]}
+    if record is not None:
+        kept = {k: record[k] for k in _INTENT_RECORD_FIELDS if record.get(k) is not None}
+        fields["record"] = {"$literal": kept}
+    status = RUNNING if direction == "up" else REVERTING
+    update = [{"$set": {"status": {"$literal": status}, "intent": fields}}]
+    if planned == APPLIED:
+        return ChangelogWrite({"name": name, "status": APPLIED}, update)
+    query = {"name": name, "status": {"$nin": [APPLIED, *UNFINISHED]}}
+    return ChangelogWrite(query, update, upsert=True)
+
+
+def _ours(name: str, status: str, run_id: str) -> dict[str, Any]:
+    return {"name": name, "status": status, "intent.runId": run_id}
+
+
+def finished_write(change: ChangelogWrite, run_id: str) -> ChangelogWrite:
+    """The final write of a body outside a transaction: ``change`` (applied or reverted),
+    matching only the record this run claimed (it clears the intent)."""
+    name = change.filter["name"]
+    if change.upsert:  # applied: the pipeline already unsets the intent
+        return ChangelogWrite(_ours(name, RUNNING, run_id), change.update)
+    update = dict(change.update)
+    update["$unset"] = {**update.get("$unset", {}), "intent": ""}
+    return ChangelogWrite(_ours(name, REVERTING, run_id), update)
+
+
+def withdrawn_write(name: str, status: str, run_id: str) -> ChangelogWrite:
+    """Give a claim back after a body that failed, when the record was ``applied`` before it
+    (a revert, a forced re-run): it stays applied, as it was."""
+    return ChangelogWrite(_ours(name, status, run_id),
+                          {"$set": {"status": APPLIED}, "$unset": {"intent": ""}})
+
+
+def resolved_write(
+    record: Mapping[str, Any], *, applied: bool, resolution: Mapping[str, Any]
+) -> ChangelogWrite:
+    """The operator's decision on an in-doubt record (``migronaut resolve``).
+
+    ``applied``: the body finished — a ``running`` record becomes applied with the fields its
+    run meant to write (``intent.record``), a ``reverting`` one stays applied. Not applied: a
+    ``running`` record becomes ``failed`` (the next ``up`` runs it), a ``reverting`` one
+    ``reverted``. The decision, who took it, why, and the intent it replaced are kept in
+    ``resolution``.
+    """
+    name, status = record["name"], record["status"]
+    intent = dict(record.get("intent") or {})
+    kept = {"$literal": {**resolution, "intent": intent}}
+    fields: dict[str, Any] = {"resolution": {"$mergeObjects": [kept, {"at": "$$NOW"}]}}
+    unset = ["intent"]
+    if applied:
+        fields["status"] = {"$literal": APPLIED}
+        if status == RUNNING:
+            for key, value in dict(intent.get("record") or {}).items():
+                if key in _INTENT_RECORD_FIELDS:
+                    fields[key] = {"$literal": value}
+            fields["appliedAt"] = "$$NOW"
+            fields["firstAppliedAt"] = {"$ifNull": ["$firstAppliedAt", "$$NOW"]}
+            unset += ["revertedAt", "failedAt", "error"]
+    elif status == RUNNING:
+        fields["status"] = {"$literal": FAILED}
+        fields["failedAt"] = "$$NOW"
+        fields["error"] = {"$literal": (
+            f"In doubt (run {intent.get('runId')} did not record its outcome); resolved as "
+            f"not applied: {resolution.get('reason')}")}
+    else:
+        fields["status"] = {"$literal": REVERTED}
+        fields["revertedAt"] = "$$NOW"
+    update = [{"$set": fields}, {"$unset": unset}]
+    return ChangelogWrite(_ours(name, status, str(intent.get("runId"))), update)
+
+
+@dataclass(frozen=True)
+class Unfinished:
+    """A record left ``running``/``reverting``: in doubt unless its run still holds the lock."""
+
+    name: str
+    status: str
+    run_id: str
+    host: str | None
+    pid: int | None
+    started_at: dt.datetime | None
+    alive: bool
+
+    @property
+    def direction(self) -> str:
+        return "up" if self.status == RUNNING else "down"
+
+    def describe(self) -> str:
+        when = self.started_at.isoformat() if self.started_at else "an unknown time"
+        where = f" on {self.host}" if self.host else ""
+        pid = f" (pid {self.pid})" if self.pid is not None else ""
+        verb = "applying" if self.status == RUNNING else "reverting"
+        return f"{self.name}: run {self.run_id}{where}{pid} started {verb} it at {when}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "direction": self.direction,
+                "runId": self.run_id, "host": self.host, "pid": self.pid,
+                "startedAt": self.started_at.isoformat() if self.started_at else None,
+                "alive": self.alive}
+
+
+def judge_unfinished(
+    records: Iterable[Mapping[str, Any]], *, live_owner: str | None
+) -> list[Unfinished]:
+    """The ``running``/``reverting`` records among ``records``; ``live_owner`` is the owner of
+    the lock when it is held (within its TTL), else ``None``: a record whose run is not that
+    owner is in doubt (its run is gone, or lost its lock)."""
+    found: list[Unfinished] = []
+    for record in records:
+        if record.get("status") not in UNFINISHED:
+            continue
+        intent = record.get("intent")
+        intent = intent if isinstance(intent, Mapping) else {}
+        pid = intent.get("pid")
+        started = intent.get("startedAt")
+        owner = intent.get("lockOwner")
+        found.append(Unfinished(
+            name=str(record.get("name")), status=str(record.get("status")),
+            run_id=str(intent.get("runId")),
+            host=intent.get("host") if isinstance(intent.get("host"), str) else None,
+            pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+            started_at=started if isinstance(started, dt.datetime) else None,
+            alive=live_owner is not None and owner == live_owner,
+        ))
+    return found
+
+
+def in_doubt_error(unfinished: list[Unfinished]) -> MigrationInDoubtError:
+    """``MIGRATION_IN_DOUBT`` naming the first unfinished record and listing all of them."""
+    first = unfinished[0]
+    more = f" (and {len(unfinished) - 1} more)" if len(unfinished) > 1 else ""
+    if first.alive:
+        state = "is still running under the lock its run holds"
+        advice = "wait for that run to finish"
+    else:
+        state = "did not record whether it finished (that run is gone or lost its lock)"
+        advice = (f"check its data, then record the outcome: migronaut resolve {first.name} "
+                  "--applied (or --pending)")
+    return MigrationInDoubtError(
+        f"Migration in doubt: {first.describe()} and {state}{more}; migronaut never runs it "
+        f"again on its own — {advice}",
+        {**first.to_dict(), "inDoubt": [u.to_dict() for u in unfinished[:_LISTED]]},
+    )

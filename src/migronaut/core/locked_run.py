@@ -6,7 +6,9 @@ heartbeat renews it, :mod:`migronaut.core.lock`); ``run:start``, ``lock:acquired
 telemetry span and the run record; the changelog indexes; the work; then, whatever happened,
 release, ``lock:released``, ``run:end``, the record's end and the "Done" line.
 
-Invariants: a run that started always releases its lock and emits ``run:end``; an error never
+Invariants: a run that started always releases its lock and emits ``run:end``; once it holds the
+lock, a run refuses to work while a migration is in doubt (``MIGRATION_IN_DOUBT``: a changelog
+record another run left ``running``/``reverting``), except ``resolve``, which exists to settle it; an error never
 leaves as a raw driver error (``CONNECTION_FAILED``); between two migrations (:func:`check_between`)
 the lock is confirmed and a stop or lost lock honoured; a run that lost its lock under
 ``on_lock_lost = "abort"`` ends with ``LOCK_LOST`` even when its work finished.
@@ -20,7 +22,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from migronaut.core.context import Cancellation
-from migronaut.core.lock import MigrationLock
+from migronaut.core.changelog import in_doubt_error, judge_unfinished
+from migronaut.core.lock import MigrationLock, read_lock_status
 from migronaut.core.project import executed_by
 from migronaut.core.retry import as_connection_failed
 from migronaut.core.run import Run
@@ -36,7 +39,8 @@ if TYPE_CHECKING:
     from migronaut.core.run import Direction
     from migronaut.core.workspace import Workspace
 
-__all__ = ["abort_if_lock_lost", "check_between", "locked_run", "release_early"]
+__all__ = ["abort_if_lock_lost", "check_between", "locked_run", "refuse_in_doubt",
+           "release_early"]
 
 
 def locked_run(
@@ -48,8 +52,10 @@ def locked_run(
     no_lock: bool,
     requested_by: str | None,
     reason: str | None,
+    settling: bool = False,
 ) -> list[RunResult]:
-    """Run ``work`` as one run of ``command`` under the lock (or none, ``no_lock``)."""
+    """Run ``work`` as one run of ``command`` under the lock (or none, ``no_lock``);
+    ``settling``: the run is the one that resolves in-doubt migrations (it does not refuse)."""
     with ws.slot.busy():
         ws.slot.require_free()
         ws.connection.connect()
@@ -59,7 +65,8 @@ def locked_run(
         started = time.monotonic()
         ws.slot.enter(run)
         try:
-            return _run_with_lock(ws, run, direction, work, no_lock=no_lock, started=started)
+            return _run_with_lock(ws, run, direction, work, no_lock=no_lock, started=started,
+                                  settling=settling)
         finally:
             ws.slot.leave()
             if run.bridge is not None:
@@ -74,6 +81,7 @@ def _run_with_lock(
     *,
     no_lock: bool,
     started: float,
+    settling: bool,
 ) -> list[RunResult]:
     project = ws.project
     telemetry = project.telemetry  # a bad telemetry config fails before the lock
@@ -101,6 +109,8 @@ def _run_with_lock(
         )
         check_between(run)
         ws.connection.ensure_changelog_indexes()
+        if not settling:
+            refuse_in_doubt(ws, run)
         work(run)
     except BaseException as caught:
         converted = as_connection_failed(caught)  # never a raw driver error (exit 1)
@@ -113,6 +123,25 @@ def _run_with_lock(
     finally:
         _finish_run(ws, run, direction, error, started)
     return run.results
+
+
+def refuse_in_doubt(ws: Workspace, run: Run) -> None:
+    """``MIGRATION_IN_DOUBT`` when another run left a changelog record ``running``/``reverting``
+    (read under the lock, from the primary): holding the lock, this run knows that one is gone
+    or lost its lock, so what its body did is unknown. Without the lock, a record of the run
+    that holds it now is reported as still running."""
+    changelog = ws.connection.changelog
+    others = [r for r in changelog.unfinished()
+              if (r.get("intent") or {}).get("runId") != run.id]
+    if not others:
+        return
+    if run.lock is not None:
+        live_owner: str | None = run.lock.owner
+    else:
+        status = read_lock_status(ws.connection.lock_collection,
+                                  ttl_ms=ws.project.config.lock_ttl_seconds * 1000)
+        live_owner = status.holder.run_id if status.state == "held" and status.holder else None
+    raise in_doubt_error(judge_unfinished(others, live_owner=live_owner))
 
 
 def _acquire(ws: Workspace, run: Run) -> None:

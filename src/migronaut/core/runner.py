@@ -1,12 +1,16 @@
 """Running one migration body: transaction, timeout, and the changelog write that records it.
 
-Invariant: a migration is recorded only when its body succeeded and in time. In a transaction the
-changelog write happens inside the same transaction, so data and record commit together (the
-driver may retry the whole callback: bodies must be idempotent); a body that timed out can still
-finish in its thread, but its transaction is refused at the commit guard. Without a transaction
-the record is written right after the body (retried over transient network errors, see
-:mod:`migronaut.core.retry`); a crash in between re-runs the migration next time. A body that
-raises ``SystemExit`` or ``KeyboardInterrupt`` has failed like one that raises anything else.
+Invariant: a migration is recorded only when its body succeeded and in time, and is never run
+twice without a decision. In a transaction the changelog write happens inside the same
+transaction, so data and record commit together (the driver may retry the whole callback: bodies
+must be idempotent; no intent is needed, a killed run leaves nothing behind); a body that timed
+out can still finish in its thread, but its transaction is refused at the commit guard. Without
+a transaction the run first claims the record (``begin``: an intent, ``running``/``reverting``,
+see :mod:`migronaut.core.changelog`), then runs the body, then writes the record (retried over
+transient network errors, see :mod:`migronaut.core.retry`); a crash or a failed write in between
+leaves the record in doubt, and nothing runs that migration again until an operator resolves it.
+A body that raises ``SystemExit`` or ``KeyboardInterrupt`` has failed like one that raises
+anything else.
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ def execute(
     sessions: list[ClientSession] | None = None,
     record_async: Callable[[AsyncClientSession], Awaitable[None]] | None = None,
     path: Path | None = None,
+    begin: Callable[[], None] | None = None,
 ) -> Execution:
     """Run ``body(ctx)`` and ``record(session)``; raise the typed error on any failure.
 
@@ -78,7 +83,8 @@ def execute(
     ``on_error`` hook the same context the body had. An ``async def`` body in a transaction runs
     in an async transaction on ``ctx.bridge``, and ``record_async`` writes its changelog record in
     that same transaction. ``path`` (the migration file) lets a failure name the line of the
-    user's code it came from.
+    user's code it came from. ``begin`` claims the record before a body that runs outside a
+    transaction (its intent); a claim that fails stops before the body.
     """
     outcome = Execution()
     timeout_s = timeout_ms / 1000 if timeout_ms else None
@@ -128,6 +134,8 @@ def execute(
     else:
         run = run_transaction
     timed_out = False
+    if not use_transaction and begin is not None:
+        _claim(begin, name=name, direction=direction)
     try:
         call_with_timeout(run, timeout_s)
     except TimedOut:
@@ -168,16 +176,37 @@ def execute(
         except Exception as error:
             failed = ConnectionFailedError if is_connection_error(error) \
                 else MigrationExecutionFailedError
+            doubt = (f"; its record is left in doubt until you record the outcome: "
+                     f"migronaut resolve {name} --applied") if begin is not None else ""
             raise failed(
                 f"Migration {direction} of {name} succeeded but recording it in the changelog "
-                f"failed: {describe_exception(error)}",
+                f"failed: {describe_exception(error)}{doubt}",
                 {
                     "name": name,
                     "direction": direction,
                     "phase": "changelog-write",
                     "bodySucceeded": True,
+                    "inDoubt": begin is not None,
                     "durationMs": outcome.duration_ms,
                 },
                 cause=error,
             ) from error
     return outcome
+
+
+def _claim(begin: Callable[[], None], *, name: str, direction: str) -> None:
+    """Write the intent; a network failure is ``CONNECTION_FAILED`` with nothing run."""
+    try:
+        begin()
+    except MigronautError:
+        raise
+    except Exception as error:
+        failed = ConnectionFailedError if is_connection_error(error) \
+            else MigrationExecutionFailedError
+        raise failed(
+            f"Migration {direction} of {name} did not start: recording its intent in the "
+            f"changelog failed: {describe_exception(error)}",
+            {"name": name, "direction": direction, "phase": "intent-write",
+             "bodySucceeded": False},
+            cause=error,
+        ) from error

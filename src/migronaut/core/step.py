@@ -9,23 +9,38 @@ the record itself — applied, reverted, or failed.
 Invariants: the changelog write of a migration is fenced by the run's lock (in a transaction the
 lock is renewed in the same transaction and a lost lock aborts it; without one the record is
 written whatever the lock says, because the body's writes are done, and the run stops right
-after); a failed ``up`` leaves a ``failed`` record unless it failed writing its record or lost
-its lock (a run that lost its lock writes no more).
+after); outside a transaction the body runs only once its run has claimed the record (an intent
+matching the status it planned from: a run that lost its lock to another that got there first
+refuses instead), and the final write matches that claim only; a failed ``up`` leaves a
+``failed`` record (a record that was applied before stays applied) unless it failed writing its
+record or lost its lock (a run that lost its lock writes no more) — the claim then stays, and the
+migration is in doubt.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from migronaut.core.changelog import applied_write, reverted_write
+from migronaut.core.changelog import (
+    APPLIED,
+    REVERTING,
+    RUNNING,
+    applied_write,
+    finished_write,
+    intent_write,
+    reverted_write,
+    withdrawn_write,
+)
 from migronaut.core.hooks import Hooks, call_hook
 from migronaut.core.locked_run import abort_if_lock_lost
 from migronaut.core.results import RunResult
 from migronaut.core.runner import execute
-from migronaut.errors import LockLostError, MigronautError
+from migronaut.errors import LockLostError, MigrationInDoubtError, MigronautError
 
 if TYPE_CHECKING:
     from pymongo.asynchronous.client_session import AsyncClientSession
@@ -84,7 +99,8 @@ def run_step(
         outcome = execute(body, ctx, name=name, direction=direction,
                           use_transaction=use_transaction, timeout_ms=timeout_ms,
                           record=record.write, batch=batch, sessions=sessions,
-                          record_async=record.write_async, path=migration.path)
+                          record_async=record.write_async, path=migration.path,
+                          begin=record.begin)
     except MigronautError as error:
         record.failed(error, ctx.with_session(sessions[0]) if sessions else ctx, hooks)
         raise
@@ -121,6 +137,10 @@ class _Record:
     batch: int | None
     checksum: str
     started: float = field(default_factory=time.monotonic)
+    #: The status this run claimed the record in (outside a transaction), else ``None``.
+    claimed: str | None = None
+    #: The status the record had when the run planned it.
+    planned: str | None = None
 
     def elapsed_ms(self) -> int:
         return int((time.monotonic() - self.started) * 1000)
@@ -144,6 +164,28 @@ class _Record:
                 "recorded", self.migration.name, extra={"event": "changelog:revert-miss"},
             )
 
+    def begin(self) -> None:
+        """Claim the record before a body outside a transaction (its intent); another run that
+        changed it since this run planned refuses this one (``LOCK_LOST``: it lost its lock to
+        that run), never a second execution."""
+        ws, run, name = self.ws, self.run, self.migration.name
+        changelog = ws.connection.changelog
+        found = changelog.get(name)
+        self.planned = found.get("status") if found else None
+        if self.direction == "down" or self.planned == APPLIED:
+            self.planned = APPLIED
+        intent = {"runId": run.id, "lockOwner": run.lock.owner if run.lock else None,
+                  "host": socket.gethostname(), "pid": os.getpid(),
+                  "direction": self.direction}
+        change = intent_write(name, direction=self.direction, planned=self.planned,
+                              intent=intent, record=self.applied())
+        if not changelog.claim(change, run.id):
+            raise LockLostError(
+                f"Another run changed the changelog record of {name} since this run planned "
+                "it; it was not run again", {"name": name, "reason": "record claimed by "
+                                             "another run", "aborted": True})
+        self.claimed = RUNNING if self.direction == "up" else REVERTING
+
     def write(self, session: ClientSession | None) -> None:
         ws, run = self.ws, self.run
         lock = run.lock
@@ -159,12 +201,41 @@ class _Record:
             # the run right after (check_between, the run's finish).
             lock.confirm()
         changelog = ws.connection.changelog
-        if self.direction == "up":
+        if self.claimed is not None:
+            change = applied_write(self.applied()) if self.direction == "up" else \
+                reverted_write(self.migration.name, requested_by=run.requested_by,
+                               reason=run.reason)
+            done = "applied" if self.direction == "up" else "reverted"
+            if not changelog.finish(finished_write(change, run.id), done):
+                raise self._taken()
+        elif self.direction == "up":
             changelog.mark_applied(self.applied(), session)
         else:
             self._reverted(changelog.mark_reverted(
                 self.migration.name, session, requested_by=run.requested_by, reason=run.reason
             ).matched_count)
+
+    def _taken(self) -> MigrationInDoubtError:
+        name = self.migration.name
+        return MigrationInDoubtError(
+            f"Migration {self.direction} of {name} finished, but its changelog record is no "
+            "longer this run's claim (resolved or changed by another run meanwhile): check it, "
+            "migronaut status", {"name": name, "runId": self.run.id,
+                                 "direction": self.direction, "bodySucceeded": True})
+
+    def withdraw(self) -> bool:
+        """After a failed body: give the claim back when the record was applied before it (a
+        revert, a forced re-run); ``False`` when an ``up`` claim should become ``failed``."""
+        if self.claimed is None or self.planned != APPLIED:
+            return False
+        from pymongo.errors import PyMongoError
+
+        change = withdrawn_write(self.migration.name, self.claimed, self.run.id)
+        try:
+            self.ws.connection.changelog.finish(change, APPLIED)
+        except PyMongoError:
+            pass  # best effort: the claim stays, and the migration is in doubt
+        return True
 
     async def write_async(self, session: AsyncClientSession) -> None:
         ws, run = self.ws, self.run
@@ -202,8 +273,12 @@ class _Record:
         except MigronautError as hook_error:
             logger.warning("⚠ on_error hook failed for %s: %s", name, hook_error.message)
         fenced = isinstance(error, LockLostError)  # a run that lost its lock writes no more
-        if direction == "up" and error.context.get("phase") != "changelog-write" \
-                and not fenced:
+        phase = error.context.get("phase")
+        if phase == "changelog-write" or fenced or isinstance(error, MigrationInDoubtError):
+            pass  # the claim (if any) stays: the migration is in doubt
+        elif self.withdraw():
+            pass  # it was applied before this attempt, and stays so
+        elif direction == "up" and not (phase == "intent-write" and self.planned == APPLIED):
             config = ws.project.config
             ws.connection.changelog.mark_failed({
                 "name": name, "error": error.message,
