@@ -179,6 +179,7 @@ class AsyncMigrator:
     up = _threaded(Migrator.up)
     down = _threaded(Migrator.down)
     redo = _threaded(Migrator.redo)
+    resolve = _threaded(Migrator.resolve)
     converge = _threaded(Migrator.converge)
     converge_history = _threaded(Migrator.converge_history)
     status = _threaded(Migrator.status)

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from pymongo.database import Database
 
     from migronaut.background.engine import BackgroundEngine
+    from migronaut.commands.resolve import Resolution
     from migronaut.commands.sequence import SequencePlan
     from migronaut.commands.status import StatusFilter
     from migronaut.core.changelog import Changelog
@@ -303,6 +304,16 @@ class Migrator:
         """Revert then re-apply the newest applied migration (or ``file``) under one lock."""
         return migrate.redo(self._ws, file, no_lock=no_lock, requested_by=requested_by,
                             reason=reason)
+
+    def resolve(self, file: str, *, applied: bool, reason: str,
+                requested_by: str | None = None) -> Resolution:
+        """Record the outcome of a migration in doubt (``MIGRATION_IN_DOUBT``): ``applied=True``
+        when its body finished, ``False`` when it did not (it is pending again). Under the lock;
+        ``reason`` is required and kept on the record and in the run log."""
+        from migronaut.commands.resolve import resolve
+
+        return resolve(self._ws, file, outcome="applied" if applied else "pending",
+                       reason=reason, requested_by=requested_by)
 
     def converge(self, *, dry_run: bool = False, prune: bool = False, no_lock: bool = False,
                  ordered: bool = False, rebuild_unique: bool = False,

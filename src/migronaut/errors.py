@@ -40,11 +40,12 @@ original exception as ``__cause__``::
     ├── StateInvalidError              STATE_INVALID               35
     └── MigrationInDoubtError          MIGRATION_IN_DOUBT          36
 
-``STATE_INVALID`` and ``MIGRATION_IN_DOUBT`` are ours, not the original's: stored state migronaut did not write or does not
-understand (a changelog record with an unknown status, two records for one migration, …). No
-code of the original means "we cannot read what is stored", and none of them may stand for it:
-fail closed, never "pending". ``MIGRATION_IN_DOUBT`` stands for a migration whose run ended
-without recording whether its body finished: only an operator can say (``migronaut resolve``).
+``STATE_INVALID`` and ``MIGRATION_IN_DOUBT`` are ours, not the original's. ``STATE_INVALID``:
+stored state migronaut did not write or does not understand (a changelog record with an unknown
+status, two records for one migration, …). No code of the original means "we cannot read what
+is stored", and none of them may stand for it: fail closed, never "pending".
+``MIGRATION_IN_DOUBT``: a migration whose run ended without recording whether its body finished;
+only an operator can say (``migronaut resolve``).
 
 Exit code ``2`` (``PENDING_MIGRATIONS``) is a CLI condition of ``status --check``, and ``28``
 (``COLLECTIONS_DRIFT``) one of ``converge --check``, not error classes; anything that is not a

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 __all__ = ["applied_at", "console", "describe_holder", "rich_table", "status_table", "table"]
 
 STATUS_COLUMNS = ("Migration", "Status", "Batch", "Applied At", "Duration", "Checksum")
-_STATUS_STYLE = {"applied": GREEN, "pending": YELLOW, "failed": RED}
+_STATUS_STYLE = {"applied": GREEN, "pending": YELLOW, "failed": RED, "running": CYAN,
+                 "in-doubt": RED}
 _SGR_NAMES = {CYAN: "cyan", DIM: "dim", GREEN: "green", RED: "red", YELLOW: "yellow"}
 
 
@@ -44,7 +45,7 @@ def _cells(row: StatusRow) -> list[tuple[str, str | None]]:
         checksum = ("ok", GREEN) if row.checksum_ok else ("MISMATCH", RED)
     return [
         (sanitize_terminal(row.file), None),
-        (row.status, _STATUS_STYLE.get(row.status)),
+        (row.status.replace("-", " "), _STATUS_STYLE.get(row.status)),
         ("" if row.batch is None else str(row.batch), None),
         (applied_at(row.applied_at), None),
         ("" if row.duration is None else f"{row.duration}ms", None),

@@ -62,6 +62,7 @@ __all__ = [
     "judge_lock",
     "lock_info",
     "lock_problems",
+    "looks_alive",
     "read_lock_status",
     "reclaimable",
 ]
@@ -192,6 +193,32 @@ def read_lock_status(
 ) -> LockStatus:
     """The lock as every reader sees it (``ttl_ms``: ours, for a document without ``ttlMs``)."""
     return _read(collection, lock_id, ttl_ms)[1]
+
+
+def looks_alive(status: LockStatus) -> str | None:
+    """Why the holder of the lock looks alive (a forced ``unlock`` would let a second run in
+    beside it), or ``None``: its heartbeat is younger than its TTL (server time), or it runs on
+    this host under a pid that is still alive."""
+    holder = status.holder
+    if holder is None or status.state == "invalid":
+        return None
+    if status.state == "held":
+        return "its heartbeat is younger than its TTL"
+    if holder.host == socket.gethostname() and holder.pid is not None and _pid_alive(holder.pid):
+        return f"pid {holder.pid} is alive on this host"
+    return None
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # it exists (owned by someone else), or we cannot tell: assume alive
+    return True
 
 
 def force_release(

@@ -6,12 +6,13 @@ heartbeat renews it, :mod:`migronaut.core.lock`); ``run:start``, ``lock:acquired
 telemetry span and the run record; the changelog indexes; the work; then, whatever happened,
 release, ``lock:released``, ``run:end``, the record's end and the "Done" line.
 
-Invariants: a run that started always releases its lock and emits ``run:end``; once it holds the
-lock, a run refuses to work while a migration is in doubt (``MIGRATION_IN_DOUBT``: a changelog
-record another run left ``running``/``reverting``), except ``resolve``, which exists to settle it; an error never
-leaves as a raw driver error (``CONNECTION_FAILED``); between two migrations (:func:`check_between`)
-the lock is confirmed and a stop or lost lock honoured; a run that lost its lock under
-``on_lock_lost = "abort"`` ends with ``LOCK_LOST`` even when its work finished.
+Invariants: a run that started always releases its lock and emits ``run:end``; once it holds
+the lock, a run refuses to work while a migration is in doubt (``MIGRATION_IN_DOUBT``: a
+changelog record another run left ``running``/``reverting``), except ``resolve``, which exists
+to settle it; an error never leaves as a raw driver error (``CONNECTION_FAILED``); between two
+migrations (:func:`check_between`) the lock is confirmed and a stop or lost lock honoured; a run
+that lost its lock under ``on_lock_lost = "abort"`` ends with ``LOCK_LOST`` even when its work
+finished.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from migronaut.core.context import Cancellation
 from migronaut.core.changelog import in_doubt_error, judge_unfinished
+from migronaut.core.context import Cancellation
 from migronaut.core.lock import MigrationLock, read_lock_status
 from migronaut.core.project import executed_by
 from migronaut.core.retry import as_connection_failed

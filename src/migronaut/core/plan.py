@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from migronaut.core.changelog import Changelog
+from migronaut.core.changelog import UNFINISHED, Changelog, Unfinished, judge_unfinished
 from migronaut.core.files import check_name, is_valid_name, resolve_file
 from migronaut.core.results import StatusRow
 from migronaut.errors import (
@@ -353,11 +353,14 @@ def build_status_rows(
     checksum: Checksum | None,
     filter: str = "all",
     duplicates: Collection[str] = (),
+    live_owner: str | None = None,
 ) -> list[StatusRow]:
     """Files ∪ records, name-sorted; ``reverted`` shows as pending, ``failed`` as failed.
 
     A name in ``duplicates`` has several records: its row shows the applied one when there is
-    one, and says ``duplicate``.
+    one, and says ``duplicate``. A ``running``/``reverting`` record shows as ``running`` while
+    its run holds the lock (``live_owner``, the owner of a lock held within its TTL), else as
+    ``in-doubt``: neither applied nor pending, and never listed as applied.
     """
     by_name: dict[Any, dict[str, Any]] = {}
     for record in records:
@@ -375,6 +378,10 @@ def build_status_rows(
         status = record.get("status")
         applied = status == "applied"
         row_status = "applied" if applied else "failed" if status == "failed" else "pending"
+        unfinished = judge_unfinished([record], live_owner=live_owner) \
+            if status in UNFINISHED else []
+        if unfinished:
+            row_status = "running" if unfinished[0].alive else "in-doubt"
         if (filter == "pending" and applied) or (filter == "applied" and not applied):
             continue
         invalid = not is_valid_name(name)
@@ -396,7 +403,7 @@ def build_status_rows(
                 description=record.get("description"),
                 executed_by=record.get("executedBy"),
                 environment=record.get("environment"),
-                run_id=record.get("runId"),
+                run_id=unfinished[0].run_id if unfinished else record.get("runId"),
                 reverted_at=record.get("revertedAt"),
                 origin=record.get("origin"),
                 error=record.get("error") if status == "failed" else None,
@@ -410,6 +417,14 @@ def build_status_rows(
                 revert_requested_by=record.get("revertRequestedBy"),
                 revert_reason=record.get("revertReason"),
                 duplicate=name in duplicates,
+                **_intent_fields(unfinished[0] if unfinished else None),
             )
         )
     return rows
+
+
+def _intent_fields(unfinished: Unfinished | None) -> dict[str, Any]:
+    if unfinished is None:
+        return {}
+    return {"direction": unfinished.direction,
+            "host": unfinished.host, "pid": unfinished.pid, "started_at": unfinished.started_at}

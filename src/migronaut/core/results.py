@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 RunStatus = Literal["applied", "reverted", "skipped", "error"]
-RowStatus = Literal["applied", "pending", "failed"]
+RowStatus = Literal["applied", "pending", "failed", "running", "in-doubt"]
 ChecksumSource = Literal["reused", "recomputed", "missing"]
 CheckStatus = Literal["pass", "warn", "fail"]
 LockState = Literal["free", "held", "expired", "invalid"]
@@ -172,6 +172,12 @@ class StatusRow:
     revert_reason: str | None = None
     #: Several changelog records carry this name (the unique index on ``name`` is missing).
     duplicate: bool = field(default=False, metadata={"only_true": True})
+    #: ``running`` / ``in-doubt`` rows: which way the body went (``up``/``down``), where its
+    #: run was and when it started (the run is ``run_id``).
+    direction: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    started_at: dt.datetime | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _render(

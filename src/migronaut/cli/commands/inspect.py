@@ -17,8 +17,9 @@ from migronaut.errors import EXIT_CODES, ConfigInvalidError
 if TYPE_CHECKING:
     from migronaut.core.results import StatusRow
 
-#: ``status --check`` counts these as outstanding work (a failed attempt still has to run).
-OUTSTANDING = ("pending", "failed")
+#: ``status --check`` counts these as outstanding work (a failed attempt still has to run, a
+#: running one to finish); an ``in-doubt`` row refuses with ``MIGRATION_IN_DOUBT`` instead.
+OUTSTANDING = ("pending", "failed", "running")
 
 
 @command(
@@ -53,6 +54,11 @@ def status(session: Session, check: bool, pending: bool, limit: str | None) -> i
     def verdict(rows: Sequence[StatusRow], out: Output) -> int:
         if not check:
             return 0
+        from migronaut.commands.status import in_doubt
+
+        doubt = in_doubt(list(rows))
+        if doubt is not None:
+            raise doubt
         outstanding = sum(1 for row in rows if row.status in OUTSTANDING)
         if not outstanding:
             return 0

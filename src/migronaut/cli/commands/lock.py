@@ -15,7 +15,7 @@ from migronaut.cli.app import command
 from migronaut.cli.output import Output
 from migronaut.cli.render import describe_holder
 from migronaut.cli.session import Session
-from migronaut.errors import ConfigInvalidError
+from migronaut.errors import ConfigInvalidError, LockAlreadyHeldError
 
 if TYPE_CHECKING:
     from migronaut.api import Migrator
@@ -84,12 +84,15 @@ def _unlock_json(outcome: Unlocked) -> dict[str, Any]:
 @command(
     "unlock",
     help="Force-release the migration lock whoever holds it, and whatever its document holds. "
-    "Dangerous while the holder is alive: it allows a concurrent run. Asks for confirmation "
-    "unless --yes.",
+    "Refused while the holder looks alive unless --force (its migration in flight is then left "
+    "in doubt). Asks for confirmation unless --yes.",
     short_help="Force-release the lock.",
 )
 @click.option("-y", "--yes", is_flag=True, help="Release without a prompt (required with --json).")
-def unlock(session: Session, yes: bool) -> int:
+@click.option("--force", is_flag=True,
+              help="Release even when the holder looks alive (its heartbeat is younger than "
+              "its TTL, or its pid is alive on this host).")
+def unlock(session: Session, yes: bool, force: bool) -> int:
     if session.options.json and not yes:
         raise ConfigInvalidError(
             "unlock force-releases the migration lock and --json is non-interactive: pass --yes",
@@ -97,12 +100,24 @@ def unlock(session: Session, yes: bool) -> int:
         )
 
     def release(migrator: Migrator) -> Unlocked:
+        from migronaut.core.lock import looks_alive
+
         status = migrator.lock_status()
         holder = status.holder
         if holder is None:
             return Unlocked(False, None)
         problems = tuple(problem.to_dict() for problem in status.problems)
+        alive = looks_alive(status)
+        if alive is not None and not force:
+            raise LockAlreadyHeldError(
+                f"The lock holder looks alive ({alive}): {describe_holder(holder)}; releasing "
+                "it would let another run in beside it and leave the migration it is running "
+                "in doubt — wait for it, or pass --force", {"holder": holder.to_dict(),
+                                                           "alive": alive})
         if not yes:
+            if alive is not None:
+                session.out.warn(f"⚠ The holder looks alive ({alive}): the migration it is "
+                                 "running will be left in doubt")
             session.out.warn(f"⚠ Lock held by {describe_holder(holder)}")
             if status.problems:
                 session.out.warn(unreadable_line(status))

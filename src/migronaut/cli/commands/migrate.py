@@ -131,3 +131,37 @@ def redo(
         to_json=run_results_json,
         mutating=True,
     )
+
+
+@command(
+    "resolve",
+    help="Record the outcome of a migration in doubt (a run started it outside a transaction "
+    "and ended without recording whether it finished): --applied if its body finished, "
+    "--pending if it did not. Under the lock; asks for confirmation unless --yes.",
+    short_help="Settle a migration in doubt.",
+)
+@click.argument("file")
+@click.option("--applied", "outcome", flag_value="applied",
+              help="Its body finished: record it applied.")
+@click.option("--pending", "outcome", flag_value="pending",
+              help="Its body did not finish (or was undone by hand): the next up runs it.")
+@click.option("--reason", metavar="TEXT", help="What you checked to decide (required).")
+@click.option("--requested-by", metavar="WHO", help=_REQUESTED_BY_HELP)
+@click.option("-y", "--yes", is_flag=True, help="Resolve without a prompt (required with --json).")
+def resolve(
+    session: Session, file: str, outcome: str | None, reason: str | None,
+    requested_by: str | None, yes: bool,
+) -> int:
+    from migronaut.commands.resolve import check_resolve_options
+
+    check_resolve_options(file, outcome, reason, requested_by)
+    if not yes and not session.confirm(
+        f'record "{file}" as {outcome}? [y/N] ', action="resolve"
+    ):
+        return session.aborted()
+    return session.run(
+        lambda migrator: migrator.resolve(file, applied=outcome == "applied",
+                                          reason=reason or "", requested_by=requested_by),
+        to_json=lambda done: done.to_dict(),
+        mutating=True,
+    )
