@@ -280,12 +280,35 @@ def test_unlock_json_without_yes_exits_6_before_connecting(cli: Any, project: An
     assert snapshot(db) == before
 
 
+def test_unlock_refuses_a_holder_that_looks_alive_without_force(
+    cli: Any, project: Any, db: Any
+) -> None:
+    hold_lock(db)  # a heartbeat younger than its TTL
+    before = snapshot(db)
+    for args in (("unlock", "-y", "--json"), ("unlock", "--json", "-y", "--yes")):
+        result = cli(*args)
+        assert result.exit_code == 3, result.stderr
+        error = result.json["error"]
+        assert error["code"] == "LOCK_ALREADY_HELD"
+        assert error["message"].startswith(
+            "The lock holder looks alive (its heartbeat is younger than its TTL): pid 4242 on "
+            "other-host (other-user) since ")
+        assert "pass --force" in error["message"]
+        assert error["context"]["holder"]["host"] == "other-host"
+    human = cli("unlock", input="y\n")
+    assert human.exit_code == 3
+    assert "Force-release this lock?" not in human.stderr  # refused before the prompt
+    assert snapshot(db) == before
+
+
 def test_unlock_prompt_declined_keeps_the_lock(cli: Any, project: Any, db: Any) -> None:
     hold_lock(db)
     before = snapshot(db)
-    result = cli("unlock", input="n\n")
+    result = cli("unlock", "--force", input="n\n")
     assert result.exit_code == 0
     assert "⚠ Lock held by pid 4242 on other-host (other-user) since " in result.stderr
+    assert "⚠ The holder looks alive (its heartbeat is younger than its TTL): the migration " \
+        "it is running will be left in doubt" in result.stderr
     assert "Force-release this lock? [y/N] " in result.stderr
     assert result.stdout == "Aborted\n"
     assert snapshot(db) == before
@@ -294,7 +317,7 @@ def test_unlock_prompt_declined_keeps_the_lock(cli: Any, project: Any, db: Any) 
 def test_unlock_prompt_with_closed_stdin_exits_6(cli: Any, project: Any, db: Any) -> None:
     hold_lock(db)
     before = snapshot(db)
-    result = cli("unlock")
+    result = cli("unlock", "--force")
     assert result.exit_code == 6
     assert "✖ CONFIG_INVALID: stdin closed before the confirmation was answered" in result.stderr
     assert snapshot(db) == before
@@ -302,7 +325,7 @@ def test_unlock_prompt_with_closed_stdin_exits_6(cli: Any, project: Any, db: Any
 
 def test_unlock_prompt_accepted_releases(cli: Any, project: Any, db: Any) -> None:
     hold_lock(db)
-    result = cli("unlock", input="y\n")
+    result = cli("unlock", "--force", input="y\n")
     assert result.exit_code == 0
     assert result.stdout == "✔ Lock released\n"
     assert db[LOCKS].count_documents({}) == 0
@@ -310,7 +333,7 @@ def test_unlock_prompt_accepted_releases(cli: Any, project: Any, db: Any) -> Non
 
 def test_unlock_yes_json_reports_the_holder(cli: Any, project: Any, db: Any) -> None:
     hold_lock(db)
-    result = cli("unlock", "-y", "--json")
+    result = cli("unlock", "-y", "--force", "--json")
     assert result.exit_code == 0
     assert result.json["released"] is True
     assert result.json["holder"]["host"] == "other-host"

@@ -103,7 +103,7 @@ def test_ctrl_c_at_the_unlock_prompt_aborts_and_keeps_the_lock(
 ) -> None:
     hold_lock(db)
     process = subprocess.Popen(
-        cli_process.argv("unlock"), cwd=project.path, env=project.env(),
+        cli_process.argv("unlock", "--force"), cwd=project.path, env=project.env(),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
     try:

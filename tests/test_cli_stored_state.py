@@ -159,7 +159,7 @@ def test_several_bad_records_are_counted_and_the_first_ones_named(
     error = cli("status", "--json").json["error"]
     assert error["message"].startswith(
         f"2 changelog records ({CHANGELOG}) migronaut cannot read: 0001_a.py: status 'done' is "
-        "not one of applied, reverted, failed; 0002_b.py: status 'done'")
+        "not one of applied, reverted, failed, running, reverting; 0002_b.py: status 'done'")
     assert [p["record"] for p in error["context"]["problems"]] == ["0001_a.py", "0002_b.py"]
 
 

@@ -145,7 +145,7 @@ def test_kill_9_mid_migration_leaves_a_lock_that_expires(
     project.write_migration("0001_quick", QUICK.format(name="0001_quick"))
     project.write_migration("0002_slow", KILLABLE)
     project.write_migration("0003_quick", QUICK.format(name="0003_quick"))
-    env = {"MIGRONAUT_LOCK_TTL": "3"}
+    env = {"MIGRONAUT_LOCK_TTL": "6"}  # long enough for a loaded machine to start a CLI
     victim = cli_process.start("up", "--json", env=env)
     wait_until(lambda: db["started"].find_one(), timeout=60, what="0002 to start")
     # kill right after a heartbeat renewal, so the lock is as fresh as it gets
@@ -163,7 +163,11 @@ def test_kill_9_mid_migration_leaves_a_lock_that_expires(
     assert lock is not None, "a killed process cannot release its lock"
     assert lock["pid"] == victim.pid
     assert lock["owner"] == records(db)["0001_quick.py"]["runId"]
-    assert set(records(db)) == {"0001_quick.py"}  # nothing recorded for the killed migration
+    # the killed migration is claimed by the dead run: in doubt, never applied
+    killed = records(db)["0002_slow.py"]
+    assert set(records(db)) == {"0001_quick.py", "0002_slow.py"}
+    assert killed["status"] == "running" and killed["intent"]["pid"] == victim.pid
+    assert killed["intent"]["runId"] == lock["owner"]
 
     refused = cli_process("up", "--json", env=env, timeout=60)
     assert refused.exit_code == 3, refused.stderr
@@ -173,11 +177,20 @@ def test_kill_9_mid_migration_leaves_a_lock_that_expires(
 
     expiry = db[LOCKS].find_one({"_id": LOCK_ID})["lockedAt"]
     wait_until(
-        lambda: (server_now(db) - expiry).total_seconds() > 3.2,
-        timeout=15,
+        lambda: (server_now(db) - expiry).total_seconds() > 6.2,
+        timeout=20,
         interval=0.1,
         what="the killed run's lock to pass its TTL in server time",
     )
+    # the lock is free again, but what the killed body did is unknown: refused until resolved
+    doubt = cli_process("up", "--json", env=env, timeout=60)
+    assert doubt.exit_code == 36, doubt.stderr
+    assert doubt.json["error"]["code"] == "MIGRATION_IN_DOUBT"
+    assert doubt.json["error"]["context"]["pid"] == victim.pid
+    assert db["started"].count_documents({}) == 1  # the refused run executed nothing
+    resolved = cli_process("resolve", "0002_slow.py", "--pending", "--yes", "--reason",
+                           "killed before its counter moved", env=env, timeout=60)
+    assert resolved.exit_code == 0, resolved.stderr
     rerun = cli_process("up", "--json", env=env, timeout=60)
     assert rerun.exit_code == 0, rerun.stderr
     assert [(r["file"], r["status"]) for r in rerun.json] == [
@@ -193,7 +206,7 @@ def test_kill_9_mid_migration_leaves_a_lock_that_expires(
         "0002_slow": 1,
         "0003_quick": 1,
     }
-    assert db["started"].count_documents({}) == 2  # killed attempt + the re-run
+    assert db["started"].count_documents({}) == 2  # killed attempt + the re-run once resolved
 
 
 # ---------------------------------------------------------------------- forced unlock
@@ -222,7 +235,7 @@ def test_force_unlock_mid_run_stops_the_run_before_its_next_migration(
     runner = cli_process.start("up", "--json", env=env)
     wait_until(lambda: db["started"].find_one(), timeout=60, what="the first migration to start")
 
-    unlocked = cli_process("unlock", "--yes", "--json", timeout=60)
+    unlocked = cli_process("unlock", "--yes", "--force", "--json", timeout=60)
     assert unlocked.exit_code == 0, unlocked.stderr
     assert unlocked.json["released"] is True
     assert unlocked.json["holder"]["pid"] == runner.pid

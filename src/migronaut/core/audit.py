@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from migronaut.core.changelog import judge_unfinished
 from migronaut.core.lock import read_lock_status
 from migronaut.core.plan import build_status_rows
 from migronaut.core.results import AuditCheck, AuditReport, StatusRow
@@ -114,7 +115,8 @@ def run_audit(target: Auditable, *, added: Sequence[AddedCheck] = ()) -> AuditRe
     now = (topology.server_time if topology is not None and topology.server_time
            else dt.datetime.now(dt.UTC).replace(tzinfo=None))
     checks.append(_indexes(target.changelog, config))
-    checks.append(_lock(target.state_db[config.lock_collection], config))
+    lock_check, live_owner = _lock(target.state_db[config.lock_collection], config)
+    checks.append(lock_check)
 
     records: list[dict[str, Any]] = []
     files: list[str] = []
@@ -126,13 +128,14 @@ def run_audit(target: Auditable, *, added: Sequence[AddedCheck] = ()) -> AuditRe
                    for name in ("changelog", "checksums", "pending", "ordering", "files")]
     else:
         records = checked.readable
-        checks.append(_changelog(checked))
+        checks.append(_changelog(checked, live_owner))
         if checked.problems:
             checks += [AuditCheck(name, "warn", _NOT_CHECKED)
                        for name in ("checksums", "pending", "ordering")]
         else:
             checks += _status_checks(build_status_rows(
-                records, files, checksum=target.checksum, duplicates=checked.duplicates))
+                records, files, checksum=target.checksum, duplicates=checked.duplicates,
+                live_owner=live_owner))
         checks.append(_files(records, files))
 
     facts = AuditFacts(config, records, files, now)
@@ -186,34 +189,45 @@ def _indexes(changelog: Changelog, config: Config) -> AuditCheck:
     return AuditCheck("indexes", "warn", f"Missing: {_names(missing)} ({remedy})")
 
 
-def _lock(collection: Collection[dict[str, Any]], config: Config) -> AuditCheck:
-    """The lock as ``up`` judges it (one rule, :mod:`migronaut.core.lock`)."""
+def _lock(
+    collection: Collection[dict[str, Any]], config: Config
+) -> tuple[AuditCheck, str | None]:
+    """The lock as ``up`` judges it (one rule, :mod:`migronaut.core.lock`), and the owner of a
+    lock held within its TTL (whose ``running`` records are not in doubt)."""
     try:
         status = read_lock_status(collection, ttl_ms=config.lock_ttl_seconds * 1000)
     except _read_errors() as error:
-        return AuditCheck("lock", "warn", f"Unreadable: {describe_exception(error)}")
+        return AuditCheck("lock", "warn", f"Unreadable: {describe_exception(error)}"), None
     holder = status.holder
     if holder is None:
-        return AuditCheck("lock", "pass", "Not held")
+        return AuditCheck("lock", "pass", "Not held"), None
     if status.state == "invalid":
         return AuditCheck("lock", "fail", f"The lock document cannot be read: "
                           f"{status.describe_problems()}; runs treat it as held until it is "
-                          "removed (migronaut unlock)")
+                          "removed (migronaut unlock)"), None
     who = f"pid {holder.pid} on {holder.host}"
     held = f"Held by {who} for {status.held_for_s}s"
     if status.state == "held":
-        return AuditCheck("lock", "pass", held)
+        return AuditCheck("lock", "pass", held), holder.run_id
     ttl_s = (status.ttl_ms or config.lock_ttl_seconds * 1000) / 1000
     return AuditCheck("lock", "warn", f"{held} — past its TTL of {ttl_s:g}s, likely from a "
-                                      "crashed run (migronaut unlock)")
+                                      "crashed run (migronaut unlock)"), None
 
 
 _NOT_CHECKED = "Not checked: the changelog has records migronaut cannot read"
 
 
-def _changelog(checked: RecordCheck) -> AuditCheck:
-    """Every record understood, one per migration, and every applied one in a batch."""
+def _changelog(checked: RecordCheck, live_owner: str | None) -> AuditCheck:
+    """Every record understood, one per migration, every applied one in a batch, and none in
+    doubt (left ``running``/``reverting`` by a run that no longer holds the lock)."""
     findings: list[str] = []
+    doubt = [u for u in judge_unfinished(checked.readable, live_owner=live_owner)
+             if not u.alive]
+    if doubt:
+        findings.append("In doubt (a run ended without recording the outcome; migronaut "
+                        "resolve FILE --applied or --pending): "
+                        + "; ".join(u.describe() for u in doubt[:5])
+                        + (f" (and {len(doubt) - 5} more)" if len(doubt) > 5 else ""))
     if checked.problems:
         findings.append(f"{checked.unreadable_count} record(s) migronaut cannot read: "
                         f"{checked.describe_problems()}")

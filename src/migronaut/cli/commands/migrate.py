@@ -11,6 +11,7 @@ import click
 from migronaut.cli.app import command
 from migronaut.cli.commands import run_results_json
 from migronaut.cli.session import Session, parse_int
+from migronaut.errors import ConfigInvalidError
 
 NO_LOCK_HELP = "Run without the migration lock (development only: concurrent runs are unsafe)."
 REASON_HELP = "Why this run happens; recorded on the changelog records (≤ 512 characters)."
@@ -141,27 +142,31 @@ def redo(
     short_help="Settle a migration in doubt.",
 )
 @click.argument("file")
-@click.option("--applied", "outcome", flag_value="applied",
-              help="Its body finished: record it applied.")
-@click.option("--pending", "outcome", flag_value="pending",
+@click.option("--applied", is_flag=True, help="Its body finished: record it applied.")
+@click.option("--pending", is_flag=True,
               help="Its body did not finish (or was undone by hand): the next up runs it.")
 @click.option("--reason", metavar="TEXT", help="What you checked to decide (required).")
 @click.option("--requested-by", metavar="WHO", help=_REQUESTED_BY_HELP)
 @click.option("-y", "--yes", is_flag=True, help="Resolve without a prompt (required with --json).")
 def resolve(
-    session: Session, file: str, outcome: str | None, reason: str | None,
+    session: Session, file: str, applied: bool, pending: bool, reason: str | None,
     requested_by: str | None, yes: bool,
 ) -> int:
     from migronaut.commands.resolve import check_resolve_options
 
+    if applied == pending:
+        raise ConfigInvalidError(
+            "resolve needs exactly one outcome: --applied (its body finished) or --pending "
+            "(it did not)", {"options": ["--applied", "--pending"]})
+    outcome = "applied" if applied else "pending"
     check_resolve_options(file, outcome, reason, requested_by)
     if not yes and not session.confirm(
         f'record "{file}" as {outcome}? [y/N] ', action="resolve"
     ):
         return session.aborted()
     return session.run(
-        lambda migrator: migrator.resolve(file, applied=outcome == "applied",
-                                          reason=reason or "", requested_by=requested_by),
+        lambda migrator: migrator.resolve(file, applied=applied, reason=reason or "",
+                                          requested_by=requested_by),
         to_json=lambda done: done.to_dict(),
         mutating=True,
     )

@@ -1,0 +1,214 @@
+"""A migration whose outcome is unknown is never run again without a decision (real processes).
+
+Outside a transaction a run claims the changelog record (``running``) before the body and
+records the outcome after it. When the run ends in between — killed, its lock force-released
+under it, its final write cut off — the migration is *in doubt*: ``up``, ``down``, ``redo`` and
+``status --check`` refuse with ``MIGRATION_IN_DOUBT`` (exit 36) until ``migronaut resolve``
+records the operator's decision. Synchronisation is on documents the bodies write and on process
+exits, every wait bounded.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+import pytest
+
+from helpers.engine import CHANGELOG, LOCKS, records, wait_until
+
+pytestmark = pytest.mark.slow
+
+IN_DOUBT = 36
+
+#: Counts its executions, then holds on a gate document (bounded: 60 s).
+COUNTING_GATED = """
+import time
+
+def up(ctx):
+    ctx.db["counters"].update_one({"_id": "n"}, {"$inc": {"n": 1}}, upsert=True)
+    ctx.db["started"].insert_one({"at": time.time()})
+    for _ in range(1200):
+        if ctx.db["gate"].find_one({"_id": "go"}):
+            break
+        time.sleep(0.05)
+
+def down(ctx):
+    pass
+"""
+
+QUICK = """
+def up(ctx):
+    ctx.db["counters"].update_one({"_id": "quick"}, {"$inc": {"n": 1}}, upsert=True)
+
+def down(ctx):
+    pass
+"""
+
+
+def count(db: Any, key: str = "n") -> int:
+    doc = db["counters"].find_one({"_id": key})
+    return int(doc["n"]) if doc else 0
+
+
+def assert_in_doubt(result: Any, name: str, run_id: str) -> None:
+    assert result.exit_code == IN_DOUBT, result.stderr
+    error = result.json["error"]
+    assert error["code"] == "MIGRATION_IN_DOUBT"
+    assert error["context"]["name"] == name and error["context"]["runId"] == run_id
+    assert error["context"]["host"] and error["context"]["startedAt"]
+    assert name in error["message"] and run_id in error["message"]
+    assert f"migronaut resolve {name}" in error["message"]
+
+
+def test_a_forced_unlock_under_a_live_run_never_applies_its_migration_twice(
+    project: Any, db: Any, cli_process: Any
+) -> None:
+    project.write_migration("0001_slow", COUNTING_GATED)
+    first = cli_process.start("up", "--json")
+    wait_until(lambda: db["started"].find_one(), timeout=60, what="0001 to start")
+    record = records(db)["0001_slow.py"]
+    assert record["status"] == "running"
+    intent = record["intent"]
+    assert intent["pid"] == first.pid and intent["lockOwner"] == intent["runId"]
+    assert intent["direction"] == "up" and intent["startedAt"] is not None
+
+    # the holder is alive: unlock refuses without --force, and changes nothing
+    refused = cli_process("unlock", "--yes", "--json", timeout=60)
+    assert refused.exit_code == 3, refused.stderr
+    assert refused.json["error"]["code"] == "LOCK_ALREADY_HELD"
+    assert "looks alive" in refused.json["error"]["message"]
+    assert "--force" in refused.json["error"]["message"]
+    assert db[LOCKS].count_documents({}) == 1
+
+    # while it runs, status shows it running (its run holds the lock)
+    rows = {r["file"]: r for r in cli_process("status", "--json", timeout=60).json}
+    assert rows["0001_slow.py"]["status"] == "running"
+
+    unlocked = cli_process("unlock", "--yes", "--force", "--json", timeout=60)
+    assert unlocked.exit_code == 0, unlocked.stderr
+    assert unlocked.json["holder"]["pid"] == first.pid
+
+    # the run that takes the lock next finds the migration in doubt and does not run it
+    second = cli_process("up", "--json", timeout=60)
+    assert_in_doubt(second, "0001_slow.py", intent["runId"])
+    assert count(db) == 1
+    checked = cli_process("status", "--check", "--json", timeout=60)
+    assert checked.exit_code == IN_DOUBT, checked.stderr
+
+    db["gate"].insert_one({"_id": "go"})
+    one = cli_process.wait(first, timeout=60)
+    assert one.exit_code == 10, one.stderr  # LOCK_LOST, and its outcome recorded
+    assert one.json["error"]["code"] == "LOCK_LOST"
+    record = records(db)["0001_slow.py"]
+    assert record["status"] == "applied" and "intent" not in record
+
+    third = cli_process("up", "--json", timeout=60)
+    assert third.exit_code == 0, third.stderr
+    assert count(db) == 1
+    assert db[CHANGELOG].count_documents({}) == 1
+    assert db[LOCKS].count_documents({}) == 0
+
+
+def test_kill_9_during_a_body_leaves_it_in_doubt_until_resolved(
+    project: Any, db: Any, cli_process: Any
+) -> None:
+    project.write_migration("0001_slow", COUNTING_GATED)
+    project.write_migration("0002_quick", QUICK)
+    victim = cli_process.start("up", "--json")
+    wait_until(lambda: db["started"].find_one(), timeout=60, what="0001 to start")
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=10)
+    run_id = records(db)["0001_slow.py"]["intent"]["runId"]
+
+    released = cli_process("unlock", "--yes", "--force", "--json", timeout=60)
+    assert released.exit_code == 0, released.stderr
+
+    for args in (("up",), ("up", "0002_quick.py"), ("redo",), ("down",)):
+        refused = cli_process(*args, "--json", timeout=60)
+        assert_in_doubt(refused, "0001_slow.py", run_id)
+    assert count(db) == 1 and count(db, "quick") == 0
+    rows = {r["file"]: r for r in cli_process("status", "--json", timeout=60).json}
+    assert rows["0001_slow.py"]["status"] == "in-doubt"
+    assert rows["0001_slow.py"]["runId"] == run_id and rows["0001_slow.py"]["pid"] == victim.pid
+    human = cli_process("status", timeout=60)
+    assert "in doubt" in human.stdout
+    audit = cli_process("audit", "--json", timeout=60)
+    assert audit.exit_code == 22, audit.stderr
+    changelog = next(c for c in audit.json["checks"] if c["name"] == "changelog")
+    assert changelog["status"] == "fail" and "0001_slow.py" in changelog["detail"]
+
+    # bad decisions are refused before anything is written
+    for args, code in ((("resolve", "0001_slow.py", "--applied", "--yes"), 6),
+                       (("resolve", "0001_slow.py", "--yes", "--reason", "x"), 6),
+                       (("resolve", "0001_slow.py", "--applied", "--pending", "--yes",
+                         "--reason", "x"), 6),
+                       (("resolve", "0001_slow.py", "--applied", "--reason", "x"), 6),
+                       (("resolve", "0002_quick.py", "--applied", "--yes", "--reason", "x"), 9),
+                       (("resolve", "../x.py", "--applied", "--yes", "--reason", "x"), 19)):
+        bad = cli_process(*args, "--json", timeout=60)
+        assert bad.exit_code == code, (args, bad.stderr)
+        assert bad.json["error"]["message"]
+        assert records(db)["0001_slow.py"]["status"] == "running"
+
+    resolved = cli_process("resolve", "0001_slow.py", "--applied", "--yes", "--json",
+                           "--reason", "counter is 1: the body ran", timeout=60)
+    assert resolved.exit_code == 0, resolved.stderr
+    assert resolved.json["status"] == "applied" and resolved.json["runId"] == run_id
+    record = records(db)["0001_slow.py"]
+    assert record["status"] == "applied" and "intent" not in record
+    assert record["resolution"]["as"] == "applied"
+    assert record["resolution"]["reason"] == "counter is 1: the body ran"
+    assert record["resolution"]["intent"]["runId"] == run_id
+    run = db["_migronaut_runs"].find_one({"command": "resolve", "outcome": "success"})
+    assert run is not None and run["reason"] == "counter is 1: the body ran"
+    line = db["_migronaut_runs_logs"].find_one({"runId": run["_id"]})
+    assert line is not None and line["migration"] == "0001_slow.py"
+    assert "Resolved 0001_slow.py as applied" in line["msg"]
+
+    finish = cli_process("up", "--json", timeout=60)
+    assert finish.exit_code == 0, finish.stderr
+    assert [(r["file"], r["status"]) for r in finish.json] == [("0002_quick.py", "applied")]
+    assert count(db) == 1 and count(db, "quick") == 1
+
+
+TRANSACTIONAL_GATED = """
+import pathlib
+import time
+
+use_transaction = True
+
+def up(ctx):
+    ctx.db["counters"].update_one({"_id": "n"}, {"$inc": {"n": 1}}, upsert=True,
+                                  session=ctx.session)
+    pathlib.Path("started.txt").write_text("started")  # outside the transaction
+    for _ in range(1200):
+        if ctx.db["gate"].find_one({"_id": "go"}, session=ctx.session):
+            break
+        time.sleep(0.05)
+
+def down(ctx):
+    pass
+"""
+
+
+def test_a_killed_transactional_migration_leaves_nothing_in_doubt(
+    project: Any, db: Any, cli_process: Any
+) -> None:
+    project.write_migration("0001_txn", TRANSACTIONAL_GATED)
+    victim = cli_process.start("up", "--json")
+    started = project.path / "started.txt"
+    wait_until(started.exists, timeout=60, what="0001 to start")
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=10)
+    assert db[CHANGELOG].count_documents({}) == 0  # no intent: the transaction holds it all
+    assert count(db) == 0
+
+    cli_process("unlock", "--yes", "--force", "--json", timeout=60)
+    rows = {r["file"]: r for r in cli_process("status", "--json", timeout=60).json}
+    assert rows["0001_txn.py"]["status"] == "pending"
+    db["gate"].insert_one({"_id": "go"})
+    rerun = cli_process("up", "--json", timeout=60)
+    assert rerun.exit_code == 0, rerun.stderr
+    assert count(db) == 1
+    assert records(db)["0001_txn.py"]["status"] == "applied"
