@@ -189,8 +189,11 @@ def _dump(client: Any) -> str:
     return "\n".join(parts)
 
 
-def test_a_worker_killed_mid_up_comes_back_and_applies_once(project: Any, celery_project: Any,
-                                                            db: Any) -> None:
+def test_a_worker_killed_mid_up_leaves_it_in_doubt_then_applies_once(
+    project: Any, celery_project: Any, db: Any
+) -> None:
+    """The killed worker's body may or may not have finished: the job that comes back refuses
+    with ``MIGRATION_IN_DOUBT`` (never retried) until the operator resolves it."""
     project.write("migronaut.toml",
                          "[celery]\nvisibility_timeout_s = 5\nslice_ms = 500\n")
     celery_project.base_env["MIGRONAUT_LOCK_TTL"] = "5"
@@ -207,7 +210,16 @@ def test_a_worker_killed_mid_up_comes_back_and_applies_once(project: Any, celery
         go.write_text("go")
         second = celery_project.worker(concurrency=1)
         with workers(second):
-            results = handle.wait(150)
+            with pytest.raises(QueueJobFailedError) as doubt:
+                handle.wait(150)
+            context = doubt.value.context
+            assert (context["migration"], context["code"]) == (A, "MIGRATION_IN_DOUBT")
+            assert A in doubt.value.message
+            assert records(db)[A]["status"] == "running" and B not in records(db)
+            assert db.marks.count_documents({}) == 0  # killed before its mark
+            with Migrator(cwd=celery_project.path) as operator:
+                operator.resolve(A, applied=False, reason="killed before its mark")
+            results = enqueue_up(app).wait(150)
     assert [r["results"][0]["status"] for r in results] == ["applied", "applied"]
     assert sorted(d["name"] for d in db.marks.find()) == [A, B]  # exactly once each
     assert {r["status"] for r in records(db).values()} == {"applied"}

@@ -11,13 +11,30 @@ exits, every wait bounded.
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conftest import project_on
 from helpers.engine import CHANGELOG, LOCKS, records, wait_until
+from helpers.failpoints import configure
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def db(failpoint_client: Any, db_name: str) -> Iterator[Any]:
+    """The test's database, on the server that serves ``failCommand``."""
+    yield failpoint_client[db_name]
+    failpoint_client.drop_database(db_name)
+
+
+@pytest.fixture
+def project(tmp_path: Path, failpoint_uri: str, db_name: str,
+            monkeypatch: pytest.MonkeyPatch) -> Any:
+    return project_on(tmp_path, failpoint_uri, db_name, monkeypatch)
 
 IN_DOUBT = 36
 
@@ -212,3 +229,56 @@ def test_a_killed_transactional_migration_leaves_nothing_in_doubt(
     assert rerun.exit_code == 0, rerun.stderr
     assert count(db) == 1
     assert records(db)["0001_txn.py"]["status"] == "applied"
+
+
+#: Counts its execution, then cuts the connection of the next updates — its changelog write
+#: (and every resend of it) among them.
+CUTS_ITS_RECORD = """
+def up(ctx):
+    ctx.db["counters"].update_one({"_id": "n"}, {"$inc": {"n": 1}}, upsert=True)
+    ctx.client.admin.command({
+        "configureFailPoint": "failCommand", "mode": {"times": %d},
+        "data": {"failCommands": ["update"], "closeConnection": True, "appName": "migronaut"},
+    })
+
+def down(ctx):
+    pass
+"""
+
+
+def test_a_cut_connection_during_the_changelog_write_leaves_the_migration_in_doubt(
+    project: Any, db: Any, failpoint_client: Any, cli_process: Any
+) -> None:
+    project.write_migration("0001_cut", CUTS_ITS_RECORD % 12)
+    try:
+        first = cli_process("up", "--json", timeout=120)
+    finally:
+        configure(failpoint_client, "off")
+    try:
+        assert first.exit_code == 5, first.stderr
+        error = first.json["error"]
+        assert error["code"] == "CONNECTION_FAILED"
+        context = error["context"]
+        assert context["phase"] == "changelog-write" and context["bodySucceeded"] is True
+        assert context["inDoubt"] is True
+        assert "migronaut resolve 0001_cut.py --applied" in error["message"]
+        record = records(db)["0001_cut.py"]
+        assert record["status"] == "running"
+        assert db[LOCKS].count_documents({}) == 0  # released on the way out
+
+        again = cli_process("up", "--json", timeout=60)
+        assert_in_doubt(again, "0001_cut.py", record["intent"]["runId"])
+        assert count(db) == 1
+
+        resolved = cli_process("resolve", "0001_cut.py", "--applied", "--yes", "--reason",
+                               "the counter moved", timeout=60)
+        assert resolved.exit_code == 0, resolved.stderr
+        assert "✔ Resolved 0001_cut.py as applied" in resolved.stderr + resolved.stdout
+        final = cli_process("up", "--json", timeout=60)
+        assert final.exit_code == 0, final.stderr
+        assert count(db) == 1
+        assert records(db)["0001_cut.py"]["status"] == "applied"
+        rows = cli_process("status", "--check", "--json", timeout=60)
+        assert rows.exit_code == 0, rows.stderr
+    finally:
+        configure(failpoint_client, "off")
