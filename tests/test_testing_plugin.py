@@ -442,3 +442,29 @@ def test_without_a_test_uri_the_session_starts_a_dev_server(
             assert migronaut_db.settings.count_documents({{}}) == 1
     """)
     run(user_project).assert_outcomes(passed=1)
+
+
+def test_a_migration_in_doubt_surfaces_as_its_typed_error(user_project: pytest.Pytester) -> None:
+    write_tests(user_project, """
+        import datetime
+
+        import pytest
+
+        from migronaut import MigrationInDoubtError
+
+
+        def test_in_doubt(migronaut_migrator):
+            record(migronaut_migrator.db)
+            migronaut_migrator.db["_migronaut_migrations"].insert_one({
+                "name": NORMALISE, "status": "running",
+                "intent": {"runId": "gone", "lockOwner": "gone", "host": "h", "pid": 1,
+                           "startedAt": datetime.datetime.now(datetime.UTC)}})
+            with pytest.raises(MigrationInDoubtError) as info:
+                migrate_before(migronaut_migrator, NORMALISE)
+            assert info.value.code == "MIGRATION_IN_DOUBT" and info.value.exit_code == 36
+            assert info.value.context["name"] == NORMALISE
+            with pytest.raises(MigrationInDoubtError):
+                assert_reversible(migronaut_migrator, INDEX)
+    """)
+    result = run(user_project)
+    result.assert_outcomes(passed=1)
