@@ -424,3 +424,24 @@ def test_the_overview_lists_fifty_outstanding_migrations_and_counts_the_rest(
     assert "… 10 more" in page.text and "0049_step.py" in page.text
     assert "0050_step.py" not in page.text
     assert re.search(r"<h2>Pending</h2><p class=\"big warn\">60</p>", page.text)
+
+
+def test_a_migration_in_doubt_shows_on_the_overview_and_in_the_metrics(
+        project: Any, db: Any, migrator: Migrator) -> None:
+    write_simple(project, "0001_a", "0002_b")
+    db["_migronaut_migrations"].insert_one({
+        "name": "0001_a.py", "status": "running",
+        "intent": {"runId": "gone", "lockOwner": "gone", "host": "h", "pid": 1}})
+    client = TestClient(create_app(migrator))
+    page = client.get("/")
+    assert page.status_code == 200
+    assert '<span class="status s-in-doubt" data-field="status">in-doubt</span> 0001_a.py' \
+        in page.text
+    assert re.search(r"<h2>In doubt</h2><p class=\"big bad\">1</p>", page.text)
+    assert "migronaut resolve FILE" in page.text
+    rows = {row["file"]: row for row in client.get("/api/status").json()}
+    assert rows["0001_a.py"]["status"] == "in-doubt" and rows["0001_a.py"]["runId"] == "gone"
+    samples = dict(re.findall(r"^(\S+) (\S+)$", client.get("/metrics").text, re.MULTILINE))
+    assert samples["migronaut_migrations_in_doubt"] == "1"
+    assert samples['migronaut_migrations{status="in-doubt"}'] == "1"
+    assert samples["migronaut_migrations_pending"] == "1"

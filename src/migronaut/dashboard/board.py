@@ -124,8 +124,8 @@ def throughput(partitions: Sequence[Mapping[str, Any]], bars: int = THROUGHPUT_B
 
 
 def migration_counts(rows: Sequence[StatusRow]) -> dict[str, int]:
-    """Migrations by status (``applied``, ``pending``, ``failed``)."""
-    counts = {"applied": 0, "pending": 0, "failed": 0}
+    """Migrations by status (``applied``, ``pending``, ``failed``, ``running``, ``in-doubt``)."""
+    counts = {"applied": 0, "pending": 0, "failed": 0, "running": 0, "in-doubt": 0}
     for row in rows:
         counts[row.status] = counts.get(row.status, 0) + 1
     return counts

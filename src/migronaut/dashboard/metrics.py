@@ -55,6 +55,9 @@ def exposition(board: Board) -> str:
     lines += _family("migronaut_migrations_pending", "gauge",
                      "Migrations `up` would run (pending and failed).",
                      [({}, by_status["pending"] + by_status["failed"])])
+    lines += _family("migronaut_migrations_in_doubt", "gauge",
+                     "Migrations in doubt: a run ended without recording whether the body "
+                     "finished (migronaut resolve).", [({}, by_status["in-doubt"])])
     lines += _family("migronaut_lock_held", "gauge",
                      "1 while the migration lock is held (expired or unreadable included).",
                      [({}, 0 if lock.get("state") == "free" else 1)])
