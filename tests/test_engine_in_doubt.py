@@ -67,7 +67,8 @@ def test_up_down_and_redo_refuse_and_run_nothing(project: Any, db: Any) -> None:
     before = records(db)
     with make_migrator(project) as migrator:
         for run in (migrator.up, migrator.down, migrator.redo,
-                    lambda: migrator.up("0001_a.py", force=True)):
+                    lambda: migrator.up("0001_a.py", force=True),
+                    lambda: migrator.dry_run("up"), lambda: migrator.dry_run("down")):
             with pytest.raises(MigrationInDoubtError) as info:
                 run()
             assert_refused(info.value, "0002_b.py")

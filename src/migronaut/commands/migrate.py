@@ -17,6 +17,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from migronaut.commands.up_converge import after_up, forget_definitions, note_preview
+from migronaut.core.changelog import UNFINISHED, in_doubt_error, judge_unfinished
+from migronaut.core.lock import read_lock_status
 from migronaut.core.locked_run import locked_run
 from migronaut.core.plan import (
     build_status_rows,
@@ -218,7 +220,12 @@ def dry_run(
     with ws.slot.busy():
         files = project.files()
         changelog = ws.connection.changelog
-        changelog.verify()  # what the real run would refuse, the preview refuses
+        checked = changelog.verify()  # what the real run would refuse, the preview refuses
+        if any(r.get("status") in UNFINISHED for r in checked.readable):
+            lock = read_lock_status(ws.connection.lock_collection,
+                                    ttl_ms=project.config.lock_ttl_seconds * 1000)
+            owner = lock.holder.run_id if lock.state == "held" and lock.holder else None
+            raise in_doubt_error(judge_unfinished(checked.readable, live_owner=owner))
         if direction == "up":
             plan = plan_up(
                 changelog, files, project.directory, file=file, to=to, force=False,

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from migronaut._redact import shown_value
+from migronaut.core.results import iso
 from migronaut.core.retry import retry_transient
 from migronaut.errors import MigrationInDoubtError, StateInvalidError
 
@@ -610,7 +611,7 @@ class Unfinished:
         return "up" if self.status == RUNNING else "down"
 
     def describe(self) -> str:
-        when = self.started_at.isoformat() if self.started_at else "an unknown time"
+        when = iso(self.started_at) or "an unknown time"
         where = f" on {self.host}" if self.host else ""
         pid = f" (pid {self.pid})" if self.pid is not None else ""
         verb = "applying" if self.status == RUNNING else "reverting"
@@ -619,7 +620,7 @@ class Unfinished:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "status": self.status, "direction": self.direction,
                 "runId": self.run_id, "host": self.host, "pid": self.pid,
-                "startedAt": self.started_at.isoformat() if self.started_at else None,
+                "startedAt": iso(self.started_at),
                 "alive": self.alive}
 
 
