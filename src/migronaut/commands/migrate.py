@@ -126,6 +126,7 @@ def _up(
         if force:
             logger.warning("⚠ Forcing   re-run of already-applied %s", name)
             targets.append(name)
+            run.rerun.add(name)
             continue
         if drifted and strict:
             raise ChecksumMismatchError(

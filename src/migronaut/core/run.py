@@ -56,6 +56,9 @@ class Run:
     #: are not done ends the run cleanly instead of failing it; what it waits for is kept here.
     stop_when_waiting: bool = False
     waiting: list[dict[str, Any]] = field(default_factory=list)
+    #: ``up --force``: the applied migrations this run re-runs (its claim of their records
+    #: expects ``applied``; any other ``up`` claim expects a record that is not).
+    rerun: set[str] = field(default_factory=set)
 
 
 class RunSlot:

@@ -170,10 +170,9 @@ class _Record:
         that run), never a second execution."""
         ws, run, name = self.ws, self.run, self.migration.name
         changelog = ws.connection.changelog
-        found = changelog.get(name)
-        self.planned = found.get("status") if found else None
-        if self.direction == "down" or self.planned == APPLIED:
-            self.planned = APPLIED
+        # a revert and a forced re-run start from an applied record; any other up from one
+        # that is not applied (the claim's filter says so: no read needed)
+        self.planned = APPLIED if self.direction == "down" or name in run.rerun else None
         intent = {"runId": run.id, "lockOwner": run.lock.owner if run.lock else None,
                   "host": socket.gethostname(), "pid": os.getpid(),
                   "direction": self.direction}
