@@ -103,3 +103,16 @@ def test_user_telemetry_attributes_are_redacted(project: Any) -> None:
         assert attributes["legacy.uri"] == "mongodb://u:****@h/"
         assert attributes["team"] == "billing"
         assert leaks(repr(attributes)) == [] and "s3cret" not in repr(attributes)
+
+
+def test_a_password_with_at_and_a_space_never_shows(cli: Any) -> None:
+    uri = "mongodb://adm:p@ss w:rd@127.0.0.1:1/?serverSelectionTimeoutMS=200"
+    for args in (("status",), ("status", "--json")):
+        result = cli(*args, "--uri", uri)
+        assert result.exit_code == 5, result.stderr
+        shown = result.stdout + result.stderr
+        assert "p@ss" not in shown and "ss w:rd" not in shown
+        assert "adm:****@127.0.0.1:1" in shown
+    error = cli("status", "--json", "--uri", uri).json["error"]
+    assert error["code"] == "CONNECTION_FAILED"
+    assert error["context"]["uri"] == "mongodb://adm:****@127.0.0.1:1/?serverSelectionTimeoutMS=200"
