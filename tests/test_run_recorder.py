@@ -340,7 +340,7 @@ def test_ctx_logger_lines_are_kept_with_their_run_redacted(project: Any, db: Any
     info, warning = kept
     assert info == {
         "kind": "migration", "runId": up_run["_id"], "direction": "up",
-        "migration": "0001_logs.py", "batch": 1, "level": "info",
+        "migration": "0001_logs.py", "batch": 1, "attempt": 1, "level": "info",
         "msg": "copied 3 documents", "data": {"collection": "users", "n": 3},
         "at": info["at"], "seq": 1,
     }

@@ -242,6 +242,20 @@ def test_skipped_migrations_are_counted_on_the_run_span(
             run["migronaut.run.total"]) == (0, 1, 1)
 
 
+def test_a_baseline_run_span_counts_the_migrations_it_marked_applied(
+    project: Any, db: Any, otel: Otel
+) -> None:
+    write_simple(project, "0001_a", "0002_b", "0003_c")
+    with make_migrator(project, telemetry=otel.config()) as migrator:
+        migrator.baseline("0002_b.py")
+    assert otel.spans(MIGRATION) == []  # nothing ran
+    run = attrs(otel.span(RUN))
+    assert run["migronaut.run.command"] == "baseline"
+    assert (run["migronaut.run.applied"], run["migronaut.run.reverted"],
+            run["migronaut.run.skipped"], run["migronaut.run.total"]) == (2, 0, 1, 2)
+    assert calls(db) == []
+
+
 @pytest.mark.parametrize("mode", ["plain", "timeout", "async", "transaction"])
 def test_the_migration_span_is_current_in_hooks_body_and_changelog_write(
     project: Any, db: Any, otel: Otel, mode: str

@@ -69,15 +69,15 @@ def test_secret_auth_mechanism_properties_are_masked_but_not_the_others() -> Non
     assert "SERVICE_NAME:svc" in out
 
 
-def test_dup_key_values_are_masked_only_outbound() -> None:
+def test_dup_key_values_are_masked_everywhere() -> None:
     text = (
         "E11000 duplicate key error collection: app.users index: email_1 "
         'dup key: { email: "eve@example.com" }'
     )
-    assert "eve@example.com" in redact(text)
-    out = redact(text, outbound=True)
+    out = redact(text)
     assert "eve@example.com" not in out
     assert "dup key: { **** }" in out
+    assert "index: email_1 " in out  # the index, not a value: kept
 
 
 def test_redact_value_walks_nested_structures() -> None:
@@ -127,12 +127,20 @@ def test_sanitize_terminal_strips_control_sequences(raw: str, clean: str) -> Non
     assert sanitize_terminal(raw) == clean
 
 
-def test_key_values_of_a_driver_error_document_are_masked_outbound() -> None:
+def test_key_values_of_a_driver_error_document_are_masked() -> None:
     text = ("E11000 duplicate key error, full error: {'keyPattern': {'email': 1}, "
             "'keyValue': {'email': 'alice@example.com', 'tags': {'a': 'x'}}, 'code': 11000}")
-    out = redact(text, outbound=True)
+    out = redact(text)
     assert "alice@example.com" not in out and "'a': 'x'" not in out
     assert "'keyValue': { **** }, 'code': 11000}" in out
     assert "'keyPattern': {'email': 1}" in out  # the index, not a value: kept
-    assert redact(text) == text  # inbound (logs) unchanged
-    assert redact('"keyValue": {"email": "a@b"', outbound=True) == '"keyValue": { **** }'
+    assert redact('"keyValue": {"email": "a@b"') == '"keyValue": { **** }'
+
+
+def test_the_statement_a_bulk_write_error_repeats_is_masked() -> None:
+    text = ("batch op errors occurred, full error: {'writeErrors': [{'index': 0, 'code': 11000, "
+            "'keyValue': {'email': 'bob@example.com'}, "
+            "'op': {'_id': 7, 'email': 'bob@example.com', 'name': 'Bob Doe'}}], 'nInserted': 0}")
+    out = redact(text)
+    assert "bob@example.com" not in out and "Bob Doe" not in out
+    assert "'op': { **** }}], 'nInserted': 0}" in out

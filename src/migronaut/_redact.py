@@ -1,7 +1,8 @@
 """Credential redaction and terminal sanitisation for every string that leaves the process.
 
 Invariant: no password from a connection string (``scheme://user:secret@``, empty-user passwords,
-passwords with literal spaces, secret query parameters, secret ``authMechanismProperties``)
+passwords with literal spaces or ``@``, secret query parameters, secret
+``authMechanismProperties``) and no value a duplicate-key error quotes from a user's document
 survives :func:`redact`, whatever the number of hosts in the URI. Regexes, not URL parsing, so a
 malformed URI is still scrubbed.
 """
@@ -16,13 +17,12 @@ __all__ = ["MASK", "redact", "redact_value", "sanitize_terminal", "shown_value"]
 
 MASK = "****"
 
-# scheme://user:password@ — user may be empty; password runs to the last '@' before the host list
-# and may hold literal spaces or tabs (pymongo accepts `mongodb://user:pa ss@host`): it is masked
-# up to the '@' even then. Over-masking text that merely follows a URI on the same line is the
-# safe failure.
+# scheme://user:password@ — user may be empty; the password runs to the last '@' before the first
+# '/' on the line, as a driver splits the user info from the host list, whatever it holds
+# (literal spaces, '@', ':': `mongodb://adm:p@ss w:rd@host/`). Over-masking text that merely
+# follows a URI on the same line is the safe failure.
 _USERINFO = re.compile(
-    r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]*):"
-    r"(?P<secret>[^@\s/]*(?:[ \t]+[^@\s/]+)*(?:@[^@\s/]*)*)@"
+    r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<secret>[^/\r\n]*)@"
 )
 _SECRET_PARAMS = (
     "tlsCertificateKeyFilePassword",
@@ -43,9 +43,10 @@ _MECH_SECRET = re.compile(
     r"(?P<value>[^,&;\s#]*)",
     re.IGNORECASE,
 )
-#: Where a duplicate-key error quotes the values: ``dup key: {…}`` in the server's message and
-#: ``keyValue: {…}`` in the error document a driver error repeats.
-_DUP_KEY = re.compile(r"(?:dup key: |['\"]?keyValue['\"]?\s*:\s*)(?=\{)")
+#: Where a write error quotes a user's document: ``dup key: {…}`` in the server's message,
+#: ``keyValue: {…}`` in the error document a driver error repeats, and ``'op': {…}`` (the whole
+#: statement) in a bulk write's ``writeErrors``.
+_DUP_KEY = re.compile(r"(?:dup key: |['\"]?keyValue['\"]?\s*:\s*|['\"]op['\"]\s*:\s*)(?=\{)")
 
 # C0 controls (except \t and \n) and the C1 block, plus whole escape sequences (CSI/OSC/DCS/...).
 _ESCAPES = re.compile(
@@ -58,8 +59,9 @@ _ESCAPES = re.compile(
 )
 
 
-def redact(text: str, *, outbound: bool = False) -> str:
-    """Mask URI credentials and secret query parameters; ``outbound`` also masks dup-key values."""
+def redact(text: str) -> str:
+    """Mask URI credentials, secret query parameters and the values a duplicate-key error
+    quotes — everywhere text leaves the process: errors, JSON, events, logs, stored records."""
     if not text:
         return text
     out = _USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", text)
@@ -67,9 +69,7 @@ def redact(text: str, *, outbound: bool = False) -> str:
     out = _MECH_PROPS.sub(
         lambda m: m["key"] + _MECH_SECRET.sub(lambda n: n["key"] + MASK, m["value"]), out
     )
-    if outbound:
-        out = _mask_dup_keys(out)
-    return out
+    return _mask_dup_keys(out)
 
 
 def _mask_dup_keys(text: str) -> str:

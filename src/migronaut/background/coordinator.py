@@ -570,7 +570,7 @@ class Coordinator:
     def fail_state(self, name: str, reason: str) -> None:
         from migronaut._redact import redact
 
-        text = redact(reason, outbound=True)
+        text = redact(reason)
         moved = self.engine.store.move(name, "fail", set_fields={"lastError": text},
                                        server_times=["failedAt"])
         if moved is not None:

@@ -156,7 +156,7 @@ def describe_error(error: BaseException) -> str:
     first = text.splitlines()[0] if text else ""
     name = type(error).__name__
     line = f"{name}: {first}" if first and first != name else name
-    return redact(line, outbound=True)[:1000]
+    return redact(line)[:1000]
 
 
 def _key(value: Any) -> bytes:

@@ -179,8 +179,9 @@ def _forward_stop(stop_event: threading.Event, migrator: Startable,
 
 
 class _LockWait:
-    """One start-up's wait for a peer's lock: polls backing off (jittered, at most 5 s), bounded
-    by stall time (the budget is re-armed whenever the holder's heartbeat advances)."""
+    """One start-up's wait for a peer's lock: polls backing off (jittered, at most 5 s and a
+    quarter of the budget, each logged at debug level), bounded by stall time (the budget is
+    re-armed whenever the holder's heartbeat advances)."""
 
     def __init__(self, migrator: _Waiter, *, timeout_ms: int | None, poll_interval_ms: int,
                  stop_event: Stopper | None) -> None:
@@ -191,6 +192,7 @@ class _LockWait:
         self.started = time.monotonic()
         self.waited = False
         self.deadline: float | None = None
+        self.budget = 0  # ms of stall allowed, armed at the first refusal
         self.last_seen: Any = None
         self.delay = poll_interval_ms / 1000
 
@@ -235,16 +237,23 @@ class _LockWait:
             self.waited = True
         if self.deadline is None or holder.get("lockedAt") != self.last_seen:
             ttl = holder.get("ttlMs") or self.migrator.config.lock_ttl_seconds * 1000
-            budget = self.timeout_ms or max(90_000, int(1.5 * ttl))
-            self.deadline = now + budget / 1000
+            self.budget = self.timeout_ms or max(90_000, int(1.5 * ttl))
+            self.deadline = now + self.budget / 1000
             self.last_seen = holder.get("lockedAt")
+        waited_ms = int((now - self.started) * 1000)
         if now >= self.deadline:
-            refused.context.update({
-                "timedOut": True, "attempts": attempts,
-                "waitedMs": int((now - self.started) * 1000)})
+            refused.context.update({"timedOut": True, "attempts": attempts, "waitedMs": waited_ms})
             self.record("timeout")
             raise refused
-        pause = min(self.delay * random.uniform(0.75, 1.25), 5.0, max(0.0, self.deadline - now))
+        # jitter first, then the caps: no pause outlasts 5 s, a quarter of the budget or the
+        # time left
+        pause = min(self.delay * random.uniform(0.75, 1.25), 5.0, self.budget / 4000,
+                    max(0.0, self.deadline - now))
+        self.migrator.logger.debug(
+            "Lock still held (attempt %d, waited %d ms) — next poll in %d ms",
+            attempts, waited_ms, int(pause * 1000),
+            extra={"attempts": attempts, "waitedMs": waited_ms,
+                   "nextDelayMs": int(pause * 1000)})
         if self.stop_event is not None:
             if self.stop_event.wait(pause):
                 raise self.aborted(attempts) from None

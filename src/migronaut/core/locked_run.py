@@ -197,10 +197,13 @@ def _finish_run(
         emit("lock:released", skipped=True)
     applied = sum(1 for r in run.results if r.status == "applied")
     reverted = sum(1 for r in run.results if r.status == "reverted")
+    skipped = sum(1 for r in run.results if r.status == "skipped")
+    counts = run.counts  # a baseline or an import counts records, not per-migration results
     run.trace.end(error if error is not None else release_error,
-                  applied=applied, reverted=reverted,
-                  skipped=sum(1 for r in run.results if r.status == "skipped"),
-                  total=len(run.results), duration_s=time.monotonic() - started)
+                  applied=counts.get("applied", applied), reverted=reverted,
+                  skipped=counts.get("skipped", skipped),
+                  total=counts.get("total", len(run.results)),
+                  duration_s=time.monotonic() - started)
     duration_ms = int((time.monotonic() - started) * 1000)
     end: dict[str, Any] = {
         "command": run.command, "direction": direction, "success": error is None,

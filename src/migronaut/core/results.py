@@ -336,9 +336,10 @@ class BaselineResult:
         return _render(self, ("batch",))
 
     def counts(self) -> dict[str, int]:
-        """The counts ``run:end`` reports for the run (``total``: records written)."""
+        """The counts ``run:end`` and the run span report (``total``: records written, each
+        marked applied)."""
         done = len(self.baselined)
-        return {"baselined": done, "skipped": self.skipped, "total": done}
+        return {"baselined": done, "applied": done, "skipped": self.skipped, "total": done}
 
 
 @dataclass(frozen=True)

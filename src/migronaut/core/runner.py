@@ -92,7 +92,7 @@ def execute(
     def run_plain() -> None:
         outcome.attempts = 1
         started = time.monotonic()
-        call_user(body, ctx)
+        call_user(body, ctx.for_migration(attempt=1))  # ctx.logger lines carry it too
         outcome.duration_ms = int((time.monotonic() - started) * 1000)
 
     def run_transaction() -> None:

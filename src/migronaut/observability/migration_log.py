@@ -174,7 +174,7 @@ def log_line(
         if value is not None:
             line[key] = value
     line["level"] = level_name(level)
-    line["msg"], clipped = clip(redact(message_text(msg, args), outbound=True), MAX_MSG_CHARS)
+    line["msg"], clipped = clip(redact(message_text(msg, args)), MAX_MSG_CHARS)
     line["data"], cut = sanitize_data(fields)
     line["at"] = at or dt.datetime.now(dt.UTC)
     line["seq"] = seq
@@ -210,7 +210,7 @@ class _Budget:
         for key, item in value.items():
             if not self.spend():
                 break
-            out[redact(str(key), outbound=True)[:MAX_STRING_CHARS]] = self.copy(item, depth + 1)
+            out[redact(str(key))[:MAX_STRING_CHARS]] = self.copy(item, depth + 1)
         return out
 
     def sequence(self, value: Any, depth: int) -> list[Any]:
@@ -227,7 +227,7 @@ class _Budget:
         if isinstance(value, int):
             return value if -(2**63) <= value < 2**63 else str(value)
         if isinstance(value, str):
-            text, cut = clip(redact(value, outbound=True), MAX_STRING_CHARS)
+            text, cut = clip(redact(value), MAX_STRING_CHARS)
             self.truncated |= cut
             return text
         if isinstance(value, dt.datetime):

@@ -84,8 +84,8 @@ def outcome_of(error: BaseException | None) -> str:
 
 def _error_document(error: BaseException) -> dict[str, Any]:
     if isinstance(error, MigronautError):
-        return {"code": error.code, "message": redact(error.message, outbound=True)}
-    return {"message": redact(describe_exception(error), outbound=True)}
+        return {"code": error.code, "message": redact(error.message)}
+    return {"message": redact(describe_exception(error))}
 
 
 class RunRecorder:

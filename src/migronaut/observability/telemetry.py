@@ -133,7 +133,7 @@ def status_message(error: BaseException) -> str:
             text = f"{text} (cause: {cause})"
     else:
         text = describe_exception(error)
-    text = redact(text, outbound=True)
+    text = redact(text)
     if len(text) > STATUS_MESSAGE_MAX:
         text = text[: STATUS_MESSAGE_MAX - 1] + "…"
     return text
@@ -566,7 +566,7 @@ def resolve_telemetry(value: Any, *, namespace: str | None) -> Telemetry:
         return DISABLED
     # user attributes leave the process on every span and point: redacted like everything else
     attributes: dict[str, Scalar] = {
-        key: redact(item, outbound=True) if isinstance(item, str) else item
+        key: redact(item) if isinstance(item, str) else item
         for key, item in (parts.get("attributes") or {}).items()
     }
     tracer = _provider("tracer", parts.get("tracer"))

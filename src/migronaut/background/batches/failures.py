@@ -3,7 +3,8 @@
 Invariant: **document data never leaves the batch.** Error texts stored on partitions or emitted
 in events never carry ids or values: a write error is described by its code
 (:func:`write_error_message`), a server error by class and code (:func:`describe_server`), and a
-user exception's text is masked for the document's ``_id`` (:func:`user_message`).
+user exception's text is masked for the document's ``_id`` and redacted of credentials and
+duplicate-key values (:func:`user_message`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from migronaut._redact import redact
 from migronaut.errors import (
     BackgroundFailedError,
     ConnectionFailedError,
@@ -119,13 +121,14 @@ def clip(text: str) -> str:
 
 
 def user_message(error: BaseException, doc_id: Any) -> str:
-    """A transform error's text without the document's ``_id`` in it."""
+    """A transform error's text without the document's ``_id``, credentials or duplicate-key
+    values in it: it is stored on the partition and the state for good."""
     text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
     text = text.splitlines()[0] if text.strip() else type(error).__name__
     for shown in {repr(doc_id), str(doc_id)}:
         if len(shown) >= 4:
             text = text.replace(shown, "‹_id›")
-    return clip(text)
+    return clip(redact(text))
 
 
 def write_error_message(item: Mapping[str, Any]) -> str:
@@ -149,5 +152,5 @@ def describe_server(error: BaseException) -> str:
     if code is not None:
         parts.append(f"code {code}" + (f" {name}" if name else ""))
     elif str(error):
-        parts.append(clip(str(error).splitlines()[0]))
+        parts.append(clip(redact(str(error).splitlines()[0])))
     return " ".join(parts)

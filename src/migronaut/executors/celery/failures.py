@@ -19,7 +19,7 @@ __all__ = ["outbound_error", "outbound_value"]
 def outbound_value(value: Any) -> Any:
     """Deep-copy of a JSON-like value with every string redacted outbound."""
     if isinstance(value, str):
-        return redact(value, outbound=True)
+        return redact(value)
     if isinstance(value, Mapping):
         return {str(k): outbound_value(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -37,7 +37,7 @@ def outbound_error(error: BaseException) -> MigronautError:
     else:
         message, context, cls = describe_exception(error), {}, MigronautError
     clean = cls.__new__(cls)
-    MigronautError.__init__(clean, redact(message, outbound=True), outbound_value(context))
+    MigronautError.__init__(clean, redact(message), outbound_value(context))
     clean.__cause__ = clean.__context__ = None
     clean.__suppress_context__ = True
     return clean
