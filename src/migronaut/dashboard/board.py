@@ -167,11 +167,11 @@ class Board:
         """``migronaut converge --history --json``."""
         return json_document(list(self.migrator.converge_history(limit)))
 
-    def background(self, name: str | None = None, *, strict: bool = False) -> Any:
-        """``migronaut background status [NAME] --json`` — except that a state migronaut cannot
-        read is the row ``{migration, status: "invalid", error}`` and the others are shown
-        (``strict``: ``STATE_INVALID``, as the CLI)."""
-        views = self.migrator.background.status(name, invalid_rows=not strict)
+    def background(self, name: str | None = None) -> Any:
+        """``migronaut background status [NAME] --json`` — except that in the list a state
+        migronaut cannot read is the row ``{migration, status: "invalid", error}`` and the
+        others are shown (by name it is ``STATE_INVALID``, as in the CLI)."""
+        views = self.migrator.background.status(name, invalid_rows=name is None)
         return json_document({"background": views})
 
     def partitions(self, name: str) -> Any:
@@ -200,11 +200,11 @@ class Board:
             **self.live(),
         }
 
-    def live(self, name: str | None = None, *, strict: bool = False) -> dict[str, Any]:
+    def live(self, name: str | None = None) -> dict[str, Any]:
         """The poll of a page: ``{at, background: [view + progress]}`` — one state read and
         three small aggregates per migration, whatever its number of partitions."""
         now = dt.datetime.now(dt.UTC)
-        views = self.background(name, strict=strict)["background"]
+        views = self.background(name)["background"]
         for view in views:
             view["progress"] = derived_progress(view, now)
             view["controls"] = [action for action, allowed in CONTROLS.items()
@@ -216,7 +216,7 @@ class Board:
         """One background migration: its view, partitions, throughput, errors, bad ids, budgets,
         control history and plan (``NOT_APPLIED`` when it is not registered, ``STATE_INVALID``
         when its state cannot be read)."""
-        live = self.live(name, strict=True)
+        live = self.live(name)
         view = live["background"][0]
         partitions = self.partitions(name)["partitions"]
         state = json_document(self.migrator.background.state(name) or {})
