@@ -92,9 +92,9 @@ def test_one_junk_state_document_is_state_invalid_naming_it(
     project: Any, cli: Any, db: Any, path: str, field: str, junk: Any
 ) -> None:
     """A state field migronaut cannot read (``spec: 'junk'``, ``plan: 'x'``, an unusable
-    ``spec.maxParallel``) used to exit 1 (``'str' object has no attribute 'get'``): ``status``
-    and ``run`` refuse with ``STATE_INVALID`` (exit 35) naming the migration and the field, and
-    write nothing; the other migrations still answer by name."""
+    ``spec.maxParallel``) used to exit 1 (``'str' object has no attribute 'get'``): ``status``,
+    ``run`` and ``verify`` refuse with ``STATE_INVALID`` (exit 35) naming the migration and the
+    field, and write nothing; the other migrations still answer by name."""
     register(project, cli, db, docs=40)
     db.orders.insert_many([{"n": i} for i in range(40)])
     project.write_migration("0002_orders_v1", migration(collection="orders"))
@@ -102,7 +102,7 @@ def test_one_junk_state_document_is_state_invalid_naming_it(
     db[STATES].update_one({"_id": NAME}, {"$set": {path: junk}})
     before = state(db)
     for args in (("background", "status"), ("background", "run", NAME, "--once"),
-                 ("background", "run", "--all", "--once")):
+                 ("background", "run", "--all", "--once"), ("background", "verify")):
         refused = cli(*args, "--json")
         assert refused.exit_code == 35, (args, refused.stdout, refused.stderr)
         error = refused.json["error"]
