@@ -345,7 +345,8 @@ def left_while_loading(
 
 
 def load_migration_module(path: Path, *, reload: bool = False) -> ModuleType:
-    """Execute a migration file; any failure at import is ``MIGRATION_INVALID_EXPORT``."""
+    """Execute a migration file; any failure at import is ``MIGRATION_INVALID_EXPORT`` — but a
+    ``sys.exit()``/``KeyboardInterrupt`` is :func:`left_while_loading`'s error."""
     return _load_migration_module(path, path.resolve(), reload=reload)
 
 
