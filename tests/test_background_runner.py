@@ -197,6 +197,34 @@ def test_a_status_it_does_not_know_is_refused_and_reported_not_passed_over(
     assert leases(db) == 0
 
 
+@pytest.mark.parametrize(("path", "field", "junk"), [
+    ("spec.maxParallel", "spec.maxParallel", "x"), ("spec.maxParallel", "spec.maxParallel", -2),
+    ("spec", "spec", "junk"),
+])
+def test_a_spec_it_cannot_read_is_refused_and_the_others_still_run(
+    project: Any, cli: Any, db: Any, migrator: Migrator, path: str, field: str, junk: Any
+) -> None:
+    """The runnable list read ``spec.maxParallel`` unchecked (``'x'`` stopped every refresh of a
+    worker's list with a raw ValueError): the migration is served only to be refused with
+    ``STATE_INVALID`` naming the field, and the other migrations run to completion."""
+    register(project, cli, db, docs=40)
+    other = register(project, cli, db, docs=40, name="0002_orders_v1", collection="orders")
+    db[STATES].update_one({"_id": NAME}, {"$set": {path: junk}})
+    before = db[STATES].find_one({"_id": NAME})
+    seen: list[tuple[BaseException, str | None]] = []
+    with BackgroundRunner(migrator, lanes=2, poll_interval_s=0.05,
+                          on_error=lambda error, name: seen.append((error, name))):
+        wait_until(lambda: seen and status(db, other) == "completed", timeout=60,
+                   what="the refusal and the other migration's completion")
+    error, name = seen[0]
+    assert name == NAME and isinstance(error, MigronautError), seen
+    assert error.code == "STATE_INVALID" and error.exit_code == 35
+    assert f"has a {field} migronaut does not understand" in error.message
+    assert all(n == NAME for _, n in seen), seen
+    assert db[STATES].find_one({"_id": NAME}) == before
+    assert leases(db) == 0
+
+
 def test_busy_slices_back_off_without_failing(project: Any, cli: Any, db: Any,
                                               migrator: Migrator,
                                               monkeypatch: pytest.MonkeyPatch) -> None:

@@ -284,3 +284,34 @@ def test_a_sync_tick_that_finds_the_lock_held_leaves_it_to_the_next_tick(
         assert "retrying" not in worker.log()
         db["_migronaut_locks"].delete_many({})
         assert [r["file"] for r in sync_tick(app, celery_project.queue)["results"]] == [A]
+
+
+@pytest.mark.parametrize("leave", ["sys.exit(3)", "raise KeyboardInterrupt"])
+def test_a_file_that_exits_while_the_worker_imports_it_fails_the_job(
+    project: Any, celery_project: Any, db: Any, leave: str
+) -> None:
+    """``sys.exit()`` / ``KeyboardInterrupt`` at a migration file's top level used to leave the
+    worker's task STARTED forever: the job fails with the typed error naming the file, and the
+    next job of the chain never runs."""
+    marker = celery_project.path / "leave-now"
+    write_marking(project, A)
+    project.write_migration(B, (
+        "import sys\nfrom pathlib import Path\n\n"
+        f"if Path({str(marker)!r}).exists():\n    {leave}\n\n\n"
+        "def up(ctx):\n    ctx.db.marks.insert_one({'name': 'B'})\n\n\n"
+        "def down(ctx):\n    pass\n"))
+    write_marking(project, C)
+    with workers(celery_project.worker(concurrency=1)):
+        app, _ = celery_project.app()
+        handle = enqueue_up(app)  # the producer reads the files before the marker exists
+        marker.write_text("go")
+        with pytest.raises(QueueJobFailedError) as failed:
+            handle.wait(90)
+        context = failed.value.context
+        assert (context["migration"], context["code"]) == (B, "MIGRATION_EXECUTION_FAILED")
+        assert f"Migration file failed to load: {B}, line 5: " in failed.value.message
+        time.sleep(1.0)  # a later job would have had time to run
+    stored = records(db)
+    assert stored[A]["status"] == "applied" and C not in stored
+    assert B not in stored or stored[B]["status"] != "applied"
+    assert sorted(d["name"] for d in db.marks.find()) == [A]

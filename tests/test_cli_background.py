@@ -80,6 +80,49 @@ def test_status_table_json_and_unknown_names(project: Any, cli: Any, db: Any) ->
     assert cli("background", "status", "--partitions", env=BAD_URI).exit_code == 6
 
 
+JUNK_STATE = [
+    ("spec", "spec", "junk"), ("spec", "spec", ["a"]), ("plan", "plan", "x"),
+    ("plan", "plan", {"token": "t"}), ("spec.maxParallel", "spec.maxParallel", "x"),
+    ("spec.maxParallel", "spec.maxParallel", 0),
+]
+
+
+@pytest.mark.parametrize(("path", "field", "junk"), JUNK_STATE)
+def test_one_junk_state_document_is_state_invalid_naming_it(
+    project: Any, cli: Any, db: Any, path: str, field: str, junk: Any
+) -> None:
+    """A state field migronaut cannot read (``spec: 'junk'``, ``plan: 'x'``, an unusable
+    ``spec.maxParallel``) used to exit 1 (``'str' object has no attribute 'get'``): ``status``,
+    ``run`` and ``verify`` refuse with ``STATE_INVALID`` (exit 35) naming the migration and the
+    field, and write nothing; the other migrations still answer by name."""
+    register(project, cli, db, docs=40)
+    db.orders.insert_many([{"n": i} for i in range(40)])
+    project.write_migration("0002_orders_v1", migration(collection="orders"))
+    assert cli("up").exit_code == 0
+    db[STATES].update_one({"_id": NAME}, {"$set": {path: junk}})
+    before = state(db)
+    for args in (("background", "status"), ("background", "run", NAME, "--once"),
+                 ("background", "run", "--all", "--once"), ("background", "verify")):
+        refused = cli(*args, "--json")
+        assert refused.exit_code == 35, (args, refused.stdout, refused.stderr)
+        error = refused.json["error"]
+        assert error["code"] == "STATE_INVALID"
+        assert error["message"].startswith(
+            f"Background migration {NAME} has a {field} migronaut does not understand: ")
+        assert error["context"]["record"] == NAME
+        assert error["context"]["problems"][0]["field"] == field
+        human = cli(*args)
+        assert human.exit_code == 35 and "Traceback" not in human.stderr
+        assert f"✖ STATE_INVALID: Background migration {NAME} has a {field}" in human.stderr
+    other = cli("background", "status", "0002_orders_v1.py", "--json")
+    assert other.exit_code == 0, other.stderr
+    assert other.json["background"][0]["status"] == "pending"
+    assert state(db) == before
+    assert state(db, "0002_orders_v1.py")["status"] == "pending"  # --all ran nothing after it
+    assert db[PARTITIONS].count_documents({"lease": {"$exists": True}}) == 0
+    assert db[LOCKS].count_documents({}) == 0
+
+
 def test_status_partitions_table_and_json(project: Any, cli: Any, db: Any) -> None:
     register(project, cli, db)
     assert cli("background", "run", NAME, "--once").exit_code == 0

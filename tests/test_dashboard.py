@@ -338,6 +338,56 @@ def test_metrics_expose_documents_lanes_failures_and_pending(settled: str, migra
     assert "# TYPE migronaut_background_documents_total counter" in text.text
 
 
+@pytest.mark.parametrize(("path", "field", "junk"), [
+    ("spec", "spec", "junk"), ("plan", "plan", "x"), ("spec.maxParallel", "spec.maxParallel", "2"),
+])
+def test_one_junk_state_shows_as_invalid_and_the_rest_normally(
+    settled: str, project: Any, cli: Any, db: Any, path: str, field: str, junk: Any
+) -> None:
+    """One state document migronaut cannot read used to turn ``/``, ``/api/background``,
+    ``/api/live`` and ``/metrics`` into a plain-text 500: that migration is a row saying
+    ``STATE_INVALID`` with the field, every other one is served as before; its own page and
+    endpoint answer the typed error."""
+    other = register(project, cli, db, docs=30, name="0002_orders_v1", collection="orders")
+    expected = cli("background", "status", other, "--json").json["background"][0]
+    db[STATES].update_one({"_id": NAME}, {"$set": {path: junk}})
+    message = f"Background migration {NAME} has a {field} migronaut does not understand"
+    with Migrator(cwd=project.path) as migrator:
+        client = client_of(migrator)
+        served = client.get("/api/background")
+        assert served.status_code == 200, served.text
+        bad, good = served.json()["background"]
+        assert bad["migration"] == NAME and bad["status"] == "invalid"
+        assert bad["error"]["code"] == "STATE_INVALID"
+        assert bad["error"]["message"].startswith(message)
+        assert bad["error"]["context"]["problems"][0]["field"] == field
+        assert good == expected
+        live = client.get("/api/live")
+        assert live.status_code == 200, live.text
+        views = {v["migration"]: v for v in live.json()["background"]}
+        assert views[NAME]["status"] == "invalid" and views[NAME]["controls"] == []
+        assert views[other]["status"] == "pending" and views[other]["controls"]
+        page = client.get("/")
+        assert page.status_code == 200, page.text[:500]
+        assert "STATE_INVALID: " + message in page.text
+        assert f'data-migration="{other}"' in page.text
+        metrics = client.get("/metrics")
+        assert metrics.status_code == 200, metrics.text
+        samples = dict(re.findall(r"^(\S+) (\S+)$", metrics.text, re.MULTILINE))
+        assert samples[f'migronaut_background_status{{migration="{NAME}",status="invalid"}}'] \
+            == "1"
+        assert samples[f'migronaut_background_status{{migration="{other}",status="pending"}}'] \
+            == "1"
+        assert samples[f'migronaut_background_status{{migration="{other}",status="invalid"}}'] \
+            == "0"
+        for url in (f"/api/background/{NAME}", f"/background/{NAME}"):
+            one = client.get(url)
+            assert one.status_code == 500 and "STATE_INVALID" in one.text, (url, one.text)
+        assert client.get(f"/api/background/{NAME}").json()["error"]["message"].startswith(
+            message)
+    assert db[STATES].find_one({"_id": NAME})[path.split(".")[0]] is not None
+
+
 # ------------------------------------------------------------------------------------ CLI
 
 

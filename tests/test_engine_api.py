@@ -218,6 +218,41 @@ def test_wait_options_are_validated_before_connecting(project: Any, kwargs: dict
         )
 
 
+@pytest.mark.parametrize(("kwargs", "option", "message"), [
+    ({"on_migrator": 42}, "on_migrator",
+     "on_migrator must be a callable taking the migrator (or None) (got 42)"),
+    ({"lock_poll_interval_ms": None}, "lock_poll_interval_ms",
+     "lock_poll_interval_ms must be a positive integer (got None)"),
+    ({"lock_wait_timeout_ms": "5s"}, "lock_wait_timeout_ms",
+     "lock_wait_timeout_ms must be a positive integer (got '5s')"),
+    ({"lock_poll_interval_ms": 0.5}, "lock_poll_interval_ms",
+     "lock_poll_interval_ms must be a positive integer (got 0.5)"),
+    ({"no_lock": "yes"}, "no_lock", "no_lock must be True or False (got 'yes')"),
+    ({"stop_event": True}, "stop_event",
+     "stop_event must be a threading.Event (or None) (got True)"),
+    ({"on_lock_held": None}, "on_lock_held", "on_lock_held must be 'throw' or 'wait' (got None)"),
+    ({"config_path": 3}, "config_path", "config_path must be a path (or None) (got 3)"),
+])
+def test_every_run_migrations_option_is_checked_before_connecting(
+    project: Any, db: Any, kwargs: dict[str, Any], option: str, message: str
+) -> None:
+    """A bad option is ``CONFIG_INVALID`` naming it before anything connects — not a raw
+    ``TypeError`` from inside the run (``on_migrator=42``), nor a value that passes the check
+    and fails later (``lock_poll_interval_ms=None``): no hook, no body, no lock, no record."""
+    write_simple(project, "0001_a")
+    seen: list[Migrator] = []
+    options = {"on_migrator": seen.append, **kwargs}
+    with pytest.raises(ConfigInvalidError) as info:
+        run_migrations(**settings(project), **options)
+    assert info.value.code == "CONFIG_INVALID" and info.value.exit_code == 6
+    assert info.value.message == message
+    assert info.value.context["option"] == option
+    assert not isinstance(info.value.__cause__, TypeError)
+    assert seen == []
+    assert applied(db) == [] and calls(db) == []
+    assert db[LOCKS].count_documents({}) == 0
+
+
 def test_a_stop_event_set_during_the_run_stops_it_between_migrations(project: Any, db: Any) -> None:
     """Reference §8.4: the signal stops a wait between polls *and a run between migrations*."""
     project.write_migration(

@@ -3,7 +3,9 @@
 A migration body that does it is a failed migration — exit 7 (``MIGRATION_EXECUTION_FAILED``),
 the failed changelog record, the ``--json`` error document, the lock released — wherever the
 body runs: plain, ``async def`` (the async bridge's loop), in a transaction, under ``timeout_ms``
-(a worker thread). A hook that does it is ``HOOK_FAILED`` (exit 12). A real Ctrl-C keeps its
+(a worker thread). A migration file or a declaration file whose top-level code does it while it
+is imported is ``MIGRATION_EXECUTION_FAILED`` too, before anything runs. A hook that does it is
+``HOOK_FAILED`` (exit 12). A real Ctrl-C keeps its
 meaning: the CLI's graceful stop (tests/test_cli_process.py), and under the API with Python's
 own SIGINT handler a ``KeyboardInterrupt`` still propagates (it may be the user's Ctrl-C).
 """
@@ -181,3 +183,69 @@ def test_under_the_api_a_body_that_calls_sys_exit_is_a_failed_migration(
     assert info.value.exit_code == 7
     assert isinstance(info.value.__cause__, SystemExit)
     assert records(db)["0002_leaves.py"]["status"] == "failed"
+
+
+LEAVES_AT_IMPORT = '''"""Leaves while it is imported."""
+import sys
+
+{leave}
+
+
+def up(ctx):
+    ctx.db["touched"].insert_one({{"by": "body"}})
+
+
+def down(ctx):
+    pass
+'''
+
+
+@pytest.mark.parametrize("leave", list(LEAVES))
+def test_a_migration_file_that_exits_while_imported_is_a_failed_migration(
+    cli_process: Any, project: Any, db: Any, leave: str
+) -> None:
+    """``sys.exit(3)`` at a file's top level used to end ``up`` with exit 3 (read as
+    ``LOCK_ALREADY_HELD``) and no output, ``sys.exit()`` with exit 0: a real process exits 7 with
+    the typed error naming the file and line, runs nothing and leaves no lock."""
+    write_simple(project, "0001_a")
+    project.write_migration("0002_leaves", LEAVES_AT_IMPORT.format(leave=leave))
+    for args in (("up", "--json"), ("up", "0002_leaves.py", "--json")):
+        result = cli_process(*args, timeout=60)
+        assert result.exit_code == 7, (args, result.stdout, result.stderr)
+        error = result.json["error"]
+        assert error["code"] == "MIGRATION_EXECUTION_FAILED"
+        left = re.escape(LEAVES[leave])
+        assert re.fullmatch(rf"Migration file failed to load: 0002_leaves\.py, line 4: {left}",
+                            error["message"]), error["message"]
+        assert error["context"]["line"] == 4
+        assert "Traceback" not in result.stderr
+    assert applied(db) == [] and calls(db) == []
+    assert db["touched"].count_documents({}) == 0
+    assert db[LOCKS].count_documents({}) == 0
+
+
+@pytest.mark.parametrize("leave", list(LEAVES))
+def test_a_declaration_file_that_exits_while_imported_stops_the_command(
+    cli_process: Any, project: Any, db: Any, leave: str
+) -> None:
+    """The same for a declaration file, in the commands that read them. A read-only command
+    keeps Python's own SIGINT handler, so there a ``KeyboardInterrupt`` may be the user's Ctrl-C
+    and keeps its meaning: only ``sys.exit`` is checked in ``converge --dry-run``."""
+    project.write("migronaut.toml", 'collections_dir = "collections"\n')
+    project.write("collections/things.py", f"import sys\n\n{leave}\nindexes = []\n")
+    write_simple(project, "0001_a")
+    commands = [("up", "--converge", "--json"), ("converge", "--json")]
+    if "exit" in leave:
+        commands.append(("converge", "--dry-run", "--json"))
+    for args in commands:
+        result = cli_process(*args, timeout=60)
+        assert result.exit_code == 7, (args, result.stdout, result.stderr)
+        error = result.json["error"]
+        assert error["code"] == "MIGRATION_EXECUTION_FAILED"
+        left = re.escape(LEAVES[leave])
+        assert re.fullmatch(rf"Declaration file failed to load: things\.py, line 3: {left}",
+                            error["message"]), error["message"]
+        assert "Traceback" not in result.stderr
+    assert applied(db) == [] and calls(db) == []
+    assert "things" not in db.list_collection_names()
+    assert db[LOCKS].count_documents({}) == 0

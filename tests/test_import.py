@@ -266,17 +266,30 @@ def test_dry_run_writes_nothing_takes_no_lock_and_emits_no_event(
     assert events.items == []
 
 
-def test_dry_run_into_a_non_empty_target_warns_instead_of_refusing(
+def test_dry_run_into_a_non_empty_target_predicts_the_refusal(
     migrate_mongo: Any, db: Any, cli: Any
 ) -> None:
+    """A dry run answers what the real import would: without --force a non-empty target is
+    ``IMPORT_TARGET_NOT_EMPTY`` (exit 17) both ways, nothing written; with --force the preview."""
     assert cli("import").exit_code == 0
     before = snapshot(db)
-    result = cli("import", "--dry-run")
-    assert result.exit_code == 0, result.stderr
-    assert f'⚠ The target changelog "{CHANGELOG}" already has records — the import will need ' \
-        "--force" in result.stderr
+    for mode in ((), ("--json",)):
+        real = cli("import", *mode)
+        dry = cli("import", "--dry-run", *mode)
+        for result in (real, dry):
+            assert result.exit_code == 17, result.stderr
+            assert f'The target changelog "{CHANGELOG}" already has records — pass --force to ' \
+                "merge the import into it" in result.stderr
+            assert "Traceback" not in result.stderr
+            if mode:
+                assert result.json["error"]["code"] == "IMPORT_TARGET_NOT_EMPTY"
+                assert result.json["error"]["context"]["target"] == CHANGELOG
+        assert "Would import" not in dry.stdout + dry.stderr
+        assert snapshot(db) == before
+    forced = cli("import", "--dry-run", "--force")
+    assert forced.exit_code == 0, forced.stderr
     assert f'◎ Dry-run  Would import 2 record(s) from "changelog" → "{CHANGELOG}"' in (
-        result.stdout)
+        forced.stdout)
     assert snapshot(db) == before
 
 

@@ -133,8 +133,11 @@ def test_version_of_reads_missing_as_zero_and_refuses_invalid() -> None:
     assert v.is_version({"__v": 2}, 2) and v.is_version({}, 0)
     assert not v.is_version({"__v": "2"}, 2)
     assert v.is_version({"sv": 1}, 1, field="sv")
-    assert registry.version_filter("orders", 0) == {"__v": {"$in": [None, 0]}}
-    assert registry.version_filter("orders", 2) == {"__v": 2}
+    # an array is no version: a plain {"__v": 2} would match [1, 2]
+    assert registry.version_filter("orders", 0) == {
+        "__v": {"$in": [None, 0], "$not": {"$type": "array"}}}
+    assert registry.version_filter("orders", 2) == {
+        "__v": {"$eq": 2, "$not": {"$type": "array"}}}
 
 
 def test_stamp_is_a_shallow_idempotent_copy() -> None:
@@ -272,12 +275,13 @@ def test_stamped_updates_and_replacements() -> None:
 
     driver = {"session": None, "hint": "h", "array_filters": []}
     write = prepare_update(None, {"_id": 1}, 0, {"$set": {"a": 1}}, {"version": 2, **driver})
-    assert write.filter == {"_id": 1, "__rev": {"$in": [None, 0]}}
+    assert write.filter == {"_id": 1,
+                            "__rev": {"$in": [None, 0], "$not": {"$type": "array"}}}
     assert write.document == {"$set": {"a": 1, "__v": 2}, "$inc": {"__rev": 1}}
     assert write.options == driver
     assert write.read_options == {"session": None, "hint": "h"}
     write = prepare_update(None, {"_id": {"$eq": 1}}, 4, [{"$set": {"a": 1}}], {"version": 0})
-    assert write.filter == {"_id": {"$eq": 1}, "__rev": 4}
+    assert write.filter == {"_id": {"$eq": 1}, "__rev": {"$eq": 4, "$not": {"$type": "array"}}}
     assert write.document == [
         {"$set": {"a": 1}},
         {"$set": {"__rev": {"$add": [{"$ifNull": ["$__rev", 0]}, 1]}}},
@@ -290,7 +294,8 @@ def test_stamped_updates_and_replacements() -> None:
     write = prepare_replace(None, {"_id": 1}, Int64(7), {"a": 1, "rv": 0, "__v": 1},
                             {"revision_field": "rv"})
     assert write.document == {"a": 1, "rv": 8, "__v": 1} and write.revision == 8
-    assert write.filter == {"_id": 1, "rv": 7} and write.options == {}
+    assert write.filter == {"_id": 1, "rv": {"$eq": 7, "$not": {"$type": "array"}}}
+    assert write.options == {}
     write = prepare_replace(None, {"_id": 1}, 0, {"a": 1, "__v": 1}, {"version": 0})
     assert write.document == {"a": 1, "__rev": 1}
 

@@ -59,6 +59,38 @@ def test_each_writer_applies_at_the_expected_revision_and_names_each_miss(
     assert coll.find_one({"_id": 1}) == {"_id": 1, "__v": 1, "__rev": 1, "x": 0}
 
 
+@pytest.mark.parametrize("kind", list(WRITERS))
+@pytest.mark.parametrize(("stored", "expected"), [
+    ([0, 5], 5), ([0, 5], 0), ([None], 0), ([], 0), ([[3]], 3), ([3.0], 3),
+])
+def test_an_array_revision_is_refused_and_left_as_it_is(
+    db: Any, kind: str, stored: Any, expected: int
+) -> None:
+    """A query on a field matches an array holding the value: ``__rev: [0, 5]`` used to pass the
+    guard for 5 (and become 6 — or a raw WriteError, ``$inc`` of an array), ``[None]`` for 0.
+    An array is no revision: the write is refused as ``invalid`` naming the field, and nothing
+    is written."""
+    write = WRITERS[kind]
+    coll = db.orders
+    coll.insert_one({"_id": 1, "__v": 1, "__rev": stored})
+    context = reason_of(lambda: write(coll, {"_id": 1}, expected))
+    assert context == {"reason": "invalid", "expected": expected, "field": "__rev",
+                       "type": "list", "collection": "orders"}
+    assert coll.find_one({"_id": 1}) == {"_id": 1, "__v": 1, "__rev": stored}
+    with pytest.raises(RevisionConflictError, match=r"Revision conflict on orders: expected "
+                       r"revision \d+, the document's '__rev' holds a list, not a "
+                       r"non-negative integer revision"):
+        write(coll, {"_id": 1}, expected)
+
+
+def test_a_shape_version_filter_never_matches_an_array(db: Any) -> None:
+    shapes = v.define_shapes({"orders": {"versioning": {"current": 2, "min": 1}}})
+    db.orders.insert_many([{"_id": 1, "__v": [1, 2]}, {"_id": 2, "__v": [None]},
+                           {"_id": 3, "__v": 2}, {"_id": 4}])
+    assert [d["_id"] for d in db.orders.find(shapes.version_filter("orders", 2))] == [3]
+    assert [d["_id"] for d in db.orders.find(shapes.version_filter("orders", 0))] == [4]
+
+
 def test_a_miss_at_the_same_revision_is_unknown(db: Any) -> None:
     """The write missed but the re-read finds the document at the expected revision (it moved
     in between, or the filters differ): the writer does not claim a reason it cannot know."""

@@ -416,9 +416,14 @@ def run_migrations(
     ``on_background_pending="stop"`` everything before it applies and the summary says
     ``up_to_date=False`` and ``waiting=[{migration, waitsFor: [{migration, status}]}]`` (event
     ``background:waiting``) — the next start-up goes on from there.
+
+    Every option is checked before anything connects: a bad one is ``CONFIG_INVALID`` naming it
+    (``context.option``).
     """
-    startup.check_startup_options(on_lock_held, on_background_pending, lock_wait_timeout_ms,
-                                  lock_poll_interval_ms)
+    startup.check_startup_options(
+        on_lock_held, on_background_pending, lock_wait_timeout_ms, lock_poll_interval_ms,
+        no_lock=no_lock, stop_event=stop_event, on_migrator=on_migrator,
+        config_path=config_path, cwd=cwd)
     migrator = _make_migrator(config, config_path=config_path, cwd=cwd, **overrides)
     return startup.run_at_startup(
         migrator, on_lock_held=on_lock_held, on_background_pending=on_background_pending,

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from migronaut.background.spec import match_filter
+from migronaut.background.state_fields import understood
 from migronaut.errors import ConfigInvalidError, MigronautError, describe_exception
 
 if TYPE_CHECKING:
@@ -319,6 +320,8 @@ def verify(
     wanted = check_collections(collections)
     drift = check_drift_mode(drift_mode)
     states = engine.store.all()
+    for state in states:  # a state it cannot read is STATE_INVALID naming it, never skipped
+        understood(state)
     owned = {collection_of(s) for s in states if s.get("status") in OPEN_STATUSES}
     streaming = live_watched(engine) if drift == "stream" else set()
     checked = skipped = 0

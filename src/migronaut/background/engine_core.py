@@ -208,10 +208,13 @@ class EngineCore(EngineHandles):
         """Every stored state (or those in ``statuses``), oldest registration first."""
         return self.store.all(statuses)
 
-    def status(self, name: str | None = None) -> list[dict[str, Any]]:
+    def status(self, name: str | None = None, *, invalid_rows: bool = False
+               ) -> list[dict[str, Any]]:
         """The ``BackgroundStatus`` view of ``name`` (or of every registered one), with live
-        lease counts and rolled-up totals — what ``background status --json`` prints."""
-        return self.views.status(name)
+        lease counts and rolled-up totals — what ``background status --json`` prints. A state
+        it cannot read is ``STATE_INVALID`` (``invalid_rows``: a row saying so, see
+        :meth:`StateViews.status`)."""
+        return self.views.status(name, invalid_rows=invalid_rows)
 
     def view(self, state: Mapping[str, Any]) -> dict[str, Any]:
         """The ``BackgroundStatus`` view (reference background §6.2)."""

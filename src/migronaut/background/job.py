@@ -17,6 +17,7 @@ from typing import Any
 from migronaut.background.spec import ResolvedBackground, match_filter, resolve_background
 from migronaut.core.files import (
     checksum_bytes,
+    left_while_loading,
     load_migration_module,
     load_module,
     resolve_file,
@@ -68,7 +69,10 @@ def is_background_file(path: Path) -> bool:
         module = load_module(path)
     except BaseException as error:  # a broken file is reported by whoever loads it for real
         if isinstance(error, (KeyboardInterrupt, SystemExit)):
-            raise
+            left = left_while_loading(error, path)
+            if left is None:
+                raise
+            raise left from error
         return False
     return read_background(module) is not None
 

@@ -30,6 +30,7 @@ __all__ = [
     "history_entry",
     "is_count",
     "literal",
+    "max_parallel",
     "set_stage",
     "stamped",
     "state_update",
@@ -92,10 +93,10 @@ def stored_round(state: Mapping[str, Any]) -> int:
 
 def understood(state: Mapping[str, Any]) -> bool:
     """Whether migronaut may act on ``state``: ``False`` when a newer migronaut wrote it (its
-    ``schema`` above ours: wait for it). Fail closed on the fields every driver decides on: a
-    ``schema`` that is not a positive integer, or a ``status``, ``phase``, ``generation`` or
-    ``plan`` migronaut does not know is ``STATE_INVALID`` naming the field — never read as some
-    status, as "plan again" or as "nothing to claim"."""
+    ``schema`` above ours: wait for it). Fail closed on the fields every driver and view decides
+    on: a ``schema`` that is not a positive integer, or a ``status``, ``phase``, ``generation``,
+    ``plan``, ``spec`` or ``spec.maxParallel`` migronaut does not know is ``STATE_INVALID`` naming
+    the field — never read as some status, as "plan again" or as "nothing to claim"."""
     schema = state.get("schema", SCHEMA)
     if not is_count(schema) or schema < 1:
         raise _invalid(state, "schema", schema, "a positive integer")
@@ -112,9 +113,29 @@ def understood(state: Mapping[str, Any]) -> bool:
         raise _invalid(state, "generation", generation, "a non-negative integer")
     plan = state.get("plan")
     if plan is not None and (not isinstance(plan, Mapping)
-                             or not isinstance(plan.get("token"), str)):
-        raise _invalid(state, "plan", plan, "a document with a string token")
+                             or not isinstance(plan.get("token"), str)
+                             or not is_count(plan.get("generation"))):
+        raise _invalid(state, "plan", plan,
+                       "a document with a string token and a non-negative integer generation")
+    max_parallel(state)
     return True
+
+
+def max_parallel(state: Mapping[str, Any]) -> int:
+    """The state's ``spec.maxParallel`` (1 when absent); a ``spec`` that is not a document, or a
+    ``maxParallel`` that is not a positive integer, is ``STATE_INVALID`` — the slot cap must
+    never be guessed."""
+    spec = state.get("spec")
+    if spec is None:
+        return 1
+    if not isinstance(spec, Mapping):
+        raise _invalid(state, "spec", spec, "a document")
+    value = spec.get("maxParallel")
+    if value is None:
+        return 1
+    if not is_count(value) or value < 1:
+        raise _invalid(state, "spec.maxParallel", value, "a positive integer")
+    return value
 
 
 # action -> (allowed from, goes to, already-done statuses) — reference background §2.5.

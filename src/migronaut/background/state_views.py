@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from migronaut.background.rollup import live_totals, summed_totals
-from migronaut.background.state_fields import TERMINAL
+from migronaut.background.state_fields import TERMINAL, max_parallel, understood
+from migronaut.errors import StateInvalidError
 
 if TYPE_CHECKING:
     from migronaut.background.handles import EngineHandles
@@ -27,19 +28,35 @@ class StateViews:
         self.engine = engine
         self.requirements = requirements
 
-    def status(self, name: str | None = None) -> list[dict[str, Any]]:
+    def status(self, name: str | None = None, *, invalid_rows: bool = False
+               ) -> list[dict[str, Any]]:
         """The views of ``name`` (or of every migration): the states, then one aggregate over
-        their partitions — two reads whatever the number of migrations and partitions."""
+        their partitions — two reads whatever the number of migrations and partitions.
+
+        A state migronaut cannot read is ``STATE_INVALID`` naming the migration and the field;
+        with ``invalid_rows`` (a dashboard showing the others) it is the row
+        ``{migration, status: "invalid", error}`` instead."""
         states = [self.engine.store.require(name)] if name else self.engine.store.all()
         if not states:
             return []
         summary = self.engine.store.summary([state["_id"] for state in states])
-        return [self.view(state, summary.get(state["_id"], [])) for state in states]
+        out = []
+        for state in states:
+            try:
+                out.append(self.view(state, summary.get(state["_id"], [])))
+            except StateInvalidError as error:
+                if not invalid_rows:
+                    raise
+                out.append({"migration": state["_id"], "status": "invalid",
+                            "error": error.to_dict()})
+        return out
 
     def view(self, state: Mapping[str, Any],
              summary: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
         """The ``BackgroundStatus`` view (reference background §6.2); ``summary`` (the
-        migration's rows of :meth:`PartitionStore.summary`) saves its two partition reads."""
+        migration's rows of :meth:`PartitionStore.summary`) saves its two partition reads.
+        A state field it cannot read is ``STATE_INVALID`` naming it (:func:`understood`)."""
+        understood(state)
         name = state["_id"]
         spec = state.get("spec") or {}
         plan = state.get("plan") or None
@@ -124,18 +141,22 @@ class StateViews:
 
     def runnable(self) -> list[dict[str, Any]]:
         """Blocked/pending/running migrations a worker should serve, oldest first — and any
-        whose ``status`` migronaut does not know: serving one refuses it with ``STATE_INVALID``
-        naming the field (a worker reports that), where leaving it out would pass over it in
-        silence."""
+        whose ``status`` or ``spec`` migronaut does not know: serving one refuses it with
+        ``STATE_INVALID`` naming the field (a worker reports that), where leaving it out would
+        pass over it in silence."""
         out = []
         for state in self.engine.store.all(excluding=("paused", *TERMINAL)):
             if state.get("status") == "blocked":
                 state = self.requirements.try_unblock(state)
                 if state["status"] == "blocked":
                     continue
+            try:
+                parallel = max_parallel(state)
+            except StateInvalidError:
+                parallel = 1  # serving it refuses it, naming the field
             out.append({
                 "migration": state["_id"], "status": state.get("status"),
-                "maxParallel": (state.get("spec") or {}).get("maxParallel", 1),
+                "maxParallel": parallel,
                 "liveLeases": self.engine.store.live_leases(state["_id"]),
                 "registeredAt": state.get("registeredAt"),
             })

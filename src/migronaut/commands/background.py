@@ -121,13 +121,14 @@ class BackgroundWiring:
 
     def drive_inline(self, run: Run, name: str) -> None:
         """``background_inline``: run the registered migration to completion under the lock."""
+        from migronaut.background.state_fields import max_parallel
+
         engine = self.engine
         state = engine.store.require(name)
         for required in state.get("requires") or []:
             if engine.requirement_status(required, self._ws.connection.changelog) != "completed":
                 self.drive_inline(run, required)
-        spec = state.get("spec") or {}
-        engine.drive(name, concurrency=int(spec.get("maxParallel", 1)),
+        engine.drive(name, concurrency=max_parallel(state),
                      cancellation=run.cancellation, driver="inline", inline=True)
 
 

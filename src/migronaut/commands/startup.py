@@ -11,6 +11,7 @@ whatever happens.
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -109,19 +110,35 @@ def retry_while_lock_held(
 
 def check_startup_options(
     on_lock_held: Any, on_background_pending: Any, lock_wait_timeout_ms: Any,
-    lock_poll_interval_ms: Any,
+    lock_poll_interval_ms: Any, *, no_lock: Any = False, stop_event: Any = None,
+    on_migrator: Any = None, config_path: Any = None, cwd: Any = None,
 ) -> None:
-    """Refuse a bad option before any migrator exists."""
+    """Refuse a bad option before any migrator exists: ``CONFIG_INVALID`` naming it
+    (``context.option``), never a ``TypeError`` after connecting."""
     if on_lock_held not in ("throw", "wait"):
-        raise ConfigInvalidError(
-            "on_lock_held must be 'throw' or 'wait'", {"option": "on_lock_held"}
-        )
+        raise _bad_option("on_lock_held", "must be 'throw' or 'wait'", on_lock_held)
     check_on_background_pending(on_background_pending)
-    for option, value in (("lock_wait_timeout_ms", lock_wait_timeout_ms),
-                          ("lock_poll_interval_ms", lock_poll_interval_ms)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or value <= 0 or value > 2**31 - 1):
-            raise ConfigInvalidError(f"{option} must be a positive integer", {"option": option})
+    for option, value, optional in (("lock_wait_timeout_ms", lock_wait_timeout_ms, True),
+                                    ("lock_poll_interval_ms", lock_poll_interval_ms, False)):
+        if value is None and optional:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 2**31 - 1:
+            raise _bad_option(option, "must be a positive integer", value)
+    if not isinstance(no_lock, bool):
+        raise _bad_option("no_lock", "must be True or False", no_lock)
+    if stop_event is not None and not callable(getattr(stop_event, "wait", None)):
+        raise _bad_option("stop_event", "must be a threading.Event (or None)", stop_event)
+    if on_migrator is not None and not callable(on_migrator):
+        raise _bad_option("on_migrator", "must be a callable taking the migrator (or None)",
+                          on_migrator)
+    for option, value in (("config_path", config_path), ("cwd", cwd)):
+        if value is not None and not isinstance(value, (str, os.PathLike)):
+            raise _bad_option(option, "must be a path (or None)", value)
+
+
+def _bad_option(option: str, rule: str, value: Any) -> ConfigInvalidError:
+    return ConfigInvalidError(f"{option} {rule} (got {value!r})",
+                              {"option": option})
 
 
 def run_at_startup(

@@ -441,7 +441,7 @@ def import_changelog(
         logger.info('Nothing to import from "%s"', request.source)
         return result(0, [])
     _require_dates(entries, fmt, request.source)
-    if not request.dry_run and not request.force and not others_empty:
+    if not request.force and not others_empty:  # a dry run predicts the refusal
         raise ImportTargetNotEmptyError(
             f'The target changelog "{request.target}" already has records — pass --force to '
             "merge the import into it",
@@ -488,9 +488,6 @@ def import_changelog(
         })
 
     if request.dry_run:
-        if not request.force and not others_empty:
-            logger.warning('⚠ The target changelog "%s" already has records — the import will '
-                           "need --force", request.target)
         logger.info('◎ Dry-run  Would import %d record(s) from "%s" → "%s"', len(rows),
                     request.source, request.target)
         return result(len(rows), rows)

@@ -26,9 +26,11 @@ from typing import Any
 
 from migronaut.errors import (
     ConfigInvalidError,
+    MigrationExecutionFailedError,
     MigrationFileNotFoundError,
     MigrationInvalidExportError,
     MigrationInvalidNameError,
+    describe_exception,
 )
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "check_name",
     "checksum_bytes",
     "discover",
+    "left_while_loading",
     "load_migration",
     "load_migration_module",
     "load_migrations",
@@ -319,8 +322,31 @@ def _describe_load_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
+def left_while_loading(
+    error: BaseException, path: Path, what: str = "Migration file"
+) -> MigrationExecutionFailedError | None:
+    """The error of a file whose top-level code left by ``sys.exit()`` or
+    ``KeyboardInterrupt``: it failed like a body that does (``MIGRATION_EXECUTION_FAILED``,
+    exit 7), never a silent exit with the code it chose (``sys.exit(3)`` would read as
+    ``LOCK_ALREADY_HELD``) nor a worker's task left running. ``None`` for a real Ctrl-C (see
+    :func:`~migronaut.core._calls.escaped`): that keeps its meaning."""
+    from migronaut.core._calls import escaped
+    from migronaut.core.runner import user_line
+
+    if not escaped(error):
+        return None
+    line = user_line(error, path.resolve())
+    where = f"{path.name}, line {line}" if line is not None else path.name
+    context: dict[str, Any] = {"filepath": str(path)}
+    if line is not None:
+        context["line"] = line
+    return MigrationExecutionFailedError(
+        f"{what} failed to load: {where}: {describe_exception(error)}", context, cause=error)
+
+
 def load_migration_module(path: Path, *, reload: bool = False) -> ModuleType:
-    """Execute a migration file; any failure at import is ``MIGRATION_INVALID_EXPORT``."""
+    """Execute a migration file; any failure at import is ``MIGRATION_INVALID_EXPORT`` — but a
+    ``sys.exit()``/``KeyboardInterrupt`` is :func:`left_while_loading`'s error."""
     return _load_migration_module(path, path.resolve(), reload=reload)
 
 
@@ -330,8 +356,11 @@ def _load_migration_module(
     """:func:`load_migration_module` of ``path`` whose real path ``real`` is known."""
     try:
         return _load_resolved(real, reload=reload, checksums=checksums)
-    except (KeyboardInterrupt, SystemExit):
-        raise
+    except (KeyboardInterrupt, SystemExit) as error:
+        left = left_while_loading(error, path)
+        if left is None:
+            raise
+        raise left from error
     except BaseException as error:
         raise MigrationInvalidExportError(
             f"Migration file failed to load: {path.name}: {_describe_load_error(error)}",

@@ -168,8 +168,11 @@ class Board:
         return json_document(list(self.migrator.converge_history(limit)))
 
     def background(self, name: str | None = None) -> Any:
-        """``migronaut background status [NAME] --json``."""
-        return json_document({"background": self.migrator.background.status(name)})
+        """``migronaut background status [NAME] --json`` — except that in the list a state
+        migronaut cannot read is the row ``{migration, status: "invalid", error}`` and the
+        others are shown (by name it is ``STATE_INVALID``, as in the CLI)."""
+        views = self.migrator.background.status(name, invalid_rows=name is None)
+        return json_document({"background": views})
 
     def partitions(self, name: str) -> Any:
         """``migronaut background status NAME --partitions --json``."""
@@ -211,7 +214,8 @@ class Board:
 
     def migration(self, name: str) -> dict[str, Any]:
         """One background migration: its view, partitions, throughput, errors, bad ids, budgets,
-        control history and plan (``NOT_APPLIED`` when it is not registered)."""
+        control history and plan (``NOT_APPLIED`` when it is not registered, ``STATE_INVALID``
+        when its state cannot be read)."""
         live = self.live(name)
         view = live["background"][0]
         partitions = self.partitions(name)["partitions"]

@@ -19,8 +19,9 @@ if TYPE_CHECKING:
 
 __all__ = ["exposition"]
 
+#: ``invalid``: a state migronaut cannot read (STATE_INVALID) — the others are still scraped.
 BACKGROUND_STATUSES = ("blocked", "pending", "running", "paused", "completed", "failed",
-                       "cancelled")
+                       "cancelled", "invalid")
 COUNTERS = ("scanned", "migrated", "skipped", "conflicts", "failed", "retried", "batches")
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from migronaut.core.files import load_module
+from migronaut.core.files import left_while_loading, load_module
 from migronaut.declared.definition import CollectionDefinition, Style, validate_definition
 from migronaut.declared.inline import reserved_names, validate_inline
 from migronaut.declared.issues import Issues, invalid_definitions
@@ -145,8 +145,11 @@ def _read_file(
             return None, error
     try:
         module = load_module(path, _module_name(path), reload=reload)
-    except (KeyboardInterrupt, SystemExit):
-        raise
+    except (KeyboardInterrupt, SystemExit) as error:
+        left = left_while_loading(error, path, "Declaration file")
+        if left is None:
+            raise
+        raise left from error
     except BaseException as error:
         detail = f"SyntaxError: {error.msg} (line {error.lineno})" \
             if isinstance(error, SyntaxError) else f"{type(error).__name__}: {error}"

@@ -16,6 +16,7 @@ from migronaut.errors import ConfigInvalidError, ShapeVersionError
 __all__ = [
     "DEFAULT_FIELD",
     "DEFAULT_REVISION_FIELD",
+    "INVALID",
     "MAX_SAFE",
     "as_count",
     "check_field_names",
@@ -102,8 +103,12 @@ def revision_of(doc: Mapping[str, Any], revision_field: str = DEFAULT_REVISION_F
 
 
 def exact_filter(field: str, value: int) -> dict[str, Any]:
-    """The filter for "exactly ``value``": 0 also matches a missing or ``None`` field."""
-    return {field: {"$in": [None, 0]}} if value == 0 else {field: value}
+    """The filter for "exactly ``value``": 0 also matches a missing or ``None`` field.
+
+    An array never matches: a query on a field matches an array holding the value
+    (``[0, 5]`` would pass for 5, ``[None]`` for 0), and an array is no count."""
+    match = {"$in": [None, 0]} if value == 0 else {"$eq": value}
+    return {field: {**match, "$not": {"$type": "array"}}}
 
 
 def check_field_names(field: str | None, revision_field: str | None) -> None:

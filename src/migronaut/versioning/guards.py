@@ -20,6 +20,7 @@ from migronaut.errors import ConfigInvalidError, RevisionConflictError
 from migronaut.versioning.fields import (
     DEFAULT_FIELD,
     DEFAULT_REVISION_FIELD,
+    INVALID,
     MAX_SAFE,
     as_count,
     check_field_names,
@@ -96,6 +97,11 @@ class GuardedWrite:
             if isinstance(actual, int) and actual != self.expected:
                 context.update(reason="conflict", actual=actual)
                 detail = f"the document is at revision {actual}"
+            elif found is not None and actual is INVALID:
+                kind = type(found.get(self.revision_field)).__name__
+                context.update(reason="invalid", field=self.revision_field, type=kind)
+                detail = (f"the document's {self.revision_field!r} holds a {kind}, not a "
+                          "non-negative integer revision (no guarded write can match it)")
             else:
                 context["reason"] = "unknown"
                 detail = "the write matched nothing and the cause could not be established"

@@ -10,7 +10,8 @@ Every writer takes its own keyword options — ``field`` (default ``__v``), ``re
 re-read once on a miss to name the reason) — and passes the rest to pymongo (``session``,
 ``hint``, ``collation``, ``array_filters``, ``let``, ``projection``, ``return_document``, …).
 A miss raises :class:`RevisionConflictError` with ``reason`` ``not-found``, ``conflict`` (and
-``actual``) or ``unknown``; a refused call raises ``CONFIG_INVALID`` before sending anything.
+``actual``), ``invalid`` (a stored revision that is no count, an array say) or ``unknown``; a
+refused call raises ``CONFIG_INVALID`` before sending anything.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ import click
 
 from migronaut._redact import sanitize_terminal
 from migronaut.background.progress import TERMINAL, ProgressTracker, number, partition_json
+from migronaut.background.state_fields import max_parallel as stored_max_parallel
 from migronaut.cli.app import command, group
 from migronaut.cli.output import Output
 from migronaut.cli.render_background import (
@@ -266,7 +267,7 @@ def run(session: Session, name: str | None, all_: bool, concurrency: str | None,
         try:
             for each in names:
                 state = engine.require(each)
-                max_parallel = number((state.get("spec") or {}).get("maxParallel")) or 1
+                max_parallel = stored_max_parallel(state)  # unreadable: STATE_INVALID
                 if lanes > max_parallel:
                     session.out.warn(f"⚠ --concurrency {lanes} is more than {each}'s "
                                      f"maxParallel ({max_parallel}) — using {max_parallel}")

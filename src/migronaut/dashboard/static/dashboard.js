@@ -33,6 +33,8 @@
   function update(view, now) {
     var row = rowFor(view.migration);
     if (!row) { return false; }
+    // a state that became unreadable (or was repaired) changes the row's cells: reload
+    if ((view.status === "invalid") !== !!row.querySelector("[data-field=error]")) { return false; }
     var p = view.progress || {};
     var prev = last[view.migration];
     var rate = p.rate, eta = p.etaSeconds;
@@ -84,7 +86,7 @@
       var now = Date.now(), missing = false;
       (doc.background || []).forEach(function (view) { if (!update(view, now)) { missing = true; } });
       text(document.getElementById("live-state"), "live · " + new Date(now).toLocaleTimeString());
-      if (missing) { window.location.reload(); return; }  // a migration registered meanwhile
+      if (missing) { window.location.reload(); return; }  // registered meanwhile, or invalid
       if (partitionsUrl && polls % MAP_EVERY === 0) {
         fetchJson(partitionsUrl).then(function (d) { updateMap(d.partitions || []); });
       }
