@@ -88,8 +88,8 @@ def test_a_connection_lost_during_the_create_restores_nothing(
     assert error.message.startswith('Could not rebuild index "by_shop" on orders: ')
     assert error.message.endswith(
         ' — the connection failed mid-build, after dropping "by_shop"; nothing was restored '
-        "(the server may still be building): list the indexes of orders once it answers, "
-        "then converge again")
+        "(the server may still be building): converge again once it answers — it restores "
+        "what the rebuild dropped unless the new index was built")
     # the failpoint fired once: a restore would have succeeded, so its absence shows none ran
     assert "by_shop" not in indexes(db)
     result = context["converge"]
