@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from bson import json_util
+from bson.json_util import CANONICAL_JSON_OPTIONS
 from pymongo.errors import DuplicateKeyError
 
 from helpers.proxy import TcpProxy
@@ -117,3 +118,76 @@ def test_a_converge_killed_right_after_the_drop_restores_the_index_next_time(
     _old_index_or_its_record(db)
     assert db[JOURNAL].count_documents({}) == 1  # dropped: only the record is left
     _converged_again_keeps_the_old_index(cli_process, db)
+
+
+def _record(db: Any, **entry: Any) -> None:
+    db[JOURNAL].insert_one({"collection": "users", "runId": "r1", "created": ["by_email"],
+                            "dropped": [json_util.dumps(
+                                {"key": {"email": 1}, "name": "by_email", "unique": True},
+                                json_options=CANONICAL_JSON_OPTIONS)], **entry})
+
+
+def test_a_restore_the_data_now_refuses_stops_the_converge_and_keeps_the_record(
+    project: Any, db: Any, cli: Any,
+) -> None:
+    (project.path / "collections").mkdir()
+    (project.path / "collections" / "users.json").write_text(json.dumps(DECLARED))
+    (project.path / "collections" / "later.json").write_text(
+        json.dumps({"indexes": [{"key": {"at": 1}}]}))
+    project.write("migronaut.toml", 'collections_dir = "collections"\n')
+    db.users.insert_many([{"email": "a@x"}, {"email": "a@x"}])  # let in while it was gone
+    _record(db)
+
+    failed = cli("converge", "-y", "--rebuild-unique", "--json")
+    assert failed.exit_code == 27, failed.stderr
+    error = failed.json["error"]
+    context = error["context"]
+    assert (error["code"], context["phase"], context["collection"], context["name"],
+            context["action"], context["mongoCode"]) == (
+        "CONVERGE_FAILED", "restore", "users", "by_email", "restore", 11000)
+    assert error["message"].startswith(
+        'Could not restore index "by_email" on users, dropped by an interrupted rebuild: ')
+    assert error["message"].endswith(
+        'users has no index "by_email" now; fix the cause and converge again, or create it by '
+        "hand and converge again")
+    assert db[JOURNAL].count_documents({}) == 1  # kept: the next converge tries again
+    assert "later" not in db.list_collection_names()  # nothing else was done
+    assert {index["name"] for index in db.users.list_indexes()} == {"_id_"}
+
+    db.users.delete_one({"email": "a@x"})
+    again = cli("converge", "-y", "--rebuild-unique", "--json")  # restores, then rebuilds
+    assert again.exit_code == 0, again.stderr
+    assert "restored: an interrupted rebuild had dropped it" in again.stderr
+    assert [(row["name"], row["action"], row["status"])
+            for row in again.json["collections"][1]["actions"]] == [
+        ("by_email", "recreate", "applied")]
+    assert db[JOURNAL].count_documents({}) == 0
+    assert db.users.index_information()["by_email"]["collation"]["strength"] == 2
+    (entry, *_) = db["_migronaut_converge"].find().sort("startedAt", -1)
+    assert entry["actions"][0] == {"collection": "users", "target": "index", "name": "by_email",
+                                   "action": "restore", "status": "applied"}
+
+
+@pytest.mark.parametrize(("junk", "field"), [
+    ({"collection": 5}, "collection"),
+    ({"created": "by_email"}, "created"),
+    ({"dropped": []}, "dropped"),
+    ({"dropped": ["{not json"]}, "dropped[0]"),
+    ({"dropped": ['{"name": "by_email"}']}, "dropped[0]"),
+])
+def test_a_record_we_cannot_read_stops_the_converge(
+    junk: dict[str, Any], field: str, project: Any, db: Any, cli: Any,
+) -> None:
+    (project.path / "collections").mkdir()
+    (project.path / "collections" / "users.json").write_text(json.dumps(DECLARED))
+    project.write("migronaut.toml", 'collections_dir = "collections"\n')
+    _record(db, **junk)
+
+    refused = cli("converge", "-y", "--json")
+    assert refused.exit_code == 35, refused.stderr
+    error = refused.json["error"]
+    assert error["code"] == "STATE_INVALID"
+    assert error["context"]["collection"] == JOURNAL and error["context"]["field"] == field
+    assert f"in {JOURNAL} is unreadable: {field} " in error["message"]
+    assert "users" not in db.list_collection_names()  # nothing converged
+    assert db[JOURNAL].count_documents({}) == 1
