@@ -8,7 +8,8 @@ mongod with ``enableTestCommands`` (``MIGRONAUT_TEST_URI``; skipped where the se
 building — ``restored: false, uncertain: true, dropped``; (b) the create fails and so does the
 restore: ``restored: false`` with ``restoreError``, the message naming the index now missing and
 what to do. Both exit 27 in phase ``apply``. The runs use ``ensure_indexes = false``: the only
-``createIndexes`` they send is then the rebuild's (the failpoint counts every one).
+``createIndexes`` they send is then the rebuild's (the failpoint counts every one). A read the
+server refuses (``listCollections``, ``listIndexes``) is exit 27 too, never the driver's error.
 """
 
 from __future__ import annotations
