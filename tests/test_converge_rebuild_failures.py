@@ -148,10 +148,10 @@ def test_a_read_the_server_refuses_after_up_is_converge_failed_with_the_applied_
     ``context.results`` listing the migrations the ``up`` applied before it."""
     write_simple(project, "0001_a")
     db.orders.insert_one({"shop": 1})
-    with make_migrator(project, collections=SPARSE, ensure_indexes=False) as migrator:
-        with fail_command(failpoint_client, [command], times=1, error_code=13):
-            with pytest.raises(ConvergeFailedError) as raised:
-                migrator.up(converge=True)
+    with make_migrator(project, collections=SPARSE, ensure_indexes=False) as migrator, \
+            fail_command(failpoint_client, [command], times=1, error_code=13), \
+            pytest.raises(ConvergeFailedError) as raised:
+        migrator.up(converge=True)
     context = raised.value.context
     assert (context["phase"], context["mongoCode"]) == ("plan", 13)
     assert [(row["file"], row["status"]) for row in context["results"]] == [
