@@ -131,11 +131,11 @@ def _coll_mod_index(db: Database[Any], collection: str, name: str,
 
 
 def _rebuild(db: Database[Any], collection: str, step: Rebuild,
-             journal: RebuildJournal | None) -> None:
+             journal: RebuildJournal) -> None:
     """Records the indexes it drops (:mod:`.converge_rebuilds`), drops, then creates; a failure
     raises :class:`_Restored` with the restore facts for the error."""
     drops = [_spec(spec) for spec in step.drops]
-    entry = journal.begin(collection, step, drops) if journal is not None else None
+    entry = journal.begin(collection, step, drops)
     dropped: list[str] = []
     for spec in drops:
         try:
@@ -145,7 +145,7 @@ def _rebuild(db: Database[Any], collection: str, step: Rebuild,
                 raise _Restored(error, {"restored": False, "uncertain": True,
                                         "dropped": [*dropped, str(spec["name"])]}) from error
             if not dropped:  # nothing dropped, nothing to restore
-                _settle(journal, entry)
+                journal.settle(entry)
                 raise
             _restore(db, collection, drops, dropped, [], error, journal, entry)
         dropped.append(str(spec["name"]))
@@ -159,12 +159,12 @@ def _rebuild(db: Database[Any], collection: str, step: Rebuild,
                                         "dropped": dropped}) from error
             _restore(db, collection, drops, dropped, created, error, journal, entry)
         created.append(str(new["name"]))
-    _settle(journal, entry)
+    journal.settle(entry)
 
 
 def _restore(db: Database[Any], collection: str, drops: list[dict[str, Any]],
              dropped: list[str], created: list[str], error: PyMongoError,
-             journal: RebuildJournal | None, entry: Any) -> None:
+             journal: RebuildJournal, entry: Any) -> None:
     """Put back every dropped index not re-created, then raise :class:`_Restored`; the
     journal entry is settled only when all of them are back."""
     problems, lost = [], []
@@ -180,13 +180,8 @@ def _restore(db: Database[Any], collection: str, drops: list[dict[str, Any]],
     if problems:
         facts["restoreError"] = "; ".join(problems)
     else:
-        _settle(journal, entry)
-    raise _Restored(error, facts, lost) from error
-
-
-def _settle(journal: RebuildJournal | None, entry: Any) -> None:
-    if journal is not None and entry is not None:
         journal.settle(entry)
+    raise _Restored(error, facts, lost) from error
 
 
 class _Restored(Exception):
@@ -256,7 +251,7 @@ def _drop_search_index(db: Database[Any], collection: str, name: str) -> None:
 
 
 def _run(db: Database[Any], collection: str, step: Step, outcome: StepOutcome,
-         journal: RebuildJournal | None) -> None:
+         journal: RebuildJournal) -> None:
     if isinstance(step, CreateCollection):
         _create_collection(db, collection, step)
     elif isinstance(step, CollModValidator):
@@ -286,9 +281,9 @@ def _run(db: Database[Any], collection: str, step: Step, outcome: StepOutcome,
 
 
 def apply_step(db: Database[Any], collection: str, step: Step, action: str,
-               journal: RebuildJournal | None = None) -> StepOutcome:
+               journal: RebuildJournal) -> StepOutcome:
     """Run ``step`` on ``collection``; ``action`` is its first row's (for the verb). A rebuild
-    records what it drops in ``journal`` first (every real converge passes one)."""
+    records what it drops in ``journal`` first."""
     outcome = StepOutcome()
     try:
         _run(db, collection, step, outcome, journal)
