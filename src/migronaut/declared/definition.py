@@ -15,6 +15,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from migronaut._names import OWN_PREFIX
 from migronaut.declared.indexes import (
     MAX_DECLARED,
     MAX_INDEXES,
@@ -29,7 +30,6 @@ from migronaut.declared.versioning import VersioningSpec, validate_versioning
 __all__ = [
     "DEFINITION_KEYS",
     "MAX_DEPTH",
-    "OWN_PREFIX",
     "TOO_DEEP",
     "VALIDATION_ACTIONS",
     "VALIDATION_LEVELS",
@@ -54,8 +54,6 @@ DEFINITION_KEYS: dict[Style, dict[str, str]] = {
 #: be sent, and checking it would recurse past Python's limit.
 MAX_DEPTH = 100
 TOO_DEEP = f"MongoDB stores at most {MAX_DEPTH} levels of nesting"
-#: Every collection migronaut keeps its own state in starts with this (by default).
-OWN_PREFIX = "_migronaut_"
 VALIDATION_LEVELS = ("off", "strict", "moderate")
 VALIDATION_ACTIONS = ("error", "warn", "errorAndLog")
 
