@@ -92,25 +92,43 @@ def collection_name_problem(name: Any, reserved: Collection[str]) -> str | None:
     return None
 
 
+#: Values that are never containers, told apart before the slower ``Mapping`` check.
+_SCALARS = (str, int, float, bool, bytes, type(None))
+
+
 def too_deep(raw: Any, base: str) -> str | None:
     """The path of the first value nested deeper than :data:`MAX_DEPTH` levels in ``raw``, or
-    ``None`` — found without recursion (a circular structure is left to the value checks)."""
-    stack: list[tuple[Any, str, int, frozenset[int]]] = [(raw, base, 1, frozenset())]
+    ``None`` — found without recursion, in one pass over the containers (a circular structure
+    is left to the value checks)."""
+    Link = tuple[Any, Any, bool] | None  # (parent link, key, key is a list position)
+    active: set[int] = set()
+    stack: list[tuple[bool, Any, int, Link]] = [(True, raw, 1, None)]
     while stack:
-        value, path, depth, above = stack.pop()
-        if isinstance(value, Mapping):
-            children = [(_join(path, str(key)), item) for key, item in value.items()]
-        elif isinstance(value, (list, tuple)):
-            children = [(f"{path}[{position}]", item) for position, item in enumerate(value)]
-        else:
+        entering, value, depth, link = stack.pop()
+        if not entering:
+            active.discard(id(value))
             continue
         if depth > MAX_DEPTH:
-            return path
-        if id(value) in above:
+            return _link_path(base, link)
+        if id(value) in active:
             continue
-        inner = above | {id(value)}
-        stack.extend((item, child, depth + 1, inner) for child, item in reversed(children))
+        active.add(id(value))
+        stack.append((False, value, depth, link))
+        positional = isinstance(value, (list, tuple))
+        for key, item in enumerate(value) if positional else value.items():
+            if isinstance(item, (dict, list, tuple)) or (
+                    not isinstance(item, _SCALARS) and isinstance(item, Mapping)):
+                stack.append((True, item, depth + 1, (link, key, positional)))
     return None
+
+
+def _link_path(base: str, link: tuple[Any, Any, bool] | None) -> str:
+    parts: list[str] = []
+    while link is not None:
+        link, key, positional = link
+        parts.append(f"[{key}]" if positional else f".{key}")
+    path = base + "".join(reversed(parts))
+    return path[1:] if not base and path.startswith(".") else path
 
 
 def _join(base: str, key: str) -> str:
