@@ -8,7 +8,8 @@ mongod with ``enableTestCommands`` (``MIGRONAUT_TEST_URI``; skipped where the se
 building — ``restored: false, uncertain: true, dropped``; (b) the create fails and so does the
 restore: ``restored: false`` with ``restoreError``, the message naming the index now missing and
 what to do. Both exit 27 in phase ``apply``. The runs use ``ensure_indexes = false``: the only
-``createIndexes`` they send is then the rebuild's (the failpoint counts every one).
+``createIndexes`` they send is then the rebuild's (the failpoint counts every one). A read the
+server refuses (``listCollections``, ``listIndexes``) is exit 27 too, never the driver's error.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 import pytest
 
 from conftest import Project, project_on
-from helpers.engine import make_migrator
+from helpers.engine import make_migrator, write_simple
 from helpers.failpoints import fail_command
 from migronaut import ConvergeFailedError, MigronautError
 
@@ -88,8 +89,8 @@ def test_a_connection_lost_during_the_create_restores_nothing(
     assert error.message.startswith('Could not rebuild index "by_shop" on orders: ')
     assert error.message.endswith(
         ' — the connection failed mid-build, after dropping "by_shop"; nothing was restored '
-        "(the server may still be building): list the indexes of orders once it answers, "
-        "then converge again")
+        "(the server may still be building): converge again once it answers — it restores "
+        "what the rebuild dropped unless the new index was built")
     # the failpoint fired once: a restore would have succeeded, so its absence shows none ran
     assert "by_shop" not in indexes(db)
     result = context["converge"]
@@ -137,3 +138,43 @@ def test_a_failed_restore_is_exit_27_naming_the_index_now_missing(
     again = cli("converge", "-y", "--json")  # what the message says to do
     assert again.exit_code == 0, again.stderr
     assert indexes(db)["by_shop"].get("sparse") is True
+
+
+@pytest.mark.parametrize("command", ["listCollections", "listIndexes"])
+def test_a_read_the_server_refuses_after_up_is_converge_failed_with_the_applied_rows(
+    command: str, project: Any, db: Any, failpoint_client: Any,
+) -> None:
+    """Not the driver's error: ``CONVERGE_FAILED`` (phase ``plan``) with ``mongoCode``, and
+    ``context.results`` listing the migrations the ``up`` applied before it."""
+    write_simple(project, "0001_a")
+    db.orders.insert_one({"shop": 1})
+    with make_migrator(project, collections=SPARSE, ensure_indexes=False) as migrator, \
+            fail_command(failpoint_client, [command], times=1, error_code=13), \
+            pytest.raises(ConvergeFailedError) as raised:
+        migrator.up(converge=True)
+    context = raised.value.context
+    assert (context["phase"], context["mongoCode"]) == ("plan", 13)
+    assert [(row["file"], row["status"]) for row in context["results"]] == [
+        ("0001_a.py", "applied")]
+    assert context["hint"] == ("not authorized; converge needs listCollections and listIndexes "
+                               "on the database (the read role)")
+    what = "the declared collections" if command == "listCollections" else "the indexes of orders"
+    assert raised.value.message == (f"Could not read {what}: {context['cause']} — "
+                                    f"{context['hint']}")
+    assert db["_migronaut_migrations"].find_one()["status"] == "applied"
+    assert indexes(db).keys() == {"_id_"}  # nothing converged
+
+
+def test_a_refused_read_is_exit_27_not_exit_1(
+    cli: Any, project: Any, db: Any, failpoint_client: Any,
+) -> None:
+    declare(project)
+    db.orders.insert_one({"shop": 1})
+    for args in (("converge", "-y", "--json"), ("converge", "--check", "--json")):
+        with fail_command(failpoint_client, ["listIndexes"], times=1, error_code=13):
+            failed = cli(*args)
+        assert failed.exit_code == 27, failed.stderr
+        error = failed.json["error"]
+        assert (error["code"], error["context"]["collection"],
+                error["context"]["mongoCode"]) == ("CONVERGE_FAILED", "orders", 13)
+    assert indexes(db).keys() == {"_id_"}

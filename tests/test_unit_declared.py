@@ -22,7 +22,8 @@ from migronaut.declared.versioning import VersioningSpec
 RESERVED = reserved_names(migrations_collection="_migronaut_migrations",
                           lock_collection="_migronaut_locks",
                           converge_log_collection="_migronaut_converge",
-                          background_collection="_migronaut_background")
+                          background_collection="_migronaut_background",
+                          runs_collection="_migronaut_runs")
 
 
 def check(raw: Any, *, style: str = "python", fallback: str | None = None,
@@ -158,8 +159,10 @@ def test_reserved_names_are_refused(name: str) -> None:
 
 def test_reserved_names_follow_the_configured_collections() -> None:
     names = reserved_names(migrations_collection="m", lock_collection="l",
-                           converge_log_collection="c", background_collection="bg")
-    assert names == {"m", "l", "c", "bg", "bg_partitions", "bg_watch"}
+                           converge_log_collection="c", background_collection="bg",
+                           runs_collection="r")
+    assert names == {"m", "l", "c", "c_rebuilds", "bg", "bg_partitions", "bg_watch", "r",
+                     "r_logs"}
 
 
 @pytest.mark.parametrize("key", ["validation_level", "validation_action"])

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["validate_collection_name", "validate_db_name"]
+__all__ = ["OWN_PREFIX", "validate_collection_name", "validate_db_name"]
+
+#: Every collection migronaut keeps its own state in starts with this under its default name.
+OWN_PREFIX = "_migronaut_"
 
 #: What MongoDB refuses in a database name (pymongo raises ``InvalidName`` on these).
 _DB_NAME_FORBIDDEN = (" ", ".", "$", "/", "\\", "\x00", '"')

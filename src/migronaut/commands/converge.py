@@ -32,6 +32,11 @@ from migronaut.commands.converge_plan import (
     warn_search,
 )
 from migronaut.commands.converge_read import read_one
+from migronaut.commands.converge_rebuilds import (
+    RebuildJournal,
+    journal_name,
+    restore_interrupted,
+)
 from migronaut.commands.converge_report import (
     action_counts,
     closing_lines,
@@ -139,6 +144,10 @@ class _Converge:
         self.unstable: list[dict[str, Any]] = []
         self.search_wait: dict[str, Any] | None = None
         self.stepped = False  #: a step was started since the first read
+        self.journal = RebuildJournal(
+            ws.connection.state_db[journal_name(ws.project.config.converge_log_collection)],
+            run.id)
+        self.restored: list[dict[str, Any]] = []  #: history rows of the indexes restored
         self.started = time.monotonic()
         self.started_at = time.time()
 
@@ -155,6 +164,7 @@ class _Converge:
         self.emit("converge:start", trigger=self.options.trigger,
                   collections=len(self.definitions))
         try:
+            self._restore_interrupted()
             self._guard()
             for index, definition in enumerate(self.definitions):
                 self._collection(index, definition)
@@ -169,6 +179,22 @@ class _Converge:
         result = self._result()
         self._finish(result, None)
         return result
+
+    def _restore_interrupted(self) -> None:
+        """Restore what an interrupted rebuild dropped, before anything is decided
+        (:mod:`migronaut.commands.converge_rebuilds`); the plans are then made again."""
+        restored = restore_interrupted(self.ws.connection.state_db, self.journal)
+        for collection, name in restored:
+            self.logger.warning('⚠ %s index "%s" restored: an interrupted rebuild had dropped it',
+                                collection, name)
+            self.emit("converge:action", collection=collection, target="index", name=name,
+                      action="restore", status="applied")
+            self.restored.append({"collection": collection, "target": "index", "name": name,
+                                  "action": "restore", "status": "applied"})
+        if restored:
+            planned = plan_all(self.ws, self.definitions, self.options)
+            self.plans, self.facts = planned.plans, planned.facts
+            self.search, self.read_search = planned.search, planned.read_search
 
     def _check_ordered(self) -> None:
         changelog = self.ws.connection.changelog
@@ -265,7 +291,7 @@ class _Converge:
         began = time.monotonic()
         self.stepped = True
         try:
-            outcome = apply_step(self.db, plan.name, step, first.action)
+            outcome = apply_step(self.db, plan.name, step, first.action, self.journal)
         except StepFailed as failed:
             ids = set(step.rows)
             self._settle(index, lambda row: row.id in ids, "failed")
@@ -369,7 +395,7 @@ class _Converge:
         if error is None:
             closing_lines(self.logger, self.plans, result, duration)
         record_history(self.ws, self.run_, self.options, result, started_at=self.started_at,
-                       duration_ms=duration, error=described)
+                       duration_ms=duration, error=described, restored=self.restored)
         self.emit("converge:end", trigger=self.options.trigger, success=error is None,
                   durationMs=duration, changed=result.changed, inSync=result.in_sync,
                   counts=action_counts(self.plans), result=result.to_dict(),

@@ -1,8 +1,10 @@
 """Carrying out one planned step against the server (collections.md §2.5).
 
-Invariants: a batched ``createIndexes`` is all-or-nothing for its rows; a rebuild drops first and,
-when a create fails, restores every dropped index it did not re-create — unless the connection
-was in trouble, when the server may still be building and nothing is touched (``uncertain``); a
+Invariants: a batched ``createIndexes`` is all-or-nothing for its rows; a rebuild records the
+full spec of what it drops before its first drop (:mod:`.converge_rebuilds`: the next converge
+restores it, whatever happens to this process), drops and, when a drop or a create fails,
+restores every dropped index it did not re-create — unless the connection was in trouble, when
+the server may still be building and nothing is touched (``uncertain``); a
 unique conversion that meets duplicates goes back to exactly the old index and names the
 duplicate groups the server reported (``violations``); "index not found" on a drop is success;
 a drop refused because the index backs a shard key turns the row into ``keep``. Every failure
@@ -15,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pymongo.database import Database
 from pymongo.errors import (
@@ -43,7 +45,11 @@ from migronaut.declared.plan import (
 )
 from migronaut.errors import describe_exception, server_message
 
-__all__ = ["CONNECTION_TROUBLE_CODES", "StepFailed", "StepOutcome", "apply_step", "describe"]
+if TYPE_CHECKING:
+    from migronaut.commands.converge_rebuilds import RebuildJournal
+
+__all__ = ["CONNECTION_TROUBLE_CODES", "StepFailed", "StepOutcome", "apply_step",
+           "create_index_specs", "describe", "explain"]
 
 #: Server codes that mean "the connection, not the command, failed" (nothing restored).
 CONNECTION_TROUBLE_CODES = frozenset({50, 89, 91, 189, 10107, 11600, 11602, 13435})
@@ -106,7 +112,8 @@ def _spec(spec: Mapping[str, Any]) -> dict[str, Any]:
             if key not in ("v", "ns", "background", "clustered")}
 
 
-def _create_indexes(db: Database[Any], collection: str, specs: Any) -> None:
+def create_index_specs(db: Database[Any], collection: str, specs: Any) -> None:
+    """One ``createIndexes`` for ``specs`` (listed or declared), minus what is never sent."""
     db.command({"createIndexes": collection, "indexes": [_spec(spec) for spec in specs]})
 
 
@@ -123,34 +130,58 @@ def _coll_mod_index(db: Database[Any], collection: str, name: str,
     db.command({"collMod": collection, "index": {"name": name, **changes}})
 
 
-def _rebuild(db: Database[Any], collection: str, step: Rebuild) -> dict[str, Any] | None:
-    """Drops then creates; ``None`` on success, else the restore facts for the error."""
-    for spec in step.drops:
-        _drop_index(db, collection, str(spec["name"]))  # a failed drop: nothing to restore
-    created: list[str] = []
-    for spec in step.creates:
+def _rebuild(db: Database[Any], collection: str, step: Rebuild,
+             journal: RebuildJournal) -> None:
+    """Records the indexes it drops (:mod:`.converge_rebuilds`), drops, then creates; a failure
+    raises :class:`_Restored` with the restore facts for the error."""
+    drops = [_spec(spec) for spec in step.drops]
+    entry = journal.begin(collection, step, drops)
+    dropped: list[str] = []
+    for spec in drops:
         try:
-            _create_indexes(db, collection, [spec])
+            _drop_index(db, collection, str(spec["name"]))
         except PyMongoError as error:
-            dropped = list(step.dropped_names)
+            if connection_trouble(error):  # the drop may have happened
+                raise _Restored(error, {"restored": False, "uncertain": True,
+                                        "dropped": [*dropped, str(spec["name"])]}) from error
+            if not dropped:  # nothing dropped, nothing to restore
+                journal.settle(entry)
+                raise
+            _restore(db, collection, drops, dropped, [], error, journal, entry)
+        dropped.append(str(spec["name"]))
+    created: list[str] = []
+    for new in step.creates:
+        try:
+            create_index_specs(db, collection, [new])
+        except PyMongoError as error:
             if connection_trouble(error):
                 raise _Restored(error, {"restored": False, "uncertain": True,
                                         "dropped": dropped}) from error
-            problems, lost = [], []
-            for old in step.drops:
-                if old["name"] in created:
-                    continue
-                try:
-                    _create_indexes(db, collection, [old])
-                except PyMongoError as again:
-                    problems.append(f"{old['name']}: {_cause(again)}")
-                    lost.append(str(old["name"]))
-            facts: dict[str, Any] = {"restored": not problems, "dropped": dropped}
-            if problems:
-                facts["restoreError"] = "; ".join(problems)
-            raise _Restored(error, facts, lost) from error
-        created.append(str(spec["name"]))
-    return None
+            _restore(db, collection, drops, dropped, created, error, journal, entry)
+        created.append(str(new["name"]))
+    journal.settle(entry)
+
+
+def _restore(db: Database[Any], collection: str, drops: list[dict[str, Any]],
+             dropped: list[str], created: list[str], error: PyMongoError,
+             journal: RebuildJournal, entry: Any) -> None:
+    """Put back every dropped index not re-created, then raise :class:`_Restored`; the
+    journal entry is settled only when all of them are back."""
+    problems, lost = [], []
+    for old in drops:
+        if old["name"] not in dropped or old["name"] in created:
+            continue
+        try:
+            create_index_specs(db, collection, [old])
+        except PyMongoError as again:
+            problems.append(f"{old['name']}: {_cause(again)}")
+            lost.append(str(old["name"]))
+    facts: dict[str, Any] = {"restored": not problems, "dropped": dropped}
+    if problems:
+        facts["restoreError"] = "; ".join(problems)
+    else:
+        journal.settle(entry)
+    raise _Restored(error, facts, lost) from error
 
 
 class _Restored(Exception):
@@ -219,19 +250,20 @@ def _drop_search_index(db: Database[Any], collection: str, name: str) -> None:
         raise
 
 
-def _run(db: Database[Any], collection: str, step: Step, outcome: StepOutcome) -> None:
+def _run(db: Database[Any], collection: str, step: Step, outcome: StepOutcome,
+         journal: RebuildJournal) -> None:
     if isinstance(step, CreateCollection):
         _create_collection(db, collection, step)
     elif isinstance(step, CollModValidator):
         db.command({"collMod": collection, **step.fields})
     elif isinstance(step, CreateIndexes):
-        _create_indexes(db, collection, step.specs)
+        create_index_specs(db, collection, step.specs)
     elif isinstance(step, CollModIndex):
         _coll_mod_index(db, collection, step.name, step.changes)
     elif isinstance(step, ConvertUnique):
         _convert_unique(db, collection, step)
     elif isinstance(step, Rebuild):
-        _rebuild(db, collection, step)
+        _rebuild(db, collection, step, journal)
     elif isinstance(step, DropIndex):
         try:
             _drop_index(db, collection, step.name)
@@ -248,11 +280,13 @@ def _run(db: Database[Any], collection: str, step: Step, outcome: StepOutcome) -
         _drop_search_index(db, collection, step.name)
 
 
-def apply_step(db: Database[Any], collection: str, step: Step, action: str) -> StepOutcome:
-    """Run ``step`` on ``collection``; ``action`` is its first row's (for the verb)."""
+def apply_step(db: Database[Any], collection: str, step: Step, action: str,
+               journal: RebuildJournal) -> StepOutcome:
+    """Run ``step`` on ``collection``; ``action`` is its first row's (for the verb). A rebuild
+    records what it drops in ``journal`` first."""
     outcome = StepOutcome()
     try:
-        _run(db, collection, step, outcome)
+        _run(db, collection, step, outcome, journal)
     except (PyMongoError, _Restored) as caught:
         facts: dict[str, Any] = {}
         error: BaseException = caught
@@ -266,22 +300,16 @@ def apply_step(db: Database[Any], collection: str, step: Step, action: str) -> S
 def _failure(collection: str, step: Step, action: str, error: BaseException,
              facts: dict[str, Any], lost: list[str] | None = None) -> StepFailed:
     target, label = describe(step)
-    cause = _cause(error)
-    code = error.code if isinstance(error, OperationFailure) else None
-    if target == "searchIndex":
-        from migronaut.commands.converge_search import search_hint
-
-        hint = search_hint(error)
-    else:
-        hint = _HINTS.get(code) if code is not None else None
+    cause, code, hint = explain(error, search=target == "searchIndex")
     message = f"Could not {_VERBS.get(action, action)} {label} on {collection}: {cause}"
     if hint:
         message += f" — {hint}"
     if facts.get("uncertain"):
         dropped = ", ".join(f'"{name}"' for name in facts.get("dropped") or ())
         message += (f" — the connection failed mid-build, after dropping {dropped}; nothing was "
-                    "restored (the server may still be building): list the indexes of "
-                    f"{collection} once it answers, then converge again")
+                    "restored (the server may still be building): converge again once it "
+                    "answers — it restores what the rebuild dropped unless the new index was "
+                    "built")
     elif "restored" in facts:
         missing = ", ".join(f'"{name}"' for name in lost or ())
         message += (" — the dropped index was restored" if facts["restored"]
@@ -301,6 +329,19 @@ def _failure(collection: str, step: Step, action: str, error: BaseException,
     if hint:
         context["hint"] = hint
     return StepFailed(message, context, error)
+
+
+def explain(error: BaseException, *, search: bool = False) -> tuple[str, int | None,
+                                                                    str | None]:
+    """``(cause, mongoCode, hint)`` of a failed command, for an error's message and context."""
+    code = error.code if isinstance(error, OperationFailure) else None
+    if search:
+        from migronaut.commands.converge_search import search_hint
+
+        hint = search_hint(error)
+    else:
+        hint = _HINTS.get(code) if code is not None else None
+    return _cause(error), code, hint
 
 
 def _cause(error: BaseException) -> str:

@@ -4,7 +4,8 @@ indexes, the server's version, shard keys, search-index lists and version floors
 Invariants: one ``listCollections`` for every declared name, then one ``listIndexes`` per
 existing regular collection with at most :data:`MAX_IN_FLIGHT` in flight; a collection dropped
 between the two reads is missing; every read goes to the primary with plain codec options, so
-an injected client with unusual settings cannot make everything look changed. Server facts
+an injected client with unusual settings cannot make everything look changed. A read the server
+refuses is ``CONVERGE_FAILED`` in the phase it happened, with its ``mongoCode``. Server facts
 (version, mongos) are best effort: a refusal means "unknown", which only narrows what can be
 changed in place.
 """
@@ -21,6 +22,7 @@ from pymongo import ReadPreference
 from pymongo.database import Database
 from pymongo.errors import OperationFailure, PyMongoError
 
+from migronaut.commands.converge_apply import connection_trouble, explain
 from migronaut.commands.converge_search import list_search_indexes
 from migronaut.declared.definition import CollectionDefinition
 from migronaut.declared.live import (
@@ -30,12 +32,15 @@ from migronaut.declared.live import (
     live_collection,
 )
 from migronaut.declared.planner import floor_to_probe
+from migronaut.errors import ConvergeFailedError
 
 __all__ = ["MAX_IN_FLIGHT", "ServerFacts", "primary", "read_live", "read_one", "server_facts"]
 
 #: ``listIndexes`` commands in flight at once.
 MAX_IN_FLIGHT = 8
 _NAMESPACE_NOT_FOUND = 26
+_READ_HINTS = {13: "not authorized; converge needs listCollections and listIndexes on the "
+                   "database (the read role)"}
 
 
 def primary(db: Database[Any]) -> Database[Any]:
@@ -83,14 +88,33 @@ def _shard_key(db: Database[Any], name: str) -> Mapping[str, Any] | None:
     return dict(key) if isinstance(key, Mapping) else None
 
 
-def _list_indexes(db: Database[Any], name: str) -> list[Mapping[str, Any]] | None:
+def _list_indexes(db: Database[Any], name: str, phase: str) -> list[Mapping[str, Any]] | None:
     """The collection's index documents; ``None`` when it vanished meanwhile."""
     try:
         return list(db[name].list_indexes())
     except OperationFailure as error:
         if error.code == _NAMESPACE_NOT_FOUND:
             return None
-        raise
+        if connection_trouble(error):
+            raise
+        raise _read_failed(error, phase, f"the indexes of {name}", name) from error
+
+
+def _read_failed(error: OperationFailure, phase: str, what: str,
+                 collection: str | None = None) -> ConvergeFailedError:
+    """A read the server refused: ``CONVERGE_FAILED`` in ``phase`` with its code (a lost
+    connection stays the driver's error, which the run reports as ``CONNECTION_FAILED``)."""
+    cause, code, _ = explain(error)
+    hint = _READ_HINTS.get(code) if code is not None else None
+    context: dict[str, Any] = {"phase": phase, "cause": cause}
+    if collection is not None:
+        context["collection"] = collection
+    if code is not None:
+        context["mongoCode"] = code
+    if hint:
+        context["hint"] = hint
+    return ConvergeFailedError(f"Could not read {what}: {cause}"
+                               + (f" — {hint}" if hint else ""), context)
 
 
 def _version_floor(db: Database[Any], definition: CollectionDefinition, live: LiveCollection
@@ -115,11 +139,17 @@ def read_live(db: Database[Any], definitions: Sequence[CollectionDefinition], *,
     """Every declared collection's live state, by name (§2.3 step 4)."""
     db = primary(db)
     names = [definition.name for definition in definitions]
-    infos = {info["name"]: info for info in db.list_collections(filter={"name": {"$in": names}})}
+    try:
+        infos = {info["name"]: info
+                 for info in db.list_collections(filter={"name": {"$in": names}})}
+    except OperationFailure as error:
+        if connection_trouble(error):
+            raise
+        raise _read_failed(error, phase, "the declared collections") from error
     regular = [name for name in names
                if name in infos and (infos[name].get("type") or "collection") == "collection"]
     with ThreadPoolExecutor(max_workers=MAX_IN_FLIGHT) as pool:
-        listed = dict(zip(regular, pool.map(lambda n: _list_indexes(db, n), regular),
+        listed = dict(zip(regular, pool.map(lambda n: _list_indexes(db, n, phase), regular),
                           strict=True))
     found: dict[str, LiveCollection] = {}
     for definition in definitions:

@@ -76,13 +76,16 @@ def _report_builds(logger: Logger, result: ConvergeResult) -> None:
 
 
 def record_history(ws: Workspace, run: Run, options: ConvergeOptions, result: ConvergeResult,
-                   *, started_at: float, duration_ms: int, error: str | None) -> None:
-    """The history entry of a run that changed something or failed (§2.9)."""
-    if result.changed <= 0 and error is None:
+                   *, started_at: float, duration_ms: int, error: str | None,
+                   restored: Sequence[dict[str, Any]] = ()) -> None:
+    """The history entry of a run that changed something or failed (§2.9); ``restored``: the
+    rows of the indexes an interrupted rebuild had dropped, restored first."""
+    if result.changed <= 0 and error is None and not restored:
         return
-    actions = [{"collection": plan.name, **row.to_dict()} for plan in result.collections
-               for row in plan.actions
-               if row.status in ("applied", "failed") or row.action == "conflict"]
+    actions = [*restored, *({"collection": plan.name, **row.to_dict()}
+                            for plan in result.collections for row in plan.actions
+                            if row.status in ("applied", "failed")
+                            or row.action == "conflict")]
     entry: dict[str, Any] = {
         "runId": run.id, "executedBy": run.executed_by,
         "environment": ws.project.config.resolved_environment, "trigger": options.trigger,

@@ -651,6 +651,7 @@ def check_inline_definitions(config: Config) -> None:
         lock_collection=config.lock_collection,
         converge_log_collection=config.converge_log_collection,
         background_collection=config.background_collection,
+        runs_collection=config.runs_collection,
     ))
     if issues:
         raise invalid_definitions(issues)

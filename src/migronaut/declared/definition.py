@@ -15,7 +15,13 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from migronaut.declared.indexes import DeclaredIndex, validate_indexes
+from migronaut._names import OWN_PREFIX
+from migronaut.declared.indexes import (
+    MAX_DECLARED,
+    MAX_INDEXES,
+    DeclaredIndex,
+    validate_indexes,
+)
 from migronaut.declared.issues import Issues
 from migronaut.declared.search import DeclaredSearchIndex, validate_search_indexes
 from migronaut.declared.values import check_sendable
@@ -23,6 +29,8 @@ from migronaut.declared.versioning import VersioningSpec, validate_versioning
 
 __all__ = [
     "DEFINITION_KEYS",
+    "MAX_DEPTH",
+    "TOO_DEEP",
     "VALIDATION_ACTIONS",
     "VALIDATION_LEVELS",
     "CollectionDefinition",
@@ -42,6 +50,10 @@ DEFINITION_KEYS: dict[Style, dict[str, str]] = {
              "validation_action": "validationAction", "prune": "prune",
              "versioning": "versioning"},
 }
+#: The most levels of nesting MongoDB stores in a document; a definition nested deeper cannot
+#: be sent, and checking it would recurse past Python's limit.
+MAX_DEPTH = 100
+TOO_DEEP = f"MongoDB stores at most {MAX_DEPTH} levels of nesting"
 VALIDATION_LEVELS = ("off", "strict", "moderate")
 VALIDATION_ACTIONS = ("error", "warn", "errorAndLog")
 
@@ -73,9 +85,50 @@ def collection_name_problem(name: Any, reserved: Collection[str]) -> str | None:
         return "must not contain '$' or NUL"
     if name.startswith("system."):
         return "must not start with 'system.'"
-    if name in reserved:
+    if name.startswith(".") or name.endswith(".") or ".." in name:
+        return "must not start or end with '.' or contain '..'"
+    if name in reserved or name.startswith(OWN_PREFIX):
         return f'"{name}" is one of migronaut\'s own collections and cannot be declared'
     return None
+
+
+#: Values that are never containers, told apart before the slower ``Mapping`` check.
+_SCALARS = (str, int, float, bool, bytes, type(None))
+
+
+def too_deep(raw: Any, base: str) -> str | None:
+    """The path of the first value nested deeper than :data:`MAX_DEPTH` levels in ``raw``, or
+    ``None`` — found without recursion, in one pass over the containers (a circular structure
+    is left to the value checks)."""
+    Link = tuple[Any, Any, bool] | None  # (parent link, key, key is a list position)
+    active: set[int] = set()
+    stack: list[tuple[bool, Any, int, Link]] = [(True, raw, 1, None)]
+    while stack:
+        entering, value, depth, link = stack.pop()
+        if not entering:
+            active.discard(id(value))
+            continue
+        if depth > MAX_DEPTH:
+            return _link_path(base, link)
+        if id(value) in active:
+            continue
+        active.add(id(value))
+        stack.append((False, value, depth, link))
+        positional = isinstance(value, (list, tuple))
+        for key, item in enumerate(value) if positional else value.items():
+            if isinstance(item, (dict, list, tuple)) or (
+                    not isinstance(item, _SCALARS) and isinstance(item, Mapping)):
+                stack.append((True, item, depth + 1, (link, key, positional)))
+    return None
+
+
+def _link_path(base: str, link: tuple[Any, Any, bool] | None) -> str:
+    parts: list[str] = []
+    while link is not None:
+        link, key, positional = link
+        parts.append(f"[{key}]" if positional else f".{key}")
+    path = base + "".join(reversed(parts))
+    return path[1:] if not base and path.startswith(".") else path
 
 
 def _join(base: str, key: str) -> str:
@@ -96,6 +149,10 @@ def validate_definition(
     the name a file gives when the definition sets none. ``None`` when there was any issue."""
     if not isinstance(raw, Mapping):
         issues.add(base, f"must be a mapping (got {type(raw).__name__})")
+        return None
+    deep = too_deep(raw, base)
+    if deep is not None:
+        issues.add(deep, f"is nested too deeply ({TOO_DEEP})")
         return None
     keys = DEFINITION_KEYS[style]
     spelled = {written: internal for internal, written in keys.items()}
@@ -235,6 +292,9 @@ def _check_versioning_overlap(
                     if field in properties:
                         issues.add(f"{path}.$jsonSchema.properties.{field}",
                                    "is managed by versioning; remove this rule")
+    if versioning.index and indexes is not None and len(indexes) >= MAX_DECLARED:
+        issues.add(_join(base, "indexes"), f"declares {len(indexes)} indexes and versioning "
+                   f"one more; a collection holds at most {MAX_INDEXES}, _id_ included")
     if versioning.index and indexes and len(indexes) == len(values["indexes"]):
         version_key = ((versioning.field, 1), ("_id", 1))
         for position, index in enumerate(indexes):

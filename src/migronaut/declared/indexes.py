@@ -24,6 +24,8 @@ from migronaut.declared.values import check_sendable
 __all__ = [
     "DECLARED_ONLY_OPTIONS",
     "INDEX_KEYS",
+    "MAX_DECLARED",
+    "MAX_INDEXES",
     "SEMANTIC_OPTIONS",
     "DeclaredIndex",
     "default_index_name",
@@ -53,6 +55,9 @@ _STRINGS = ("default_language", "language_override")
 _POSITIVE = ("textIndexVersion", "2dsphereIndexVersion", "bits")
 _TEXT_ONLY = ("weights", "default_language", "language_override", "textIndexVersion")
 _SAFE_INTEGER = 2**53 - 1
+#: MongoDB's limit of indexes per collection (``_id_`` is one), and so what may be declared.
+MAX_INDEXES = 64
+MAX_DECLARED = MAX_INDEXES - 1
 WILDCARD = "$**"
 
 
@@ -232,22 +237,40 @@ def normalize_index(raw: Any, path: str, issues: Issues) -> DeclaredIndex | None
 
 
 def validate_indexes(raw: Any, path: str, issues: Issues) -> tuple[DeclaredIndex, ...]:
-    """Check a list of index definitions, then the clashes between them (reported on the
-    later index): a shared name, two text indexes, or the same declared signature."""
+    """Check a list of index definitions (at most :data:`MAX_DECLARED`), then the clashes
+    between them, each reported on the later index against the earliest it clashes with: a
+    shared name, two text indexes, or the same declared signature."""
     if not isinstance(raw, (list, tuple)):
         issues.add(path, "must be a list of index definitions")
+        return ()
+    if len(raw) > MAX_DECLARED:
+        issues.add(path, f"declares {len(raw)} indexes; a collection holds at most "
+                   f"{MAX_INDEXES}, _id_ included ({MAX_DECLARED} declared at most)")
         return ()
     indexes: list[tuple[int, DeclaredIndex]] = []
     for position, item in enumerate(raw):
         index = normalize_index(item, f"{path}[{position}]", issues)
         if index is not None:
             indexes.append((position, index))
+    # the first earlier index of each name, text-ness and signature: each index meets the
+    # earliest one it clashes with in one look-up per rule, not by a walk over all before it
+    by_name: dict[str, int] = {}
+    by_signature: dict[str, int] = {}
+    text: int | None = None
     for later, (position, index) in enumerate(indexes):
-        for earlier, other in indexes[:later]:
-            clash = _clash(index, other, f"{path}[{earlier}]")
+        signature_ = index.signature()
+        found = [earlier for earlier in (by_name.get(index.name),
+                                         text if index.is_text else None,
+                                         by_signature.get(signature_)) if earlier is not None]
+        if found:
+            earlier = min(found)
+            clash = _clash(index, indexes[earlier][1], f"{path}[{indexes[earlier][0]}]")
             if clash:
                 issues.add(f"{path}[{position}]", clash)
-                break
+        by_name.setdefault(index.name, later)
+        by_signature.setdefault(signature_, later)
+        if index.is_text and text is None:
+            text = later
     return tuple(index for _, index in indexes)
 
 

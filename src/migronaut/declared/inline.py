@@ -11,18 +11,27 @@ from typing import Any
 
 from migronaut.declared.definition import CollectionDefinition, validate_definition
 from migronaut.declared.issues import Issues
+from migronaut.observability.runstore import logs_collection_name
 
-__all__ = ["reserved_names", "validate_inline"]
+__all__ = ["REBUILDS_SUFFIX", "reserved_names", "validate_inline"]
+
+#: The rebuilds converge has begun and not seen through live in ``<converge_log_collection>`` +
+#: this (:mod:`migronaut.commands.converge_rebuilds`).
+REBUILDS_SUFFIX = "_rebuilds"
 
 
 def reserved_names(
     *, migrations_collection: str, lock_collection: str, converge_log_collection: str,
-    background_collection: str,
+    background_collection: str, runs_collection: str,
 ) -> frozenset[str]:
-    """migronaut's own collections, which no definition may name."""
+    """migronaut's own collections, which no definition may name (nor converge prune): the
+    configured ones, wherever they are renamed to, beside every ``_migronaut_*`` name
+    (:func:`~migronaut.declared.definition.collection_name_problem`)."""
     return frozenset((migrations_collection, lock_collection, converge_log_collection,
+                      converge_log_collection + REBUILDS_SUFFIX,
                       background_collection, background_collection + "_partitions",
-                      background_collection + "_watch"))
+                      background_collection + "_watch", runs_collection,
+                      logs_collection_name(runs_collection)))
 
 
 def validate_inline(

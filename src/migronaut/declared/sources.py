@@ -31,7 +31,12 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from migronaut.core.files import left_while_loading, load_module
-from migronaut.declared.definition import CollectionDefinition, Style, validate_definition
+from migronaut.declared.definition import (
+    TOO_DEEP,
+    CollectionDefinition,
+    Style,
+    validate_definition,
+)
 from migronaut.declared.inline import reserved_names, validate_inline
 from migronaut.declared.issues import Issues, invalid_definitions
 from migronaut.errors import ConfigInvalidError
@@ -50,6 +55,7 @@ def _reserved(config: Config) -> frozenset[str]:
         lock_collection=config.lock_collection,
         converge_log_collection=config.converge_log_collection,
         background_collection=config.background_collection,
+        runs_collection=config.runs_collection,
     )
 
 
@@ -132,17 +138,24 @@ def _directory_error(directory: Path, problem: str, error: OSError) -> ConfigInv
 def _read_file(
     path: Path, extension: str, issues: Issues, *, reload: bool
 ) -> tuple[Any, BaseException | None]:
-    """The raw definition in ``path`` (``None`` with an issue when it cannot be read)."""
+    """The raw definition in ``path`` (``None`` with an issue when it cannot be read or is
+    JSON ``null``)."""
     if extension == JSON_EXTENSION:
         try:
-            return json.loads(path.read_bytes()), None
+            raw = json.loads(path.read_bytes())
         except json.JSONDecodeError as error:
             issues.add("", f"is not valid JSON: {error.msg} (line {error.lineno}, column "
                        f"{error.colno})")
             return None, error
+        except RecursionError as error:
+            issues.add("", f"is nested too deeply to read ({TOO_DEEP})")
+            return None, error
         except (OSError, UnicodeDecodeError) as error:
             issues.add("", f"could not be read: {error}")
             return None, error
+        if raw is None:  # null: ``None`` below means "could not be read"
+            issues.add("", "must be a mapping (got null)")
+        return raw, None
     try:
         module = load_module(path, _module_name(path), reload=reload)
     except (KeyboardInterrupt, SystemExit) as error:

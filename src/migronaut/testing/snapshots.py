@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+from migronaut._names import OWN_PREFIX
+
 if TYPE_CHECKING:
     from pymongo.collection import Collection
     from pymongo.database import Database
@@ -36,8 +38,6 @@ if TYPE_CHECKING:
 
 __all__ = ["CollectionSnapshot", "DatabaseSnapshot", "snapshot"]
 
-#: Prefix of every collection migronaut creates under its default names.
-OWN_PREFIX: Final = "_migronaut_"
 #: Longest document or value shown in a diff line.
 _SHOWN_CHARS: Final = 400
 #: Index fields that describe the server's storage, not the index a migration asked for.

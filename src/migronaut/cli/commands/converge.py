@@ -79,6 +79,12 @@ def converge(
 
     if limit is not None and not history:
         raise ConfigInvalidError("--limit applies to --history only", {"option": "limit"})
+    if wait_search is not None and (history or dry_run or check):
+        flag = "--wait-search" if wait_search else "--no-wait-search"
+        other = "--history" if history else "--dry-run" if dry_run else "--check"
+        raise ConfigInvalidError(f"{flag} cannot be combined with {other}: only a converge "
+                                 "that applies waits for search indexes",
+                                 {"option": "wait-search"})
     if history:
         count = check_limit(parse_int(limit, "--limit") if limit is not None else 20)
         return session.run(lambda migrator: migrator.converge_history(count),
