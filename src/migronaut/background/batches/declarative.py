@@ -51,5 +51,7 @@ class DocumentBatches(BatchUnit):
     def batch(self, hold: Hold, limit: int) -> Batch:
         """Work one batch of up to ``limit`` documents and checkpoint it."""
 
-    def written(self, ids: list[Any]) -> int:
-        return self.updates.at_target(ids)
+    def settle_intent(self, hold: Hold, ids: list[Any]) -> dict[str, int]:
+        """The intent's documents now at the target version, counted as migrated."""
+        written = self.updates.at_target(ids)
+        return {"scanned": written, "migrated": written}

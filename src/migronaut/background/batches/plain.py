@@ -96,6 +96,32 @@ class PlainBatches(DocumentBatches):
             hold.keeper.touch()
         return Batch(nonzero(counters), latency_ms, limit, done, errors, over)
 
+    def settle_intent(self, hold: Hold, ids: list[Any]) -> dict[str, int]:
+        """Settle the batch a stored intent names, exactly once whenever its first write lands.
+
+        That write's reply was lost (or its lane crashed): it may have landed, may still land
+        (a request the server has not applied yet), or never will. So the documents still at
+        the source version are written again, guarded, now: if the first write lands first,
+        this one matches nothing and the re-read counts the document as landed; if it lands
+        later, it matches nothing itself. The intent's other documents, already at the target,
+        are counted as migrated. A document this write cannot settle (a document error, a
+        conflict) is left to the read from the stored cursor, which counts it there.
+        """
+        still = self.reader.reread(ids)
+        settling = {id_key(doc["_id"]) for doc in still}
+        landed = self.updates.at_target([i for i in ids if id_key(i) not in settling])
+        counters = {"scanned": landed, "migrated": landed}
+        if not still:
+            return counters
+        written, ops, _errors = self.updates.prepare(still, self.updates.context(hold.part))
+        settled = {"migrated": 0, "skipped": 0}
+        self.write_s = 0.0
+        self._write(hold.lease, written, ops, [], settled)
+        counters["migrated"] += settled["migrated"]
+        counters["skipped"] = settled["skipped"]
+        counters["scanned"] += settled["migrated"] + settled["skipped"]
+        return counters
+
     def _write(
         self,
         lease: Lease,
