@@ -240,9 +240,11 @@ class PartitionStore:
 
         Each lease is judged by the ``ttlMs`` its holder wrote, never by the TTL of the process
         looking: a worker with a shorter TTL must not take a longer-TTL holder's live slot.
+        Filtered on ``lease.slot`` (every lease holds one) so the partial unique index on
+        ``{background, lease.slot}`` serves it: only leased partitions are looked at.
         """
         result = self.partitions.update_many(
-            {"background": name, "lease": {"$exists": True}, "$expr": {"$lt": _LEASE_AGE}},
+            {"background": name, "lease.slot": {"$exists": True}, "$expr": {"$lt": _LEASE_AGE}},
             [
                 {"$unset": "lease"},
                 {"$set": {"reclaims": {"$add": [{"$ifNull": ["$reclaims", 0]}, 1]},
