@@ -3,9 +3,10 @@
 A lost connection, an election or a primary stepping down (see
 :func:`migronaut.core.retry.is_outage`) is ridden out by the lane holding the partition: it keeps
 its lease (the keeper keeps renewing), backs off (:class:`Outage`), then starts again from what
-the partition document records (:func:`reload`) — counting the write intent's documents found at
-the target (:func:`recover`) and reading on from the stored cursor — so a write whose reply was
-lost is counted exactly once. Only an outage longer than ``maxOutageMs`` counts as a failed slice.
+the partition document records (:func:`reload`) — settling the write intent's batch
+(:func:`recover`) and reading on from the stored cursor — so a write whose reply was lost is
+counted exactly once, whenever it lands. Only an outage longer than ``maxOutageMs`` counts as a
+failed slice.
 """
 
 from __future__ import annotations
@@ -72,9 +73,9 @@ def work_through_outages(
 
     Whatever of the lane's work landed is exactly what the stored partition records: its
     checkpoint's counters and cursor, and the intent naming the one batch that may have been
-    written after it. Starting again from there — counting the intent's documents now at the
-    target, then reading on from the stored cursor — counts every document once, whether the
-    last command's reply was lost after it applied or before. Outages are not failures until
+    written after it. Starting again from there — settling the intent's batch, then reading on
+    from the stored cursor — counts every document once, whether the last command applied
+    before its reply was lost, never applied, or applies later still. Outages are not failures until
     the outage budget (``maxOutageMs``) runs out; the lease keeper keeps renewing meanwhile.
     """
     part = hold.part

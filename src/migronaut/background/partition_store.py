@@ -433,7 +433,7 @@ class PartitionStore:
         A lane whose lease was reaped or taken gets ``LOCK_LOST`` and its progress is not
         recorded. Progress (any counter, or done) resets the consecutive-failure count.
         ``intent`` names the documents the lane writes next (kept in ``inflight`` until the
-        next checkpoint), so whoever holds the partition after a crash can count them.
+        next checkpoint), so whoever holds the partition after a crash or an outage can settle them.
         """
         stage: dict[str, Any] = {
             "lease.renewedAt": "$$NOW",

@@ -3,7 +3,7 @@
 A declarative batch reads documents (:mod:`.reading`), transforms them into guarded updates
 (:mod:`.updates`) and records them with a fenced checkpoint (:mod:`.checkpoints`); a batch that
 fails on an overloaded server tells the adaptive controller so, and a crashed holder's intent is
-counted by the documents now at the target version.
+settled (:mod:`.plain` writes again what is not written yet).
 """
 
 from __future__ import annotations

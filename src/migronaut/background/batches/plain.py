@@ -4,9 +4,10 @@ Hot path (steady state): exactly three round trips per batch on the lane's threa
 (:mod:`.reading`), one unordered ``update`` command and the checkpoint (both data commands go
 through :mod:`migronaut.background.wire`, which spends the least client CPU per document). The
 checkpoint of a batch travels with the next batch's *intent* (the ids it is about to write), so
-a lane killed between a write and its checkpoint leaves a record the next holder counts from —
-totals stay exact. The intent stays under :data:`INTENT_MAX_BYTES`: a batch of long ``_id`` s is
-cut short (the rest is the next batch), so the partition document never nears 16 MiB.
+a lane killed between a write and its checkpoint, or whose write's reply was lost, leaves a record
+the next holder settles the batch from (:meth:`PlainBatches.settle_intent`) — totals stay exact.
+The intent stays under :data:`INTENT_MAX_BYTES`: a batch of long ``_id`` s is cut short (the rest
+is the next batch), so the partition document never nears 16 MiB.
 
 A guarded write that matches nothing is re-read and classified: landed (counted once), moved on
 by the application (skipped) or still at the source version (re-transformed, up to
