@@ -200,12 +200,14 @@ def test_chunk_runs_become_groups_with_per_shard_targets(sharded_client: Any, db
     assert plan.partitioner == "shard" and plan.method == "chunks"
     assert plan.epoch == {"uuid": value, "key": key}
     assert plan.sharding["mode"] == "chunks" and plan.sharding["shardKey"] == key
+    assert plan.sharding["key"] == key  # the Node original's field
     assert plan.sharding["hashed"] is False
     groups = [p["group"] for p in plan.partitions]
     assert set(groups) == {"shard-a", "shard-b"}
     # per shard min(8, 4 × 1, T=16) = 4 over two runs → 2 pieces a run, 8 partitions
     assert len(plan.partitions) == 8 and groups.count("shard-a") == 4
-    assert plan.sharding["groups"] == {"shard-a": 4, "shard-b": 4}
+    assert plan.sharding["groupPartitions"] == {"shard-a": 4, "shard-b": 4}
+    assert plan.sharding["groups"] == 2  # the Node original's field: how many groups
     assert covered(db, plan, key) == list(range(400))
     estimates = [p["estimate"] for p in plan.partitions]
     assert estimates == sorted(estimates, reverse=True)
@@ -356,7 +358,7 @@ def test_missing_sharded_version_index_runs_untargeted_with_key(
         plan = plan_for(db)
         plan_for(db)
     assert plan.partitioner == "id"
-    assert plan.sharding == {"mode": "untargeted", "hashed": False, "shardKey": key}
+    assert plan.sharding == {"mode": "untargeted", "hashed": False, "key": key, "shardKey": key}
     assert plan.epoch == {"uuid": value, "key": key}
     warnings = [r.getMessage() for r in caplog.records if "sharded version index" in
                 r.getMessage()]
@@ -534,7 +536,8 @@ def test_sharded_migration_end_to_end(project: Project, cli: Any, db: Any,
     assert plan["partitioner"] == "shard" and plan["method"] == "chunks"
     assert plan["epoch"] == {"uuid": value, "key": {"k": 1}}
     # per shard min(8, overPartition 4 × shardConcurrency 2, T 16) = 8 over its two runs
-    assert plan["sharding"]["groups"] == {"shard-a": 8, "shard-b": 8}
+    assert plan["sharding"]["groupPartitions"] == {"shard-a": 8, "shard-b": 8}
+    assert plan["sharding"]["groups"] == 2 and plan["sharding"]["key"] == {"k": 1}
     partitions = list(db["_migronaut_background_partitions"].find({"background": NAME}))
     assert {p["group"] for p in partitions} == {"shard-a", "shard-b"}
     assert all(p["status"] == "done" and p["scope"]["kind"] == "key-range" for p in partitions)
@@ -585,6 +588,57 @@ def test_writes_carry_the_shard_key_and_reads_use_the_index_bounds(
     assert {f["min"]["__v"] for f in finds} == {None, 0}  # version 0: null region, then 0
 
 
+def test_lanes_work_a_sharded_plan_the_node_original_committed(
+        project: Project, cli: Any, db: Any, sharded_client: Any, sharded_uri: str,
+        db_name: str) -> None:
+    """The original stores ``sharding {mode, key, groups: <count>}`` (no ``shardKey``, no
+    ``index``): Python lanes read the key from ``key``, hint the sharded version index and
+    target every write, and status shows the key."""
+    from pymongo import MongoClient, monitoring
+
+    from helpers.engine import make_migrator
+
+    class Commands(monitoring.CommandListener):
+        def __init__(self) -> None:
+            self.seen: list[Any] = []
+
+        def started(self, event: Any) -> None:
+            self.seen.append(event)
+
+        def succeeded(self, event: Any) -> None:
+            pass
+
+        def failed(self, event: Any) -> None:
+            pass
+
+    sharded_users(sharded_client, db, db_name, docs=120)
+    project.write_migration("0001_users_v1", sharded_file())
+    with make_migrator(project) as migrator:
+        migrator.up()
+        assert migrator.background.coordinate(NAME).next == "process"  # plan committed
+    node_sharding = {"mode": "chunks", "key": {"k": 1}, "groups": 2}
+    assert db[STATES].update_one({"_id": NAME},
+                                 {"$set": {"plan.sharding": node_sharding}}).modified_count == 1
+    listener = Commands()
+    watched: MongoClient[dict[str, Any]] = MongoClient(sharded_uri, event_listeners=[listener])
+    try:
+        make_migrator(project, client=watched).background.drive(NAME, concurrency=2)
+    finally:
+        watched.close()
+    state = db[STATES].find_one({"_id": NAME})
+    assert state["status"] == "completed" and state["totals"]["migrated"] == 121
+    assert db.c.count_documents({"__v": 1, "active": True, "__rev": 1}) == 121
+    events = [e for e in listener.seen if e.database_name == db_name]
+    updates = [u for e in events if e.command_name == "update" and e.command["update"] == "c"
+               for u in e.command["updates"]]
+    assert len(updates) == 121 and all("k" in u["q"] for u in updates)
+    finds = [e.command for e in events if e.command_name == "find" and e.command["find"] == "c"
+             and "min" in e.command]
+    assert finds and all(f["hint"] == {"__v": 1, "k": 1, "_id": 1} for f in finds)
+    view = cli("background", "status", "--json").json["background"][0]
+    assert view["sharding"] == {"mode": "chunks", "shardKey": {"k": 1}, "hashed": False}
+
+
 def test_a_transform_changing_the_shard_key_is_a_document_error(
         project: Project, cli: Any, db: Any, sharded_client: Any, db_name: str) -> None:
     sharded_users(sharded_client, db, db_name, docs=80)
@@ -626,7 +680,7 @@ def test_untargeted_with_key_guards_and_targets_writes(
     state = db[STATES].find_one({"_id": NAME})
     assert state["plan"]["partitioner"] == "id"
     assert state["plan"]["sharding"] == {"mode": "untargeted", "hashed": False,
-                                         "shardKey": {"k": 1}}
+                                         "key": {"k": 1}, "shardKey": {"k": 1}}
     assert state["badIds"] == [3]
     assert state["docErrors"][-1]["reason"] == "shard-key-changed"
     assert db.c.count_documents({"__v": 1}) == 60

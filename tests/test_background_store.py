@@ -80,6 +80,50 @@ def test_a_long_lease_is_not_reaped_by_a_process_with_a_shorter_ttl(
     assert "lease" not in partition(store, held) and partition(store, held)["reclaims"] == 1
 
 
+def test_reaping_filters_on_the_slot_so_the_partial_slot_index_serves_it(
+    db: Database[dict[str, Any]], mongo_uri: str
+) -> None:
+    """The reap's filter carries the partial index's own condition (``lease.slot`` exists),
+    so the index on ``{background, lease.slot}`` — leased partitions only — can serve it
+    instead of every partition of the migration being looked at."""
+    from pymongo import MongoClient, monitoring
+
+    class Updates(monitoring.CommandListener):
+        def __init__(self) -> None:
+            self.filters: list[dict[str, Any]] = []
+
+        def started(self, event: Any) -> None:
+            if event.command_name == "update":
+                self.filters += [dict(u["q"]) for u in event.command["updates"]]
+
+        def succeeded(self, event: Any) -> None:
+            pass
+
+        def failed(self, event: Any) -> None:
+            pass
+
+    store, token = planned(db)
+    held = claim(store, token, ttl_ms=1_000)
+    assert isinstance(held, Lease)
+    age(store, held, 5_000)
+    slot_index = next(i for i in store.partitions.list_indexes()
+                      if "lease.slot" in i["key"])
+    assert list(slot_index["key"]) == ["background", "lease.slot"]
+    partial = dict(slot_index["partialFilterExpression"])
+
+    listener = Updates()
+    watched: MongoClient[dict[str, Any]] = MongoClient(mongo_uri, event_listeners=[listener])
+    try:
+        assert BackgroundStore(watched[db.name]).reap_expired_leases(NAME) == 1
+    finally:
+        watched.close()
+    (reap,) = listener.filters
+    assert reap["background"] == NAME
+    assert {k: v for k, v in reap.items() if k in partial} == partial
+    assert "lease" not in reap
+    assert "lease" not in partition(store, held) and partition(store, held)["reclaims"] == 1
+
+
 def test_a_short_lease_past_its_own_ttl_is_reaped_by_a_longer_ttl_process(
     db: Database[dict[str, Any]]
 ) -> None:

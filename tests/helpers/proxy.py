@@ -9,7 +9,12 @@ byte. Faults, each opt-in:
   and a name, say) is forwarded, and its reply is dropped and the connection cut: the server
   applied it, the client cannot know;
 * :meth:`TcpProxy.delay_replies` — replies to requests carrying a marker are held back: a slow
-  server, as the client measures it.
+  server, as the client measures it;
+* :meth:`TcpProxy.hold_requests` — the next requests carrying its markers are held back and their
+  connection cut at once (the client gives up on them), then delivered to the server — on a
+  connection of their own, each applied before the proxy goes on — when a later request carries
+  the release markers: a write still in flight, or queued on the server, that lands after the
+  client has moved on.
 
 :func:`cutting_connections` runs a thread that cuts every live connection at random intervals for a
 while (a bounded loop on the loopback: it stops by itself). Markers are matched per chunk read
@@ -77,6 +82,14 @@ class TcpProxy:
         self.dropped = threading.Event()
         self._delay_marker: bytes | None = None
         self._delay_s = 0.0
+        self._hold_markers: tuple[bytes, ...] = ()
+        self._holds_left = 0
+        self._release_markers: tuple[bytes, ...] = ()
+        self._release_unless: tuple[bytes, ...] = ()
+        self._held: list[bytes] = []
+        #: requests held back by :meth:`hold_requests`, and how many were delivered since
+        self.held = 0
+        self.released = threading.Event()
         #: connections cut so far (by :meth:`cut_all` or a dropped reply)
         self.cuts = 0
         threading.Thread(target=self._accept, name="test-proxy-accept", daemon=True).start()
@@ -118,6 +131,45 @@ class TcpProxy:
         no more delays)."""
         self._delay_marker, self._delay_s = marker, seconds
 
+    def hold_requests(self, *markers: bytes, times: int = 1, release_on: tuple[bytes, ...],
+                      release_unless: tuple[bytes, ...] = ()) -> None:
+        """Hold back the next ``times`` requests containing every one of ``markers`` (their
+        connection is cut at once); deliver them, in order and each to its reply, just before
+        the next request that contains every one of ``release_on`` and none of
+        ``release_unless``."""
+        self._release_markers, self._release_unless = release_on, release_unless
+        self._hold_markers, self._holds_left = markers, times
+
+    def _hold(self, data: bytes) -> bool:
+        markers = self._hold_markers
+        if not markers or not all(marker in data for marker in markers):
+            return False
+        with self._lock:
+            self._holds_left -= 1
+            if self._holds_left <= 0:
+                self._hold_markers = ()
+            self._held.append(data)
+            self.held += 1
+        return True
+
+    def _release_before(self, data: bytes) -> None:
+        if not self._held or not all(marker in data for marker in self._release_markers):
+            return
+        if any(marker in data for marker in self._release_unless):
+            return
+        with self._lock:
+            held, self._held = self._held, []
+        for request in held:
+            with socket.create_connection(self.target) as sock:
+                sock.sendall(request)
+                reply = b""
+                while len(reply) < 4 or len(reply) < int.from_bytes(reply[:4], "little"):
+                    chunk = sock.recv(1 << 16)
+                    if not chunk:
+                        break
+                    reply += chunk
+        self.released.set()
+
     # -- plumbing ---------------------------------------------------------------------------
     def _accept(self) -> None:
         while not self._closed:
@@ -139,6 +191,11 @@ class TcpProxy:
     def _upstream(self, pair: _Pair) -> None:
         try:
             while data := pair.client.recv(1 << 16):
+                if self._hold(data):
+                    with self._lock:
+                        self.cuts += 1
+                    break  # held back: the client's connection is cut, the request kept
+                self._release_before(data)
                 marker = self._delay_marker
                 pair.delayed = marker is not None and marker in data
                 drop = self._drop_markers

@@ -3,9 +3,10 @@
 A lost connection, an election or a primary stepping down (see
 :func:`migronaut.core.retry.is_outage`) is ridden out by the lane holding the partition: it keeps
 its lease (the keeper keeps renewing), backs off (:class:`Outage`), then starts again from what
-the partition document records (:func:`reload`) — counting the write intent's documents found at
-the target (:func:`recover`) and reading on from the stored cursor — so a write whose reply was
-lost is counted exactly once. Only an outage longer than ``maxOutageMs`` counts as a failed slice.
+the partition document records (:func:`reload`) — settling the write intent's batch
+(:func:`recover`) and reading on from the stored cursor — so a write whose reply was lost is
+counted exactly once, whenever it lands. Only an outage longer than ``maxOutageMs`` counts as a
+failed slice.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from migronaut.background.batches.checkpoints import Checkpoints
 from migronaut.background.batches.failures import describe_server
-from migronaut.background.batches.unit import BatchUnit, Hold, Part, add_counters, nonzero
+from migronaut.background.batches.unit import BatchUnit, Hold, add_counters, nonzero
 from migronaut.background.lane_settle import Outcome
 from migronaut.background.lane_state import LaneState
 from migronaut.background.store import Lease
@@ -72,17 +73,16 @@ def work_through_outages(
 
     Whatever of the lane's work landed is exactly what the stored partition records: its
     checkpoint's counters and cursor, and the intent naming the one batch that may have been
-    written after it. Starting again from there — counting the intent's documents now at the
-    target, then reading on from the stored cursor — counts every document once, whether the
-    last command's reply was lost after it applied or before. Outages are not failures until
+    written after it. Starting again from there — settling the intent's batch, then reading on
+    from the stored cursor — counts every document once, whether the last command applied
+    before its reply was lost, never applied, or applies later still. Outages are not failures until
     the outage budget (``maxOutageMs``) runs out; the lease keeper keeps renewing meanwhile.
     """
     part = hold.part
     while True:
         try:
             if partition.get("inflight"):
-                recover(lane, batches, checkpoints, hold.lease, part, partition["inflight"],
-                        counters)
+                recover(lane, batches, checkpoints, hold, partition["inflight"], counters)
             outcome = work(hold, counters)
             if part.unflushed:
                 checkpoints.flush(hold.lease, part, hold.controller)
@@ -124,21 +124,21 @@ def reload(lane: LaneState, outage: Outage, lease: Lease) -> dict[str, Any] | No
 
 
 def recover(
-    lane: LaneState, batches: BatchUnit, checkpoints: Checkpoints, lease: Lease, part: Part,
+    lane: LaneState, batches: BatchUnit, checkpoints: Checkpoints, hold: Hold,
     inflight: Mapping[str, Any], counters: dict[str, int],
 ) -> None:
-    """Count the batch a previous holder wrote but did not checkpoint (it crashed).
-
-    Its checkpoint before the write named the documents it was about to write; those now
-    at the target version were written by it (a replay skips them: they no longer match),
-    so they are counted here, once — the fenced checkpoint clears the intent.
+    """Settle the batch a holder named in its last checkpoint but did not checkpoint since
+    (it crashed, or lost the reply of its write): its write may have landed, may land later,
+    or never. The batch unit settles it (:meth:`BatchUnit.settle_intent`: in plain batches the
+    documents already written are counted and the others written again, guarded, so whichever
+    write lands counts once) and the fenced checkpoint records it and clears the intent.
     """
-    written = batches.written(list(inflight.get("ids") or ()))
-    found = nonzero({"scanned": written, "migrated": written})
+    part = hold.part
+    found = nonzero(batches.settle_intent(hold, list(inflight.get("ids") or ())))
     part.intent = True
     part.pending = dict(found)
-    checkpoints.flush(lease, part, None)
+    checkpoints.flush(hold.lease, part, None)
     add_counters(counters, found)
-    if written:
-        lane.logger.debug("%s: %d document(s) written before a lane stopped were counted",
-                          lane.name, written, extra={"partition": part.key})
+    if found.get("migrated"):
+        lane.logger.debug("%s: %d document(s) of a batch in doubt were counted",
+                          lane.name, found["migrated"], extra={"partition": part.key})

@@ -240,9 +240,11 @@ class PartitionStore:
 
         Each lease is judged by the ``ttlMs`` its holder wrote, never by the TTL of the process
         looking: a worker with a shorter TTL must not take a longer-TTL holder's live slot.
+        Filtered on ``lease.slot`` (every lease holds one) so the partial unique index on
+        ``{background, lease.slot}`` serves it: only leased partitions are looked at.
         """
         result = self.partitions.update_many(
-            {"background": name, "lease": {"$exists": True}, "$expr": {"$lt": _LEASE_AGE}},
+            {"background": name, "lease.slot": {"$exists": True}, "$expr": {"$lt": _LEASE_AGE}},
             [
                 {"$unset": "lease"},
                 {"$set": {"reclaims": {"$add": [{"$ifNull": ["$reclaims", 0]}, 1]},
@@ -431,7 +433,7 @@ class PartitionStore:
         A lane whose lease was reaped or taken gets ``LOCK_LOST`` and its progress is not
         recorded. Progress (any counter, or done) resets the consecutive-failure count.
         ``intent`` names the documents the lane writes next (kept in ``inflight`` until the
-        next checkpoint), so whoever holds the partition after a crash can count them.
+        next checkpoint), so whoever holds the partition after a crash or an outage can settle them.
         """
         stage: dict[str, Any] = {
             "lease.renewedAt": "$$NOW",

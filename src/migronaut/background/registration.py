@@ -102,17 +102,18 @@ class Registrar:
             return "withdrawn"
         registration = str(state.get("registration"))
         if int(state.get("generation") or 0) == 0 and self.engine.store.withdraw(
-            name, registration=registration, generation=0
+            name, registration=registration, generation=0, session=session
         ):
             return self._withdrawn(name)
-        return self._withdraw_planned(name)  # a plan was committed, maybe just now
+        return self._withdraw_planned(name, session)  # a plan was committed, maybe just now
 
-    def _withdraw_planned(self, name: str) -> str:
+    def _withdraw_planned(self, name: str, session: ClientSession | None) -> str:
         """Withdraw a migration that has a plan: stop it, let its lanes drain, look again.
 
-        Nothing rewritten → the state goes (conditionally on what was read); rewritten →
-        ``MIGRATION_IRREVERSIBLE``; lanes still holding leases after the wait →
-        ``BACKGROUND_CONFLICT``. A refused withdrawal leaves the migration as it was found.
+        Nothing rewritten → the state goes (conditionally on what was read, in the ``down``
+        migration's ``session``); rewritten → ``MIGRATION_IRREVERSIBLE``; lanes still holding
+        leases after the wait → ``BACKGROUND_CONFLICT``. A refused withdrawal leaves the
+        migration as it was found.
         """
         engine = self.engine
         state = engine.store.require(name)
@@ -136,7 +137,8 @@ class Registrar:
                 {"migration": name},
             )
         elif engine.store.withdraw(name, registration=str(state.get("registration")),
-                                   generation=int(state.get("generation") or 0)):
+                                   generation=int(state.get("generation") or 0),
+                                   session=session):
             return self._withdrawn(name)
         else:
             refusal = BackgroundConflictError(

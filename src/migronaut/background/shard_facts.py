@@ -12,7 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["ShardFacts", "Sharding", "key_values"]
+__all__ = [
+    "ShardFacts", "Sharding", "key_values", "plan_group_partitions", "plan_shard_key",
+]
 
 
 @dataclass(frozen=True)
@@ -48,17 +50,37 @@ class Sharding:
         return self.facts.key if self.facts is not None else None
 
     def record(self, method: str, groups: Mapping[str, int] | None = None) -> dict[str, Any]:
-        """The plan's ``sharding`` (what status shows, and what lanes read the key from)."""
+        """The plan's ``sharding``: the Node original's fields (``mode``, ``key``, ``groups`` as a
+        count), so either service's lanes understand a plan the other committed, plus Python's
+        own (``hashed``, ``shardKey``, ``index``, partitions per shard in ``groupPartitions``)."""
         out: dict[str, Any] = {"mode": method if self.mode == "shard" else "untargeted"}
         key = self.key
         out["hashed"] = key is not None and "hashed" in key.values()
         if key is not None:
+            out["key"] = dict(key)
             out["shardKey"] = dict(key)
         if self.index is not None:
             out["index"] = dict(self.index)
         if groups:
-            out["groups"] = dict(groups)
+            out["groups"] = len(groups)
+            out["groupPartitions"] = dict(groups)
         return out
+
+
+def plan_shard_key(sharding: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The shard key a plan's ``sharding`` names: the original's ``key`` or Python's
+    ``shardKey`` (plans committed by earlier Python versions carry only that)."""
+    key = sharding.get("key") or sharding.get("shardKey")
+    return dict(key) if isinstance(key, Mapping) and key else None
+
+
+def plan_group_partitions(sharding: Mapping[str, Any]) -> dict[str, int]:
+    """Partitions per shard of a plan's ``sharding`` (empty when only the original's count of
+    groups is known): ``groupPartitions``, or ``groups`` as earlier Python versions wrote it."""
+    groups = sharding.get("groupPartitions")
+    if not isinstance(groups, Mapping):
+        groups = sharding.get("groups")
+    return {str(k): int(v) for k, v in groups.items()} if isinstance(groups, Mapping) else {}
 
 
 def key_values(doc: Mapping[str, Any], fields: Sequence[str]) -> dict[str, Any]:

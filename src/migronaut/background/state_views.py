@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from migronaut.background.rollup import live_totals, summed_totals
+from migronaut.background.shard_facts import plan_group_partitions, plan_shard_key
 from migronaut.background.state_fields import TERMINAL, max_parallel, understood
 from migronaut.errors import StateInvalidError
 
@@ -86,8 +87,7 @@ class StateViews:
             view["plan"] = {k: plan[k] for k in ("method", "estimate", "atLeast", "partitions",
                                                   "degraded") if k in plan}
             if plan.get("sharding"):
-                view["sharding"] = {k: plan["sharding"][k] for k in (
-                    "mode", "shardKey", "hashed", "groups") if k in plan["sharding"]}
+                view["sharding"] = _sharding_view(plan["sharding"])
         if state.get("coordinator"):
             view["coordinator"] = state["coordinator"]
         if state.get("previous"):
@@ -179,3 +179,17 @@ class StateViews:
             query["_id"] = name
         quiet = [str(row["_id"]) for row in self.engine.store.states.find(query, {"_id": 1})]
         return [found for found in quiet if not self.engine.store.live_leases(found)]
+
+
+def _sharding_view(sharding: Mapping[str, Any]) -> dict[str, Any]:
+    """``{mode, shardKey?, hashed, groups?}`` (partitions per shard) from a plan's ``sharding``,
+    whether Python or the Node original committed it."""
+    view: dict[str, Any] = {"mode": sharding.get("mode")}
+    key = plan_shard_key(sharding)
+    if key is not None:
+        view["shardKey"] = key
+    view["hashed"] = bool(sharding.get("hashed", key is not None and "hashed" in key.values()))
+    groups = plan_group_partitions(sharding)
+    if groups:
+        view["groups"] = groups
+    return view

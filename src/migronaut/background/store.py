@@ -244,20 +244,23 @@ class BackgroundStore(PartitionStore):
         assert state is not None
         return state
 
-    def withdraw(self, name: str, *, registration: str, generation: int) -> bool:
+    def withdraw(self, name: str, *, registration: str, generation: int,
+                 session: ClientSession | None = None) -> bool:
         """Remove a registration that rewrote nothing (``down`` without a way back).
 
         Atomic: the state goes only while it is the registration and the ``generation`` the
         caller judged (``0``: no plan was ever committed) — a coordinator committing a plan
         first wins and the withdrawal matches nothing — and its partitions go only when the
-        state did.
+        state did. In the ``down`` migration's ``session`` (its transaction, if any): an
+        aborted ``down`` leaves the registration as it was, with the changelog.
         """
         result = self.states.delete_one(
-            {"_id": name, "registration": registration, "generation": generation}
+            {"_id": name, "registration": registration, "generation": generation},
+            session=session,
         )
         if result.deleted_count != 1:
             return False
-        self.partitions.delete_many({"background": name})
+        self.partitions.delete_many({"background": name}, session=session)
         return True
 
     # -- status moves ---------------------------------------------------------------------

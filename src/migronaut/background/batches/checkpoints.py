@@ -9,7 +9,8 @@ Invariants:
   holder replays it; the version filter makes the replay a no-op).
 * **Totals are exact.** A plain batch's checkpoint carries the *intent* of the next write (the
   ``_id`` s it is about to write): a lane killed between a write and its checkpoint leaves a
-  record the next holder counts from (:func:`migronaut.background.lane_recovery.recover`).
+  record the next holder settles the batch from
+  (:func:`migronaut.background.lane_recovery.recover`).
 * **The error budget is judged before the checkpoint**, so a batch that exhausts
   ``maxDocumentErrors`` never marks its partition done: the lane fails it instead (§4.7).
 """

@@ -3,7 +3,7 @@
 A declarative batch reads documents (:mod:`.reading`), transforms them into guarded updates
 (:mod:`.updates`) and records them with a fenced checkpoint (:mod:`.checkpoints`); a batch that
 fails on an overloaded server tells the adaptive controller so, and a crashed holder's intent is
-counted by the documents now at the target version.
+settled (:mod:`.plain` writes again what is not written yet).
 """
 
 from __future__ import annotations
@@ -51,5 +51,7 @@ class DocumentBatches(BatchUnit):
     def batch(self, hold: Hold, limit: int) -> Batch:
         """Work one batch of up to ``limit`` documents and checkpoint it."""
 
-    def written(self, ids: list[Any]) -> int:
-        return self.updates.at_target(ids)
+    def settle_intent(self, hold: Hold, ids: list[Any]) -> dict[str, int]:
+        """The intent's documents now at the target version, counted as migrated."""
+        written = self.updates.at_target(ids)
+        return {"scanned": written, "migrated": written}

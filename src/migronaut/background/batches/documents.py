@@ -16,6 +16,8 @@ from bson.raw_bson import RawBSONDocument
 
 from migronaut.background.diff import stamper
 from migronaut.background.key_ranges import KeyRanges
+from migronaut.background.shard_facts import plan_shard_key
+from migronaut.background.sharding import sharded_version_index
 from migronaut.errors import MigrationExecutionFailedError
 
 if TYPE_CHECKING:
@@ -66,13 +68,14 @@ class Documents:
         self.write_coll: Collection[dict[str, Any]] = base.with_options(
             write_concern=WriteConcern(**dict(spec.get("writeConcern") or {"w": "majority"}))
         )
-        key = sharding.get("shardKey")
+        key = plan_shard_key(sharding)
         #: shard-key fields: added to every guarded write, and guarded against changes
         self.shard_fields: list[str] = list(key) if key else []
         self.key_ranges: KeyRanges | None = None
-        if partitioner == "shard" and key and sharding.get("index"):
-            self.key_ranges = KeyRanges(key, sharding["index"], self.field, self.source,
-                                        self.match)
+        if partitioner == "shard" and key:
+            # a plan the Node original committed names no index: it reads the same one
+            index = sharding.get("index") or dict(sharded_version_index(self.field, key))
+            self.key_ranges = KeyRanges(key, index, self.field, self.source, self.match)
 
     def key_range(self, scope: Mapping[str, Any]) -> bool:
         """Whether a partition of ``scope`` is read by shard-key range (else by ``_id``)."""

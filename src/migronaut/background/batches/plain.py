@@ -4,9 +4,10 @@ Hot path (steady state): exactly three round trips per batch on the lane's threa
 (:mod:`.reading`), one unordered ``update`` command and the checkpoint (both data commands go
 through :mod:`migronaut.background.wire`, which spends the least client CPU per document). The
 checkpoint of a batch travels with the next batch's *intent* (the ids it is about to write), so
-a lane killed between a write and its checkpoint leaves a record the next holder counts from —
-totals stay exact. The intent stays under :data:`INTENT_MAX_BYTES`: a batch of long ``_id`` s is
-cut short (the rest is the next batch), so the partition document never nears 16 MiB.
+a lane killed between a write and its checkpoint, or whose write's reply was lost, leaves a record
+the next holder settles the batch from (:meth:`PlainBatches.settle_intent`) — totals stay exact.
+The intent stays under :data:`INTENT_MAX_BYTES`: a batch of long ``_id`` s is cut short (the rest
+is the next batch), so the partition document never nears 16 MiB.
 
 A guarded write that matches nothing is re-read and classified: landed (counted once), moved on
 by the application (skipped) or still at the source version (re-transformed, up to
@@ -95,6 +96,32 @@ class PlainBatches(DocumentBatches):
             self.checkpoints.flush(lease, part, controller, done=done)
             hold.keeper.touch()
         return Batch(nonzero(counters), latency_ms, limit, done, errors, over)
+
+    def settle_intent(self, hold: Hold, ids: list[Any]) -> dict[str, int]:
+        """Settle the batch a stored intent names, exactly once whenever its first write lands.
+
+        That write's reply was lost (or its lane crashed): it may have landed, may still land
+        (a request the server has not applied yet), or never will. So the documents still at
+        the source version are written again, guarded, now: if the first write lands first,
+        this one matches nothing and the re-read counts the document as landed; if it lands
+        later, it matches nothing itself. The intent's other documents, already at the target,
+        are counted as migrated. A document this write cannot settle (a document error, a
+        conflict) is left to the read from the stored cursor, which counts it there.
+        """
+        still = self.reader.reread(ids)
+        settling = {id_key(doc["_id"]) for doc in still}
+        landed = self.updates.at_target([i for i in ids if id_key(i) not in settling])
+        counters = {"scanned": landed, "migrated": landed}
+        if not still:
+            return counters
+        written, ops, _errors = self.updates.prepare(still, self.updates.context(hold.part))
+        settled = {"migrated": 0, "skipped": 0}
+        self.write_s = 0.0
+        self._write(hold.lease, written, ops, [], settled)
+        counters["migrated"] += settled["migrated"]
+        counters["skipped"] = settled["skipped"]
+        counters["scanned"] += settled["migrated"] + settled["skipped"]
+        return counters
 
     def _write(
         self,

@@ -84,10 +84,11 @@ class BatchUnit(ABC):
     def run(self, hold: Hold, size: int) -> Batch:
         """Work one batch of up to ``size`` documents (or one step) and checkpoint it."""
 
-    def written(self, ids: list[Any]) -> int:
-        """How many of an intent's documents (``ids``) are written now; 0 when this mode does
-        not write by intent."""
-        return 0
+    def settle_intent(self, hold: Hold, ids: list[Any]) -> dict[str, int]:
+        """Settle a write intent left on the held partition (the ``ids`` of a batch whose write
+        may or may not have landed): the counters to record for it, once. Nothing when this
+        mode does not write by intent."""
+        return {}
 
     def carry_retries(self, count: int) -> None:
         """Keep ``count`` transaction retries for the next checkpoint or failure record."""
