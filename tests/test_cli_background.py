@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from helpers.background import NAME, PARTITIONS, STATES, leases, migration, register
-from helpers.engine import wait_until
+from helpers.engine import make_migrator, wait_until
 
 LOCKS = "_migronaut_locks"
 BAD_URI = {"MIGRONAUT_URI": "mongodb://127.0.0.1:9/?serverSelectionTimeoutMS=300"}
@@ -432,6 +432,36 @@ def test_verify_reports_drift(project: Any, cli: Any, db: Any) -> None:
     assert reopened.exit_code == 31
     assert "⚠ users: old-shape documents after 0001_users_v1.py — reopened" in reopened.stderr
     assert state(db)["status"] == "running"
+
+
+def test_a_declared_version_floor_at_or_above_to_is_not_drift(
+    project: Any, cli: Any, db: Any
+) -> None:
+    """``users`` declares ``versioning.min`` 1, the migration's ``to``: the validator refuses
+    the old shape, so verify, audit and a runner's verifier skip the collection — a document
+    below the floor is converge's business, not a reason to reopen the migration."""
+    register(project, cli, db, docs=10)
+    assert cli("background", "run", NAME).exit_code == 0
+    db.users.insert_one({"n": "late"})
+    env = {"MIGRONAUT_COLLECTIONS_DIR": "collections"}
+    project.write("collections/users.json", '{"versioning": {"current": 1, "min": 1}}')
+    before = state(db)
+    audit = cli("audit", "--json", env=env)
+    assert audit.exit_code == 0, audit.stderr
+    check = next(c for c in audit.json["checks"] if c["name"] == "background")
+    assert check["status"] == "pass", check
+    skipped = cli("background", "verify", "--json", env=env)
+    assert skipped.exit_code == 0, skipped.stderr
+    assert skipped.json == {"checked": 0, "skipped": 1, "drift": []}
+    with make_migrator(project, collections_dir="collections") as migrator:
+        assert migrator.background.verify(on_drift="reopen") == {
+            "checked": 0, "skipped": 1, "drift": []}
+    assert state(db) == before
+    project.write("collections/users.json", '{"versioning": {"current": 1, "min": 0}}')
+    reported = cli("background", "verify", "--report", "--json", env=env)
+    assert reported.exit_code == 31, reported.stderr
+    assert reported.json["drift"] == [{"migration": NAME, "collection": "users",
+                                       "action": "reported"}]
 
 
 def test_watch_refuses_a_server_without_change_streams(cli: Any, server_hello: Any) -> None:

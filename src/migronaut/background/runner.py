@@ -21,8 +21,9 @@ Invariants:
   off for ``min(60 s, 1 s × 2^failures)`` (jittered); an outage (a lost connection, an election)
   is not a failure until it outlasts the migration's ``maxOutageMs``: the migration is looked at
   again within 2 s; ``busy``/``wait`` answers back off for the
-  answer's ``retryAfterMs`` without counting a failure (a coordinator lock held by another
-  process: at most the poll interval, since its step takes milliseconds); the lanes of one
+  answer's ``retryAfterMs`` without counting a failure, but a ``busy`` one (a coordinator lock
+  held by another process, every slot leased elsewhere) for at most the poll interval, so a
+  runner that asks gets its share of the work; the lanes of one
   runner take coordinator steps for one migration one at a time;
 * :meth:`BackgroundRunner.stop` is cooperative: lanes finish the batch in flight, checkpoint and
   release their leases (a stop is never counted as a failure), and the threads are joined. Only
@@ -385,8 +386,11 @@ class BackgroundRunner:
                 if isinstance(value, int) and value:
                     self._stats.counters[key] = self._stats.counters.get(key, 0) + value
         if outcome == "busy":
+            # Every slot is leased (by lanes elsewhere, which re-claim the moment they yield):
+            # look again within the poll interval rather than the lease's ttl/2, so the work
+            # spreads over every runner that asks.
             retry = result.retry_after_ms or max(1, engine.ttl_ms // 2)
-            self._back_off(name, retry / 1000)
+            self._back_off(name, min(retry / 1000, self.poll_interval_s))
         return outcome
 
     def _verifier(self) -> None:
