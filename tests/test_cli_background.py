@@ -264,6 +264,35 @@ def test_retry_from_start_and_reopen(project: Any, cli: Any, db: Any) -> None:
     assert state(db)["status"] == "completed"
 
 
+def test_a_document_failing_again_after_retry_from_start_is_counted_once(
+    project: Any, cli: Any, db: Any
+) -> None:
+    """Three documents fail, over a budget of two: the migration fails. One is fixed, the rest
+    are tried again from the start and fail again: ``totals.failed`` is the two documents of
+    the failed list, not the five failures seen; the other totals are kept."""
+    db.users.insert_many([{"n": i, "bad": i in (3, 4, 5)} for i in range(120)])
+    db.users.create_index([("__v", 1), ("_id", 1)])
+    failing = migration(batch_size=50).replace(
+        'if False:\n        raise ValueError("cannot migrate this one")',
+        'if doc.get("bad"):\n        raise ValueError("cannot migrate this one")',
+    ).replace('"max_parallel": 2,', '"max_parallel": 2,\n    "max_document_errors": 2,')
+    assert 'if doc.get("bad")' in failing and '"max_document_errors": 2' in failing
+    project.write_migration("0001_users_v1", failing)
+    assert cli("up").exit_code == 0
+    failed = cli("background", "run", NAME)
+    assert failed.exit_code == 32, failed.stderr
+    db.users.update_one({"n": 5}, {"$set": {"bad": False}})
+    assert cli("background", "retry", NAME, "--from-start", "-y").exit_code == 0
+    assert state(db)["totals"].get("failed", 0) == 0
+    completed = cli("background", "run", NAME)
+    assert completed.exit_code == 0, completed.stderr
+    view = cli("background", "status", NAME, "--json").json["background"][0]
+    assert view["status"] == "completed" and view["failedDocuments"] == 2
+    assert view["totals"]["failed"] == 2
+    assert view["totals"]["migrated"] == db.users.count_documents({"__v": 1}) == 118
+    assert len(state(db)["badIds"]) == 2
+
+
 def test_controls_on_unregistered_name_exit_9(cli: Any) -> None:
     for args in (["pause"], ["resume"], ["cancel", "-y"], ["retry"], ["retry", "--from-start",
                  "-y"], ["repin", "-y"], ["unlock", "-y"]):
