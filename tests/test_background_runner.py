@@ -288,6 +288,36 @@ def test_a_timed_out_state_read_is_a_typed_slice_failure_and_writes_nothing(
         failpoint_client.drop_database(db_name)
 
 
+def test_a_lane_losing_every_slice_counts_backs_off_and_says_so(
+    project: Any, cli: Any, db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One lost lease is ordinary (the next turn at once); from the third in a row each is a
+    failing turn — counted, handed to ``on_error``, warned and backed off — never a silent spin."""
+    from helpers.engine import captured_logger
+
+    register(project, cli, db, docs=40)
+    calls: list[float] = []
+
+    def always_lost(**kwargs: Any) -> SliceResult:
+        calls.append(time.monotonic())
+        return SliceResult("lost")
+
+    monkeypatch.setattr(lanes_module, "run_slice", always_lost)
+    seen: list[tuple[BaseException, str | None]] = []
+    with captured_logger() as (logger, handler), make_migrator(project, logger=logger) as m:
+        with BackgroundRunner(m, lanes=1, poll_interval_s=0.01,
+                              on_error=lambda error, name: seen.append((error, name))) as runner:
+            wait_until(lambda: runner.stats.failures >= 2, timeout=30, what="two failed turns")
+        stats = runner.stats
+    assert stats.outcomes.get("lost", 0) == len(calls) >= 4
+    assert len(calls) <= stats.failures + 3  # backed off: one slice per failed turn after two
+    error, name = seen[0]
+    assert name == NAME and isinstance(error, MigronautError) and error.code == "LOCK_LOST"
+    assert "3 slices in a row lost their partition's lease" in error.message
+    assert any("slices in a row lost" in r.getMessage() for r in handler.records)
+    assert status(db) == "running"
+
+
 def test_paused_migration_is_left_alone_until_resumed(project: Any, cli: Any, db: Any,
                                                       migrator: Migrator) -> None:
     register(project, cli, db, docs=40)
