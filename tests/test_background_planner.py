@@ -122,3 +122,16 @@ def test_sampled_ids_are_put_in_mongods_order_whatever_order_the_server_sent() -
     mixed = [dt.datetime(2026, 1, 1), dt.datetime(2026, 1, 1, tzinfo=dt.UTC)]
     assert in_bson_order("date", mixed) == mixed  # keys that cannot compare: the server's order
     assert in_bson_order("bool", [True, False]) == [True, False]  # not split: left alone
+
+
+def test_a_sample_first_estimate_scales_by_the_documents_drawn_not_the_sample_aimed_at(
+    db: Any,
+) -> None:
+    """2,000 matching documents counted up to 1,200: the draw is capped under 5 % of the
+    collection (98 documents), every one of them matches, so the whole collection matches."""
+    db.items.insert_many([{"_id": i, "v": 0} for i in range(2000)])
+    spec = {"batchSize": 10, "maxParallel": 3, "partitions": {"minPartitionDocs": 100}}
+    plan = plan_id_ranges(db.items, {}, spec)
+    assert plan.method == "sample-first" and plan.at_least
+    assert plan.estimate == 2000
+    assert abs(sum(p["estimate"] for p in plan.partitions) - 2000) <= len(plan.partitions)

@@ -239,10 +239,111 @@ def test_busy_slices_back_off_without_failing(project: Any, cli: Any, db: Any,
         return real(**kwargs)
 
     monkeypatch.setattr(lanes_module, "run_slice", busy_first)
-    with BackgroundRunner(migrator, lanes=1, poll_interval_s=0.05) as runner:
+    with BackgroundRunner(migrator, lanes=1, poll_interval_s=0.5) as runner:
         wait_until(lambda: status(db) == "completed", timeout=60, what="completion")
     assert calls[1] - calls[0] >= 0.25
     assert runner.stats.failures == 0 and runner.stats.outcomes.get("busy") == 1
+
+
+def test_a_runner_answered_busy_takes_the_work_when_the_holder_stops(
+    project: Any, cli: Any, db: Any
+) -> None:
+    """Two runners on one migration: the first holds both slots of ``max_parallel`` 2, the
+    second is answered ``busy`` and looks again within its poll interval (not the lease's
+    ttl/2, five minutes here), so it takes the work over as soon as a slot is free."""
+    register(project, cli, db, docs=200, max_parallel=2, batch_size=5, sleep=0.02)
+    with make_migrator(project, lock_ttl_seconds=600) as first_host, \
+            make_migrator(project, lock_ttl_seconds=600) as second_host:
+        first = BackgroundRunner(first_host, lanes=2, poll_interval_s=0.05,
+                                 slice_ms=600_000).start()
+        second = BackgroundRunner(second_host, lanes=2, poll_interval_s=0.05)
+        try:
+            wait_until(lambda: leases(db) == 2, timeout=60, what="both slots held")
+            second.start()
+            wait_until(lambda: second.stats.outcomes.get("busy", 0) >= 1
+                       or second.stats.counters.get("migrated", 0) > 0,
+                       timeout=60, what="the second runner asking")
+        finally:
+            assert first.stop() is True
+        try:
+            wait_until(lambda: status(db) == "completed", timeout=60,
+                       what="the second runner finishing")
+        finally:
+            assert second.stop() is True
+    assert 0 < first.stats.counters.get("migrated", 0) < 200
+    assert second.stats.counters.get("migrated", 0) > 0
+    assert second.stats.failures == 0
+    assert db.users.count_documents({"__v": 1, "__rev": 1, "active": True}) == 200
+    stored = db[STATES].find_one({"_id": NAME})
+    assert stored is not None and stored["totals"]["migrated"] == 200
+    assert leases(db) == 0
+
+
+def test_a_timed_out_state_read_is_a_typed_slice_failure_and_writes_nothing(
+    tmp_path: Any, failpoint_uri: str, failpoint_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``run_slice`` reads the state itself when not handed one: a server timeout there
+    (``ExecutionTimeout``, code 50) is the slice's typed failure, not a raw driver error."""
+    import uuid
+
+    from conftest import project_on
+    from helpers.background import migration
+    from helpers.failpoints import fail_command
+
+    db_name = f"t_{uuid.uuid4().hex[:12]}"
+    db = failpoint_client[db_name]
+    try:
+        project = project_on(tmp_path, failpoint_uri, db_name, monkeypatch)
+        db.users.insert_many([{"n": i} for i in range(20)])
+        project.write_migration("0001_users_v1", migration())
+        with make_migrator(project) as migrator:
+            migrator.up()
+            engine = migrator.background
+            before = (db[STATES].find_one({"_id": NAME}),
+                      list(db[PARTITIONS].find({}, sort=[("_id", 1)])))
+            with fail_command(failpoint_client, ["find"], times=1, error_code=50), \
+                    pytest.raises(MigronautError) as raised:
+                engine.run_slice(NAME)
+        error = raised.value
+        assert error.code == "MIGRATION_EXECUTION_FAILED" and error.exit_code == 7
+        assert error.context["migration"] == NAME
+        assert "a slice failed" in error.message
+        assert (db[STATES].find_one({"_id": NAME}),
+                list(db[PARTITIONS].find({}, sort=[("_id", 1)]))) == before
+        assert db.users.count_documents({"__v": 1}) == 0
+    finally:
+        failpoint_client.drop_database(db_name)
+
+
+def test_a_lane_losing_every_slice_counts_backs_off_and_says_so(
+    project: Any, cli: Any, db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One lost lease is ordinary (the next turn at once); from the third in a row each is a
+    failing turn — counted, handed to ``on_error``, warned and backed off — never a silent spin."""
+    from helpers.engine import captured_logger
+
+    register(project, cli, db, docs=40)
+    calls: list[float] = []
+
+    def always_lost(**kwargs: Any) -> SliceResult:
+        calls.append(time.monotonic())
+        return SliceResult("lost")
+
+    monkeypatch.setattr(lanes_module, "run_slice", always_lost)
+    seen: list[tuple[BaseException, str | None]] = []
+    with captured_logger() as (logger, handler), make_migrator(project, logger=logger) as m:
+        with BackgroundRunner(m, lanes=1, poll_interval_s=0.01,
+                              on_error=lambda error, name: seen.append((error, name))) as runner:
+            wait_until(lambda: runner.stats.failures >= 2, timeout=30, what="two failed turns")
+        stats = runner.stats
+    assert stats.outcomes.get("lost", 0) == len(calls) >= 4
+    assert len(calls) <= stats.failures + 3  # backed off: one slice per failed turn after two
+    error, name = seen[0]
+    assert name == NAME and isinstance(error, MigronautError) and error.code == "LOCK_LOST"
+    assert "3 slices in a row lost their partition's lease" in error.message
+    assert any("slices in a row lost" in r.getMessage() for r in handler.records)
+    assert status(db) == "running"
 
 
 def test_paused_migration_is_left_alone_until_resumed(project: Any, cli: Any, db: Any,

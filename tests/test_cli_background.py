@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from helpers.background import NAME, PARTITIONS, STATES, leases, migration, register
-from helpers.engine import wait_until
+from helpers.engine import make_migrator, wait_until
 
 LOCKS = "_migronaut_locks"
 BAD_URI = {"MIGRONAUT_URI": "mongodb://127.0.0.1:9/?serverSelectionTimeoutMS=300"}
@@ -307,6 +307,35 @@ def test_retry_from_start_and_reopen(project: Any, cli: Any, db: Any) -> None:
     assert state(db)["status"] == "completed"
 
 
+def test_a_document_failing_again_after_retry_from_start_is_counted_once(
+    project: Any, cli: Any, db: Any
+) -> None:
+    """Three documents fail, over a budget of two: the migration fails. One is fixed, the rest
+    are tried again from the start and fail again: ``totals.failed`` is the two documents of
+    the failed list, not the five failures seen; the other totals are kept."""
+    db.users.insert_many([{"n": i, "bad": i in (3, 4, 5)} for i in range(120)])
+    db.users.create_index([("__v", 1), ("_id", 1)])
+    failing = migration(batch_size=50).replace(
+        'if False:\n        raise ValueError("cannot migrate this one")',
+        'if doc.get("bad"):\n        raise ValueError("cannot migrate this one")',
+    ).replace('"max_parallel": 2,', '"max_parallel": 2,\n    "max_document_errors": 2,')
+    assert 'if doc.get("bad")' in failing and '"max_document_errors": 2' in failing
+    project.write_migration("0001_users_v1", failing)
+    assert cli("up").exit_code == 0
+    failed = cli("background", "run", NAME)
+    assert failed.exit_code == 32, failed.stderr
+    db.users.update_one({"n": 5}, {"$set": {"bad": False}})
+    assert cli("background", "retry", NAME, "--from-start", "-y").exit_code == 0
+    assert state(db)["totals"].get("failed", 0) == 0
+    completed = cli("background", "run", NAME)
+    assert completed.exit_code == 0, completed.stderr
+    view = cli("background", "status", NAME, "--json").json["background"][0]
+    assert view["status"] == "completed" and view["failedDocuments"] == 2
+    assert view["totals"]["failed"] == 2
+    assert view["totals"]["migrated"] == db.users.count_documents({"__v": 1}) == 118
+    assert len(state(db)["badIds"]) == 2
+
+
 def test_controls_on_unregistered_name_exit_9(cli: Any) -> None:
     for args in (["pause"], ["resume"], ["cancel", "-y"], ["retry"], ["retry", "--from-start",
                  "-y"], ["repin", "-y"], ["unlock", "-y"]):
@@ -475,6 +504,36 @@ def test_verify_reports_drift(project: Any, cli: Any, db: Any) -> None:
     assert reopened.exit_code == 31
     assert "⚠ users: old-shape documents after 0001_users_v1.py — reopened" in reopened.stderr
     assert state(db)["status"] == "running"
+
+
+def test_a_declared_version_floor_at_or_above_to_is_not_drift(
+    project: Any, cli: Any, db: Any
+) -> None:
+    """``users`` declares ``versioning.min`` 1, the migration's ``to``: the validator refuses
+    the old shape, so verify, audit and a runner's verifier skip the collection — a document
+    below the floor is converge's business, not a reason to reopen the migration."""
+    register(project, cli, db, docs=10)
+    assert cli("background", "run", NAME).exit_code == 0
+    db.users.insert_one({"n": "late"})
+    env = {"MIGRONAUT_COLLECTIONS_DIR": "collections"}
+    project.write("collections/users.json", '{"versioning": {"current": 1, "min": 1}}')
+    before = state(db)
+    audit = cli("audit", "--json", env=env)
+    assert audit.exit_code == 0, audit.stderr
+    check = next(c for c in audit.json["checks"] if c["name"] == "background")
+    assert check["status"] == "pass", check
+    skipped = cli("background", "verify", "--json", env=env)
+    assert skipped.exit_code == 0, skipped.stderr
+    assert skipped.json == {"checked": 0, "skipped": 1, "drift": []}
+    with make_migrator(project, collections_dir="collections") as migrator:
+        assert migrator.background.verify(on_drift="reopen") == {
+            "checked": 0, "skipped": 1, "drift": []}
+    assert state(db) == before
+    project.write("collections/users.json", '{"versioning": {"current": 1, "min": 0}}')
+    reported = cli("background", "verify", "--report", "--json", env=env)
+    assert reported.exit_code == 31, reported.stderr
+    assert reported.json["drift"] == [{"migration": NAME, "collection": "users",
+                                       "action": "reported"}]
 
 
 def test_watch_refuses_a_server_without_change_streams(cli: Any, server_hello: Any) -> None:

@@ -89,6 +89,29 @@ def test_transactions_work_although_hello_names_no_replica_set(server: DevServer
 
 
 @needs_devserver
+def test_a_commit_refused_for_a_write_conflict_aborts_the_transaction(
+    server: DevServerProcess,
+) -> None:
+    """The dev server detects conflicts coarsely, at commit: the refusal is mongod's
+    (transient, so a client retries the transaction), nothing of the transaction lands — then or
+    later — and the session's next operations run outside it."""
+    with connect(server.uri) as mongo:
+        orders = mongo.shop.orders
+        orders.insert_one({"_id": 1, "v": 0})
+        with mongo.start_session() as session:
+            session.start_transaction()
+            orders.update_one({"_id": 1}, {"$set": {"v": 1}}, session=session)
+            mongo.shop.other.insert_one({"x": 1})  # a write outside it, meanwhile
+            with pytest.raises(OperationFailure) as refused:
+                session.commit_transaction()
+            assert refused.value.has_error_label("TransientTransactionError")
+            assert refused.value.code in (112, 251)
+            assert orders.find_one({"_id": 1}, session=session) == {"_id": 1, "v": 0}
+            orders.update_one({"_id": 1}, {"$set": {"w": 5}}, session=session)
+        assert orders.find_one({"_id": 1}) == {"_id": 1, "v": 0, "w": 5}
+
+
+@needs_devserver
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_stops_cleanly_on_signal(server: DevServerProcess, sig: signal.Signals) -> None:
     with connect(server.uri) as mongo:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 from migronaut.background.drift import (
     OPEN_STATUSES,
     collection_of,
+    floored,
     is_candidate,
     live_watched,
     probe_old_shape,
@@ -159,6 +160,7 @@ def audit_background(
     owned = {collection_of(s) for s in states if s.get("status") in OPEN_STATUSES}
     streaming = live_watched(engine) if drift_mode == "stream" else set()
     hints: dict[tuple[str, str], str | None] = {}
+    floors = engine.declared_floors()
     for state in states:
         failed, warned = _state_findings(engine, state, changelog=changelog, on_disk=on_disk,
                                          checksum=checksum, now=now)
@@ -166,7 +168,7 @@ def audit_background(
         warnings += warned
         collection = collection_of(state) if is_candidate(state) else None
         if collection is not None and collection not in owned | streaming and \
-                probe_old_shape(engine, state, hints).found:
+                not floored(state, floors) and probe_old_shape(engine, state, hints).found:
             warnings.append(f"{state['_id']} holds old-shape documents again ({collection})")
     registered = {s["_id"] for s in states}
     warnings += [f"{r['name']} is applied but its background migration is not registered"

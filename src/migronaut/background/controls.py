@@ -84,7 +84,9 @@ class Controls:
             if action == "retry" and from_start:
                 set_fields.update({"phase": "partition", "pass": 0, "badIds": [],
                                    "failedPartitions": 0, "docErrors": []})
-                unset.append("lastError")
+                # the failed documents are tried again: their count goes with their list (the
+                # other totals are kept), so a document failing again is not counted twice
+                unset.extend(["lastError", "totals.failed"])
             elif action == "retry" and effective == "retry":
                 closed = int(state.get("rolledGeneration", 0)) >= int(state.get("generation", 0))
                 set_fields["failedPartitions"] = 0

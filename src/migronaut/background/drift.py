@@ -42,6 +42,7 @@ __all__ = [
     "check_collections",
     "check_drift_mode",
     "check_on_drift",
+    "floored",
     "is_candidate",
     "probe_hint",
     "probe_old_shape",
@@ -132,6 +133,14 @@ def is_candidate(state: Mapping[str, Any]) -> bool:
         and (state.get("mode") or spec.get("mode")) == "declarative"
         and bool(state.get("collection") or spec.get("collection"))
     )
+
+
+def floored(state: Mapping[str, Any], floors: Mapping[str, int]) -> bool:
+    """Whether the collection's declared ``versioning.min`` is at or above the migration's
+    ``to``: the validator then refuses the old shape, so no probe is needed."""
+    floor = floors.get(collection_of(state))
+    to = (state.get("spec") or {}).get("to")
+    return floor is not None and isinstance(to, int) and not isinstance(to, bool) and floor >= to
 
 
 def collection_of(state: Mapping[str, Any]) -> str:
@@ -275,7 +284,7 @@ def probe_requirement(engine: EngineCore, name: str) -> bool:
     when the probe fails the status alone is trusted (warned), so this answers ``False``.
     """
     state = engine.store.get(name)
-    if state is None or not is_candidate(state):
+    if state is None or not is_candidate(state) or floored(state, engine.declared_floors()):
         return False
     collection = collection_of(state)
     probe = probe_old_shape(engine, state)
@@ -310,8 +319,8 @@ def verify(
     ``on_drift``: ``'reopen'`` (default, the config default) or ``'report'``. ``collections``
     limits the candidates. ``drift_mode`` is the config's ``background_drift``: in ``'stream'``
     mode a collection whose watcher is streaming with a fresh record is skipped. ``floors`` maps a
-    collection to its declared ``versioning.min`` (a floor ≥ the migration's ``to`` means the
-    validator already refuses the old shape: skipped).
+    collection to its declared ``versioning.min`` (default: the engine's declared collections; a
+    floor ≥ the migration's ``to`` means the validator already refuses the old shape: skipped).
 
     Returns ``{"checked", "skipped", "drift": [{migration, collection, action}]}`` — counts and
     names only, never a document id.
@@ -324,6 +333,7 @@ def verify(
         understood(state)
     owned = {collection_of(s) for s in states if s.get("status") in OPEN_STATUSES}
     streaming = live_watched(engine) if drift == "stream" else set()
+    floors = engine.declared_floors() if floors is None else floors
     checked = skipped = 0
     findings: list[DriftFinding] = []
     hints: dict[tuple[str, str], str | None] = {}
@@ -335,10 +345,7 @@ def verify(
         spec = state["spec"]
         if wanted is not None and collection not in wanted:
             continue
-        floor = (floors or {}).get(collection)
-        if collection in owned or collection in streaming or (
-            floor is not None and floor >= int(spec["to"])
-        ):
+        if collection in owned or collection in streaming or floored(state, floors):
             skipped += 1
             continue
         field = str(spec.get("field", "__v"))

@@ -106,10 +106,16 @@ class EngineCore(EngineHandles):
         """
         import uuid
 
+        from pymongo.errors import PyMongoError
+
+        from migronaut.background.batches.failures import wrap
         from migronaut.background.lanes import run_slice, settled_outcome
 
         if state is None:
-            state = self.store.get(name)
+            try:
+                state = self.store.get(name)
+            except PyMongoError as error:  # (a timeout, a lost connection): typed, as a slice's
+                raise wrap(name, error) from error
         settled = settled_outcome(state)
         if settled is not None:
             return settled

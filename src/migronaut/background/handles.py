@@ -45,6 +45,7 @@ class EngineHandles:
         executed_by: str = "unknown",
         telemetry: Telemetry = DISABLED,
         shard_aware: str = "auto",
+        declared_floors: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         self.db = db
         self.store = store
@@ -59,6 +60,7 @@ class EngineHandles:
         self.executed_by = executed_by
         #: the config's ``background_shard_aware``: ``auto`` plans sharded collections by shard
         self.shard_aware = shard_aware
+        self._declared_floors = declared_floors
         self._warned: set[str] = set()
 
     def job(self, state: Mapping[str, Any], *, strict: bool = True) -> BackgroundJob:
@@ -71,6 +73,11 @@ class EngineHandles:
             reload=self.reload,
             strict_checksum=strict,
         )
+
+    def declared_floors(self) -> Mapping[str, int]:
+        """Each declared collection's ``versioning.min`` (read when asked: the declarations
+        may change between two drift polls); empty when nothing is declared."""
+        return self._declared_floors() if self._declared_floors is not None else {}
 
     def warn_once(self, key: str, message: str, *args: Any) -> None:
         """Log a warning the first time ``key`` is seen by this engine (a wait is retried)."""

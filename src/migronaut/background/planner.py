@@ -302,10 +302,12 @@ def plan_id_ranges(
     sample_size = int(partitions_cfg.get("sampleSize") or min(10_000, 100 * parts))
     sample_n = min(sample_size, 100 * parts)
     projection = {"$project": {"_id": 1, "t": {"$type": "$_id"}}}
+    requested = sample_n
     if large:
         total = max(count, collection.estimated_document_count())
         # at most 100× the sample: a match under 1 % of the collection counts as 1 %
         draw = sample_first_draw(sample_n, max(count, 0.01 * total), total) if total else 1
+        requested = draw
         pipeline: list[dict[str, Any]] = [
             {"$sample": {"size": draw}}, {"$match": dict(match)}, projection, {"$sort": {"_id": 1}}
         ]
@@ -326,8 +328,10 @@ def plan_id_ranges(
             at_least=large,
             degraded="sample-timeout",
         )
+    # the share of the documents drawn that matched: divided by the draw, not by the sample
+    # size it aimed at (the draw is capped, so fewer may come back although all match)
     estimate = count if not large else max(count, round(total * min(1.0, len(sampled) /
-                                                                         max(1, sample_n))))
+                                                                         max(1, requested))))
     by_bracket: dict[str, list[Any]] = {}
     for row in sampled:
         by_bracket.setdefault(bracket_of(row.get("t", "")), []).append(row["_id"])

@@ -36,8 +36,9 @@ def roll_up(
     A write intent left on a partition (its lane stopped between a write and its next
     checkpoint, and no lane will hold the partition again) is counted here: its documents
     found at the target. ``closing`` (a pass closes) also records failed partitions, which
-    fail the migration; a superseded plan's do not. ``counters_only`` leaves the failed ids
-    and document errors alone (``retry --from-start`` has just cleared them).
+    fail the migration; a superseded plan's do not. ``counters_only`` leaves the failed ids,
+    document errors and the ``failed`` counter alone (``retry --from-start`` has just cleared
+    them: those documents are tried again and counted again if they fail again).
     ``set_fields`` and ``server_times`` ride along in the same write (a coordinator step's
     driver record), so they land exactly when the roll-up does. ``partitions``: the
     generation's partitions when the caller has just read them (under the coordinator lock).
@@ -54,7 +55,7 @@ def roll_up(
         partitions = engine.store.generation_partitions(name, generation)
     for partition in partitions:
         for key, value in (partition.get("counters") or {}).items():
-            if value:
+            if value and not (counters_only and key == "failed"):
                 totals[key] = totals.get(key, 0) + int(value)
         if partition.get("reclaims"):
             totals["reclaims"] = totals.get("reclaims", 0) + int(partition["reclaims"])

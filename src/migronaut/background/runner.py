@@ -20,9 +20,12 @@ Invariants:
 * a lane never raises: a failing turn is logged, handed to ``on_error`` and backs that migration
   off for ``min(60 s, 1 s × 2^failures)`` (jittered); an outage (a lost connection, an election)
   is not a failure until it outlasts the migration's ``maxOutageMs``: the migration is looked at
-  again within 2 s; ``busy``/``wait`` answers back off for the
-  answer's ``retryAfterMs`` without counting a failure (a coordinator lock held by another
-  process: at most the poll interval, since its step takes milliseconds); the lanes of one
+  again within 2 s; a slice that lost its lease takes the next turn at once, but from the
+  third in a row each is a failing turn (a lane losing every slice never spins in silence);
+  ``busy``/``wait`` answers back off for the
+  answer's ``retryAfterMs`` without counting a failure, but a ``busy`` one (a coordinator lock
+  held by another process, every slot leased elsewhere) for at most the poll interval, so a
+  runner that asks gets its share of the work; the lanes of one
   runner take coordinator steps for one migration one at a time;
 * :meth:`BackgroundRunner.stop` is cooperative: lanes finish the batch in flight, checkpoint and
   release their leases (a stop is never counted as a failure), and the threads are joined. Only
@@ -52,6 +55,7 @@ from migronaut.core.context import Cancellation, LinkedCancellation
 from migronaut.errors import (
     ChecksumMismatchError,
     ConfigInvalidError,
+    LockLostError,
     MigrationFileNotFoundError,
     MigronautError,
     RunAbortedError,
@@ -78,6 +82,11 @@ DEFAULT_VERIFY_INTERVAL_S = 600.0
 _AGAIN = frozenset({"yielded", "lost", "stopped"})
 #: Slice outcomes that mean the migration is not runnable any more: re-read the list.
 _SETTLED = frozenset({"paused", "cancelled", "failed"})
+
+#: Slices in a row that lost their lease before each further one counts as a failed turn
+#: (warned, handed to ``on_error``, backed off): one lost lease is ordinary (a stall past the
+#: TTL, a partition superseded under its lane), a lane that loses every slice must not spin.
+LOST_IN_A_ROW = 3
 
 OnError = Callable[[BaseException, "str | None"], Any]
 
@@ -176,6 +185,8 @@ class BackgroundRunner:
         self._backoff: dict[str, float] = {}
         self._failures: dict[str, int] = {}
         self._exhausted: dict[str, float] = {}
+        #: slices in a row that lost their lease, per migration
+        self._lost: dict[str, int] = {}
         self._coordinator_locks: dict[str, threading.Lock] = {}
         self._stats = RunnerStats()
         self._engine: BackgroundEngine | None = None
@@ -219,6 +230,7 @@ class BackgroundRunner:
             self._backoff.clear()
             self._exhausted.clear()
             self._failures.clear()
+            self._lost.clear()
         threads = [
             threading.Thread(target=self._lane, name=f"migronaut-runner-lane-{i}", daemon=True)
             for i in range(self.lanes)
@@ -312,6 +324,11 @@ class BackgroundRunner:
         name = entry.name
         try:
             outcome = self._slice(engine, name)
+            if outcome == "lost":
+                self._lost_slice(name)
+                return
+            with self._lock:
+                self._lost.pop(name, None)
             if outcome is None or outcome in _AGAIN:
                 self._succeeded(name)
                 if outcome == "yielded":  # a partition still has work: no need to stay away
@@ -385,8 +402,11 @@ class BackgroundRunner:
                 if isinstance(value, int) and value:
                     self._stats.counters[key] = self._stats.counters.get(key, 0) + value
         if outcome == "busy":
+            # Every slot is leased (by lanes elsewhere, which re-claim the moment they yield):
+            # look again within the poll interval rather than the lease's ttl/2, so the work
+            # spreads over every runner that asks.
             retry = result.retry_after_ms or max(1, engine.ttl_ms // 2)
-            self._back_off(name, retry / 1000)
+            self._back_off(name, min(retry / 1000, self.poll_interval_s))
         return outcome
 
     def _verifier(self) -> None:
@@ -425,7 +445,7 @@ class BackgroundRunner:
                 self._entries = entries
                 self._cursor %= max(1, len(entries))
                 known = {e.name for e in entries}
-                for table in (self._backoff, self._exhausted, self._failures):
+                for table in (self._backoff, self._exhausted, self._failures, self._lost):
                     for gone in [n for n in table if n not in known]:
                         del table[gone]
         finally:
@@ -472,6 +492,19 @@ class BackgroundRunner:
         with self._lock:
             until = time.monotonic() + max(0.0, seconds)
             self._backoff[name] = max(self._backoff.get(name, 0.0), until)
+
+    def _lost_slice(self, name: str) -> None:
+        """A slice that lost its partition's lease: the next turn at once, unless it is the
+        :data:`LOST_IN_A_ROW`-th in a row — then a failed turn (counted, warned, backed off)."""
+        with self._lock:
+            lost = self._lost[name] = self._lost.get(name, 0) + 1
+        if lost < LOST_IN_A_ROW:
+            return
+        self._failed(name, LockLostError(
+            f"Background migration {name}: {lost} slices in a row lost their partition's "
+            "lease (another lane took it, or it was reaped or ended under them)",
+            {"migration": name, "lostInARow": lost},
+        ))
 
     def _succeeded(self, name: str) -> None:
         with self._lock:

@@ -62,6 +62,7 @@ class BackgroundWiring:
                 reserved_collections=reserved, reload_migrations=config.reload_migrations,
                 executed_by=executed_by(), telemetry=project.telemetry,
                 shard_aware=config.background_shard_aware,
+                declared_floors=_declared_floors(ws),
             )
         return self._engine
 
@@ -130,6 +131,24 @@ class BackgroundWiring:
                 self.drive_inline(run, required)
         engine.drive(name, concurrency=max_parallel(state),
                      cancellation=run.cancellation, driver="inline", inline=True)
+
+
+def _declared_floors(ws: Workspace) -> Callable[[], dict[str, int]]:
+    """Each declared collection → its ``versioning.min``, for the drift checks: a floor at or
+    above a migration's ``to`` means the validator refuses its old shape. The definitions are
+    read each time (only when something is declared), as converge reads them."""
+
+    def floors() -> dict[str, int]:
+        config = ws.project.config
+        if not config.collections and not config.collections_dir:
+            return {}
+        from migronaut.declared.sources import load_definitions
+
+        return {definition.name: definition.versioning.min
+                for definition in load_definitions(config)
+                if definition.versioning is not None and definition.versioning.min > 0}
+
+    return floors
 
 
 def _declared_versioning(ws: Workspace) -> Callable[[str], dict[str, Any] | None]:

@@ -236,6 +236,10 @@ def apply_pipeline(documents: Iterable[dict[str, Any]],
 # ``_id`` values (:class:`~migronaut.devserver.id_order.OrderedIds`) for ranges and sorts.
 
 #: Documents added since the collector last set the stored ones aside (see :func:`_stored_grew`).
+#: mongod's ``WriteConflict``: a transaction's commit that lost to a concurrent write.
+WRITE_CONFLICT: Final = 112
+#: mongod's ``NoSuchTransaction``: a commit of a transaction that was aborted.
+NO_SUCH_TRANSACTION: Final = 251
 _FREEZE_EVERY: Final = 20_000
 #: Committed changes mongoeco keeps for change streams (which the dev server does not serve):
 #: it rebuilds this list on every write, so a short one keeps each write cheap.
@@ -262,6 +266,13 @@ _FIND_ORDER: Any = None
 _stored_since_freeze = 0
 
 
+def _end_transaction(session: Any) -> None:
+    """Mark a mongoeco session's transaction as over (its commit raised, so mongoeco left it
+    open): later operations on the session run outside any transaction."""
+    session._state.transaction.active = False
+    session._state.transaction.options = None
+
+
 @functools.cache
 def _indexed_engine_type() -> type:
     """Build the engine and collection classes (mongoeco is imported only now) and put the
@@ -280,6 +291,7 @@ def _indexed_engine_type() -> type:
     codec = _module("mongoeco.core.codec")
     collection_base: Any = _module("mongoeco.engines._memory_collection").MemoryCollection
     engine_base: Any = memory.MemoryEngine
+    conflict_error: Any = _module("mongoeco.errors").OperationFailure
 
     _KEYED_BY_VALUE = contextvars.ContextVar("migronaut_keyed_by_value", default=False)
     _FIND_ORDER = contextvars.ContextVar("migronaut_find_order", default=None)
@@ -432,6 +444,37 @@ def _indexed_engine_type() -> type:
     class IndexedMemoryEngine(engine_base):  # type: ignore[misc]
         def _storage_key(self, value: Any) -> Any:
             return storage_key(value)
+
+        def _commit_session_transaction(self, session: Any) -> None:
+            """A commit refused for a write conflict aborts the transaction, as mongod's
+            does (``WriteConflict``, 112, labelled ``TransientTransactionError``). mongoeco
+            keeps the refused transaction open: the session's next operations (the driver
+            reuses its lsid) read and wrote its dead snapshot, which was committed later —
+            writes lost to everyone else, reads of a state that never was."""
+            refused: set[Any] = self.__dict__.setdefault("_migronaut_refused_commits", set())
+            if session.session_id in refused and \
+                    session.session_id not in self._mvcc_states:
+                # mongoeco retries a commit phase itself: the transaction is gone, as mongod
+                # answers (NoSuchTransaction), never an empty success
+                _end_transaction(session)
+                raise conflict_error(
+                    "Transaction was aborted by a write conflict", code=NO_SUCH_TRANSACTION,
+                    error_labels=("TransientTransactionError",))
+            try:
+                super()._commit_session_transaction(session)
+            except conflict_error as error:
+                if "Write conflict" not in str(error):
+                    raise
+                self._abort_session_transaction(session)
+                _end_transaction(session)
+                refused.add(session.session_id)
+                raise conflict_error(
+                    "Write conflict during transaction commit", code=WRITE_CONFLICT,
+                    error_labels=("TransientTransactionError",)) from None
+
+        def _start_session_transaction(self, session: Any) -> None:
+            self.__dict__.get("_migronaut_refused_commits", set()).discard(session.session_id)
+            super()._start_session_transaction(session)
 
         def _encode_storage_document(self, document: Any) -> Any:
             """Keep a stored document as the plain document it decodes to, already decoded:
