@@ -74,15 +74,20 @@ def _has_ledger(installed: MigronautCelery) -> bool:
 
 def is_live(installed: MigronautCelery, task_id: str) -> bool | None:
     """Whether the ledger says ``task_id`` is queued, running or waiting for its countdown;
-    ``None`` when its entry cannot be read (logged): unknown, so MongoDB decides."""
+    ``None`` when its entry cannot be read (logged, and the entry cleared): unknown, so
+    MongoDB decides."""
     if not _has_ledger(installed):
         return False
+    from kombu.exceptions import DecodeError
+
     try:
         state = installed.app.AsyncResult(task_id).state
-    except _UNREADABLE as error:  # kombu's DecodeError is a ValueError
+    except (DecodeError, *_UNREADABLE) as error:
         logger.warning("⚠ the result backend's entry for task %s cannot be read (%s) — treated "
-                       "as unknown: MongoDB's rounds and leases decide", task_id,
+                       "as unknown and cleared: MongoDB's rounds and leases decide", task_id,
                        type(error).__name__)
+        # (the backend reads an entry back before it overwrites it: a send's mark needs it gone)
+        installed.app.backend.forget(task_id)
         return None
     return str(state) in LIVE_STATES
 
