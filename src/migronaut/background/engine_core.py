@@ -238,6 +238,11 @@ class EngineCore(EngineHandles):
         it is live (server time) — see :meth:`StateViews.chains`."""
         return self.views.chains(names)
 
+    def failing(self, name: str) -> bool:
+        """Whether an open partition of ``name`` counts failed slices in a row (a lane may be
+        in a retry back-off) — see :meth:`StateViews.failing`."""
+        return self.views.failing(name)
+
     def renew_chain(self, name: str, *, round: int, ref: str, ttl_ms: int) -> bool:
         """Renew the heartbeat of ``name``'s coordinator chain of ``round`` (task ``ref``) for
         ``ttl_ms`` — see :meth:`BackgroundStore.renew_chain`."""

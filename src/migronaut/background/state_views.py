@@ -159,6 +159,13 @@ class StateViews:
             found.update({str(row["_id"]): True for row in live})
         return found
 
+    def failing(self, name: str) -> bool:
+        """Whether an open partition of ``name`` counts failed slices in a row: a lane may be
+        waiting out a retry back-off, holding no lease and making no progress."""
+        return self.engine.store.partitions.count_documents(
+            {"background": name, "status": {"$in": ["pending", "running"]},
+             "failures": {"$gt": 0}}, limit=1) > 0
+
     def stalled(self, quiet_ms: int, *, name: str | None = None,
                 coordinator: bool = True) -> list[str]:
         """``running`` migrations (or ``name``) with no live lease whose latest sign of life

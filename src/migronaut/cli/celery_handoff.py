@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RegisteredHandoff"]
 
-_BY_HAND = "run `migronaut background enqueue` once a broker and workers are reachable"
+_BY_HAND = 'run "migronaut background enqueue" once a broker and workers are reachable'
 
 
 class RegisteredHandoff:

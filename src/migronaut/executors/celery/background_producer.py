@@ -80,9 +80,10 @@ def is_live(installed: MigronautCelery, task_id: str) -> bool | None:
         return False
     from kombu.exceptions import DecodeError
 
+    unreadable: tuple[type[BaseException], ...] = (DecodeError, *_UNREADABLE)
     try:
         state = installed.app.AsyncResult(task_id).state
-    except (DecodeError, *_UNREADABLE) as error:
+    except unreadable as error:
         logger.warning("⚠ the result backend's entry for task %s cannot be read (%s) — treated "
                        "as unknown and cleared: MongoDB's rounds and leases decide", task_id,
                        type(error).__name__)

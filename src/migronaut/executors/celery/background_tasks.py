@@ -244,12 +244,21 @@ class Coordinator(_MigrationStep):
             if sent:
                 logger.info("⇉ %s: %d lane(s) for generation %s (round %s)", name, sent,
                             answer.generation, answer.round)
-            elif not (answer.counts or {}).get("leased") and engine.stalled(
-                    self.settings.stall_ms, name=name, coordinator=False):
-                logger.warning("⚠ %s: its lanes look stranded (no lease, no progress for %d ms) "
-                               "— starting a new round", name, self.settings.stall_ms)
-                return Again({k: v for k, v in data.items() if k != "round"})
+            elif not (answer.counts or {}).get("leased"):
+                quiet_ms = self.stranded_after_ms(engine, name)
+                if engine.stalled(quiet_ms, name=name, coordinator=False):
+                    logger.warning("⚠ %s: its lanes look stranded (no lease, no progress for %d "
+                                   "ms) — starting a new round", name, quiet_ms)
+                    return Again({k: v for k, v in data.items() if k != "round"})
         return Again(data, poll_s)
+
+    def stranded_after_ms(self, engine: BackgroundEngine, name: str) -> int:
+        """How long lanes that the ledger calls live may hold no lease and make no progress
+        before the chain calls them stranded (killed with their worker): ``chain_ttl_ms`` — or
+        ``stall_ms`` while a partition counts failed slices, since a lane waiting out its retry
+        back-off (up to 5 minutes) holds no lease either."""
+        quiet_ms = min(self.settings.chain_ttl_ms, self.settings.stall_ms)
+        return self.settings.stall_ms if engine.failing(name) else quiet_ms
 
     def fan_out(self, name: str, data: dict[str, Any], answer: Answer) -> int:
         """Send the lane slots the answer asks for that are not live; how many were sent."""

@@ -186,7 +186,8 @@ def enqueue_converge(
     requested_by: str | None = None,
     reason: str | None = None,
 ) -> QueueHandle:
-    """One ``converge`` job: ordered (refused while migrations are pending), never pruning."""
+    """One ``converge`` job: ordered (with collections declared, refused while migrations are
+    pending; with none declared it has nothing to do and succeeds), never pruning."""
     installed = _installed(target)
     validate_actor(requested_by, reason)
     group = uuid.uuid4().hex
