@@ -688,6 +688,37 @@ def test_enqueue_calls_a_chain_live_only_while_its_heartbeat_in_mongodb_is(
         assert engine.chains([NAME]) == {NAME: False}
 
 
+def test_the_worker_s_chain_watch_takes_over_dead_chains_only(
+        celery_project: Any, project: Any, cli: Any, db: Any, redis_db: int) -> None:
+    from migronaut.executors.celery.background_producer import takeover_id
+    from migronaut.executors.celery.watch import ChainWatch
+
+    configure(project, stall_ms=600_000)
+    register(project, cli, db, docs=60, max_parallel=2)
+    app, installed = celery_project.app()
+    chain = coordinator_id(celery_project.background_queue, NAME)
+    with make_migrator(project) as migrator:
+        engine = migrator.background
+        installed.context.engine = lambda: engine  # type: ignore[method-assign]
+        watch = ChainWatch(installed)
+        assert watch.interval_s == 1.5  # half of chain_ttl_ms
+        watch.tick()  # `up` queued a chain that has not run a step: not the watch's business
+        assert queued(celery_project, redis_db) == 1
+
+        assert engine.coordinate(NAME, driver="celery", ref=chain).round == 1
+        assert engine.renew_chain(NAME, round=1, ref=chain, ttl_ms=1000)
+        app.backend.store_result(chain, None, "STARTED")
+        watch.tick()
+        assert queued(celery_project, redis_db) == 1  # the heartbeat is live
+        wait_until(lambda: chain_dead(db), timeout=30, why="the heartbeat to expire")
+        watch.tick()
+        assert queued(celery_project, redis_db) == 2
+        takeover = takeover_id(celery_project.background_queue, NAME, 1)
+        assert app.AsyncResult(takeover).state == "QUEUED"
+        watch.tick()  # once a round
+        assert queued(celery_project, redis_db) == 2
+
+
 def test_a_garbage_ledger_entry_is_unknown_and_mongodb_decides(
         celery_project: Any, project: Any, cli: Any, db: Any, redis_db: int) -> None:
     configure(project)
