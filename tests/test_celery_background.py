@@ -63,7 +63,7 @@ def configure(project: Any, *, lock_ttl: int = 5, **celery: Any) -> None:
     """``migronaut.toml`` with a short lock TTL (leases of killed workers expire quickly) and
     the ``celery`` table's options for this scenario."""
     options = {"poll_interval_ms": 300, "stall_ms": 3000, "slice_ms": 1000,
-               "verify_interval_ms": False, **celery}
+               "chain_ttl_ms": 3000, "verify_interval_ms": False, **celery}
     table = "\n".join(f"{key} = {json.dumps(value)}" for key, value in options.items())
     project.write("migronaut.toml", f"lock_ttl_seconds = {lock_ttl}\n\n[celery]\n{table}\n")
 
@@ -287,6 +287,7 @@ def test_enqueue_heals_once_and_a_live_chain_absorbs_the_next(
         celery_project: Any, project: Any, cli: Any, db: Any, redis_db: int) -> None:
     configure(project)
     register(project, cli, db, docs=60)
+    redis_client(redis_db).flushdb()  # forget what `up` enqueued: the heal sends it again
 
     first = cli("background", "enqueue", "--json", "--reason", "deploy 42")
     assert first.exit_code == 0, first.stderr
@@ -322,6 +323,7 @@ def test_enqueue_of_a_migration_whose_status_it_does_not_know_is_state_invalid(
     instead of passing over it."""
     configure(project)
     register(project, cli, db, docs=10)
+    redis_client(redis_db).flushdb()  # forget what `up` enqueued
     db[STATES].update_one({"_id": NAME}, {"$set": {"status": "weird"}})
     before = db[STATES].find_one({"_id": NAME})
     result = cli("background", "enqueue", NAME, "--json")
@@ -342,6 +344,7 @@ def test_enqueue_without_the_celery_extra_is_config_invalid(
         monkeypatch: pytest.MonkeyPatch) -> None:
     configure(project)
     register(project, cli, db, docs=10)
+    redis_client(redis_db).flushdb()  # forget what `up` enqueued
     monkeypatch.setitem(sys.modules, "celery", None)  # import celery → ImportError
     result = cli("background", "enqueue")
     assert result.exit_code == 6
@@ -555,10 +558,13 @@ def test_the_verify_tick_is_on_beat_unless_switched_off(celery_project: Any,
 
 
 def test_the_verify_tick_heals_what_nobody_enqueued(
-        celery_project: Any, project: Any, cli: Any, db: Any) -> None:
+        celery_project: Any, project: Any, cli: Any, db: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     configure(project, verify_interval_ms=1000)
     worker = celery_project.worker(concurrency=3, beat=True)  # its start-up heal finds nothing
-    register(project, cli, db, docs=200, max_parallel=2)  # registered after: nobody enqueues
+    with monkeypatch.context() as patched:
+        patched.setitem(sys.modules, "celery", None)  # `up` cannot enqueue what it registers
+        register(project, cli, db, docs=200, max_parallel=2)  # registered after: nobody enqueues
     wait_until(completed(db), timeout=120, why="the verify tick's heal to run it")
     assert_exactly_once(db, 200)
     assert "migronaut.background-verify" in worker.log()
@@ -583,13 +589,14 @@ def test_a_completed_coordinator_heals_the_migration_that_waited_for_it(
 
 
 def test_a_stalled_migration_gets_one_takeover_that_finishes_it_in_a_new_round(
-        celery_project: Any, project: Any, cli: Any, db: Any,
+        celery_project: Any, project: Any, cli: Any, db: Any, redis_db: int,
         caplog: pytest.LogCaptureFixture) -> None:
     from migronaut.executors.celery import enqueue_background
     from migronaut.executors.celery.background_producer import takeover_id
 
     configure(project)
     register(project, cli, db, docs=100, max_parallel=2)
+    redis_client(redis_db).flushdb()  # forget what `up` enqueued: no chain but the dead one
     app, installed = celery_project.app()
     with make_migrator(project) as migrator:
         engine = migrator.background
@@ -619,3 +626,139 @@ def test_a_stalled_migration_gets_one_takeover_that_finishes_it_in_a_new_round(
     wait_until(lambda: result.state == "SUCCESS", timeout=30, why="the takeover's result")
     assert result.result == {"kind": "background", "migration": NAME, "status": "completed",
                              "round": 2}
+
+
+# ------------------------------------------------------------- chain liveness, kept in MongoDB
+
+
+def chain_dead(db: Any) -> bool:
+    """The migration's coordinator chain recorded a heartbeat that expired (server time)."""
+    return db[STATES].count_documents({"_id": NAME, "chain": {"$exists": True}, "$expr": {
+        "$lte": ["$chain.until", "$$NOW"]}}) == 1
+
+
+@pytest.mark.one_interpreter
+def test_a_killed_worker_s_chain_is_taken_over_by_a_surviving_worker_within_its_ttl(
+        celery_project: Any, project: Any, cli: Any, db: Any) -> None:
+    """kill -9 of the worker running the coordinator chain and its lanes: the ledger still
+    calls them live and nothing looks stalled for stall_ms (10 minutes here), yet the surviving
+    worker finishes the run within about chain_ttl_ms — nobody heals."""
+    configure(project, stall_ms=600_000, chain_ttl_ms=3000)
+    docs = 600
+    register(project, cli, db, docs=docs, max_parallel=3, sleep=0.01)
+    victim = celery_project.worker(concurrency=3)
+    wait_until(holds_lease(db, victim), timeout=120, why="the victim's lanes")
+    victim.kill()  # the chain and its lanes die with it; the ledger still says QUEUED/STARTED
+    survivor = celery_project.worker(concurrency=3)
+    wait_until(completed(db), timeout=120, why="a takeover by the surviving worker")
+    assert_exactly_once(db, docs)
+    assert state(db)["round"] >= 2
+    # the chain died (taken over once its heartbeat expired) or hopped to the survivor, which
+    # found the killed lanes stranded after chain_ttl_ms — either way, not after stall_ms
+    log = survivor.log()
+    assert ("stopped renewing its heartbeat" in log
+            or "its lanes look stranded (no lease, no progress for 3000 ms)" in log), log[-2000:]
+
+
+def test_enqueue_calls_a_chain_live_only_while_its_heartbeat_in_mongodb_is(
+        celery_project: Any, project: Any, cli: Any, db: Any) -> None:
+    from migronaut.executors.celery.background_producer import takeover_id
+
+    configure(project, stall_ms=600_000)
+    register(project, cli, db, docs=60, max_parallel=2)
+    app, _ = celery_project.app()
+    chain = coordinator_id(celery_project.background_queue, NAME)
+    with make_migrator(project) as migrator:
+        engine = migrator.background
+        assert engine.coordinate(NAME, driver="celery", ref=chain).round == 1
+        assert engine.renew_chain(NAME, round=1, ref=chain, ttl_ms=1500)
+        app.backend.store_result(chain, None, "STARTED")  # what a killed worker leaves
+
+        live = cli("background", "enqueue", "--json")
+        assert live.exit_code == 0 and live.json == {"jobs": []}
+        wait_until(lambda: chain_dead(db), timeout=30, why="the heartbeat to expire")
+        dead = cli("background", "enqueue", "--json")
+        assert dead.exit_code == 0, dead.stderr
+        takeover = takeover_id(celery_project.background_queue, NAME, 1)
+        assert dead.json == {"jobs": [{"migration": NAME, "id": takeover, "takeover": True}]}
+        assert "stopped renewing its heartbeat" in dead.stderr
+        # a chain of a superseded round renews nothing
+        assert engine.coordinate(NAME, driver="celery", ref=takeover).round == 2
+        assert not engine.renew_chain(NAME, round=1, ref=chain, ttl_ms=60_000)
+        assert engine.chains([NAME]) == {NAME: False}
+
+
+def test_the_worker_s_chain_watch_takes_over_dead_chains_only(
+        celery_project: Any, project: Any, cli: Any, db: Any, redis_db: int) -> None:
+    from migronaut.executors.celery.background_producer import takeover_id
+    from migronaut.executors.celery.watch import ChainWatch
+
+    configure(project, stall_ms=600_000)
+    register(project, cli, db, docs=60, max_parallel=2)
+    app, installed = celery_project.app()
+    chain = coordinator_id(celery_project.background_queue, NAME)
+    with make_migrator(project) as migrator:
+        engine = migrator.background
+        installed.context.engine = lambda: engine  # type: ignore[method-assign]
+        watch = ChainWatch(installed)
+        assert watch.interval_s == 1.5  # half of chain_ttl_ms
+        watch.tick()  # `up` queued a chain that has not run a step: not the watch's business
+        assert queued(celery_project, redis_db) == 1
+
+        assert engine.coordinate(NAME, driver="celery", ref=chain).round == 1
+        assert engine.renew_chain(NAME, round=1, ref=chain, ttl_ms=1000)
+        app.backend.store_result(chain, None, "STARTED")
+        watch.tick()
+        assert queued(celery_project, redis_db) == 1  # the heartbeat is live
+        wait_until(lambda: chain_dead(db), timeout=30, why="the heartbeat to expire")
+        watch.tick()
+        assert queued(celery_project, redis_db) == 2
+        takeover = takeover_id(celery_project.background_queue, NAME, 1)
+        assert app.AsyncResult(takeover).state == "QUEUED"
+        watch.tick()  # once a round
+        assert queued(celery_project, redis_db) == 2
+
+
+def test_a_garbage_ledger_entry_is_unknown_and_mongodb_decides(
+        celery_project: Any, project: Any, cli: Any, db: Any, redis_db: int) -> None:
+    configure(project)
+    register(project, cli, db, docs=60)
+    chain = coordinator_id(celery_project.background_queue, NAME)
+    redis_client(redis_db).set(f"celery-task-meta-{chain}", b"\x00not a result{")
+    before = queued(celery_project, redis_db)  # (up enqueued one; its entry is garbage now)
+
+    result = cli("background", "enqueue", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert result.json == {"jobs": [{"migration": NAME, "id": chain}]}
+    assert f"entry for task {chain} cannot be read (DecodeError)" in result.stderr
+    assert queued(celery_project, redis_db) == before + 1
+    app, _ = celery_project.app()
+    assert app.AsyncResult(chain).state == "QUEUED"  # the send's mark replaced the garbage
+
+
+def test_up_on_a_celery_project_enqueues_what_it_registered(
+        celery_project: Any, project: Any, cli: Any, db: Any, redis_db: int) -> None:
+    configure(project)
+    register(project, cli, db, docs=60)  # register() runs `up` and checks it exits 0
+    assert queued(celery_project, redis_db) == 1
+    chain = coordinator_id(celery_project.background_queue, NAME)
+    message = json.loads(redis_client(redis_db).lindex(celery_project.background_queue, 0))
+    assert message["headers"]["id"] == chain
+    assert state(db)["status"] == "pending"
+
+
+def test_up_says_what_to_run_when_it_cannot_enqueue(
+        celery_project: Any, project: Any, cli: Any, db: Any, redis_db: int,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    configure(project)
+    monkeypatch.setitem(sys.modules, "celery", None)  # the extra is not installed
+    db[COLLECTION].insert_many([{"n": i} for i in range(10)])
+    project.write_migration(NAME, hits_migration())
+    result = cli("up")
+    assert result.exit_code == 0, result.stderr
+    assert (f"Background migration(s) {NAME} registered but not enqueued on Celery "
+            "(CONFIG_INVALID: the config has a celery table but the celery extra is not "
+            "installed") in result.stderr
+    assert 'run "migronaut background enqueue" once a broker' in result.stderr
+    assert state(db)["status"] == "pending"  # the registration stands
+    assert queued(celery_project, redis_db) == 0

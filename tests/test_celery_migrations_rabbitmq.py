@@ -77,3 +77,28 @@ def test_a_worker_killed_mid_up_comes_back_through_rabbitmq(
             results = handle.wait(150)
     assert [r["results"][0]["status"] for r in results] == ["applied", "applied"]
     assert sorted(d["name"] for d in db.marks.find()) == [A, B]  # exactly once each
+
+
+def test_without_a_result_backend_enqueue_is_refused_naming_the_setting(
+    project: Any, rabbit_project: CeleryProject, db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RabbitMQ carries jobs, not results: a handle could never wait, so nothing is sent."""
+    from kombu import Connection
+
+    from migronaut.celery import enqueue_converge, enqueue_down
+    from migronaut.errors import ConfigInvalidError
+
+    monkeypatch.delenv("MIGRONAUT_CELERY_RESULT_BACKEND")
+    write_marking(project, A)
+    app, _ = rabbit_project.app()
+    for enqueue in (enqueue_up, enqueue_down, enqueue_converge):
+        with pytest.raises(ConfigInvalidError) as refused:
+            enqueue(app)
+        assert refused.value.code == "CONFIG_INVALID" and refused.value.exit_code == 6
+        assert refused.value.context["key"] == "celery.result_backend"
+        assert "celery.result_backend is not set" in refused.value.message
+        assert "MIGRONAUT_CELERY_RESULT_BACKEND" in refused.value.message
+    with Connection(RABBIT_URL) as connection:
+        _, count, _ = connection.default_channel.queue_declare(rabbit_project.queue)
+    assert count == 0  # nothing was sent
+    assert records(db) == {}  # nor applied

@@ -36,6 +36,8 @@ def test_precedence_is_options_then_environment_then_config() -> None:
     ({"queue": "q", "background_queue": "q"}, {}, "celery.background_queue", "must differ"),
     ({"slice_ms": 3_600_000}, {}, "celery.slice_ms", "visibility timeout"),
     ({"broker_url": ""}, {}, "celery.broker_url", "non-empty string"),
+    ({"chain_ttl_ms": 20_000}, {}, "celery.chain_ttl_ms", "must exceed celery.slice_ms"),
+    ({}, {"chain_ttl_ms": 999}, "celery.chain_ttl_ms", "from 1000 to"),
 ])
 def test_bad_options_are_config_invalid(table: dict[str, Any], options: dict[str, Any],
                                         key: str, words: str) -> None:

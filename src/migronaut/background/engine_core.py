@@ -242,6 +242,21 @@ class EngineCore(EngineHandles):
         time) — what a queue's takeover restarts. See :meth:`StateViews.stalled`."""
         return self.views.stalled(quiet_ms, name=name, coordinator=coordinator)
 
+    def chains(self, names: Sequence[str]) -> dict[str, bool]:
+        """Of ``names``, those whose queue coordinator chain recorded a heartbeat, and whether
+        it is live (server time) — see :meth:`StateViews.chains`."""
+        return self.views.chains(names)
+
+    def failing(self, name: str) -> bool:
+        """Whether an open partition of ``name`` counts failed slices in a row (a lane may be
+        in a retry back-off) — see :meth:`StateViews.failing`."""
+        return self.views.failing(name)
+
+    def renew_chain(self, name: str, *, round: int, ref: str, ttl_ms: int) -> bool:
+        """Renew the heartbeat of ``name``'s coordinator chain of ``round`` (task ``ref``) for
+        ``ttl_ms`` — see :meth:`BackgroundStore.renew_chain`."""
+        return self.store.renew_chain(name, round=round, ref=ref, ttl_ms=ttl_ms)
+
     # -- driving --------------------------------------------------------------------------
     def drive(
         self,

@@ -162,6 +162,31 @@ class StateViews:
             })
         return out
 
+    def chains(self, names: Sequence[str]) -> dict[str, bool]:
+        """Of ``names``, those with a queue coordinator chain's heartbeat (``chain``), and
+        whether it is live: renewed in the migration's current round and not expired, judged
+        in server time. A migration without one is left out (its chain never ran a step)."""
+        if not names:
+            return {}
+        states = self.engine.store.states
+        recorded = states.find({"_id": {"$in": list(names)}, "chain": {"$exists": True}},
+                               {"_id": 1})
+        found = {str(row["_id"]): False for row in recorded}
+        if found:
+            live = states.find({"_id": {"$in": list(found)}, "$expr": {"$and": [
+                {"$eq": ["$chain.round", {"$ifNull": ["$round", 0]}]},
+                {"$gt": ["$chain.until", "$$NOW"]},
+            ]}}, {"_id": 1})
+            found.update({str(row["_id"]): True for row in live})
+        return found
+
+    def failing(self, name: str) -> bool:
+        """Whether an open partition of ``name`` counts failed slices in a row: a lane may be
+        waiting out a retry back-off, holding no lease and making no progress."""
+        return self.engine.store.partitions.count_documents(
+            {"background": name, "status": {"$in": ["pending", "running"]},
+             "failures": {"$gt": 0}}, limit=1) > 0
+
     def stalled(self, quiet_ms: int, *, name: str | None = None,
                 coordinator: bool = True) -> list[str]:
         """``running`` migrations (or ``name``) with no live lease whose latest sign of life

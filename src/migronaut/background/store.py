@@ -230,7 +230,7 @@ class BackgroundStore(PartitionStore):
         )
         unset = [
             "plan", "startedAt", "completedAt", "failedAt", "lastProgressAt", "lastError",
-            "control", "coordinator", "round",
+            "control", "coordinator", "round", "chain",
         ]
         from pymongo import ReturnDocument
 
@@ -341,6 +341,16 @@ class BackgroundStore(PartitionStore):
             "history": {"$cond": [moves, history_entry("plan", to, None, None), "$history"]},
         })
         return self.update_state_returning(name, expect, pipeline)
+
+    def renew_chain(self, name: str, *, round: int, ref: str, ttl_ms: int) -> bool:
+        """A queue coordinator chain's heartbeat, ``chain: {round, ref, at, until}`` in server
+        time, written only while ``round`` is the stored one (a superseded chain renews
+        nothing): the chain counts as live until ``until``. Whether it matched."""
+        result = self.states.update_one(
+            {"_id": name, "round": round},
+            [{"$set": {"chain": {"round": literal(round), "ref": literal(ref), "at": "$$NOW",
+                                 "until": {"$add": ["$$NOW", literal(ttl_ms)]}}}}])
+        return result.matched_count == 1
 
     def control_read(self, name: str) -> dict[str, Any] | None:
         """The per-batch control read: status, generation and plan token only."""

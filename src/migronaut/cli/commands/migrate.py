@@ -6,12 +6,19 @@ Human output is the engine's own log lines (``✔ Applied …``, ``✔ Done …`
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from migronaut.cli.app import command
+from migronaut.cli.celery_handoff import RegisteredHandoff
 from migronaut.cli.commands import run_results_json
 from migronaut.cli.session import Session, parse_int
 from migronaut.errors import ConfigInvalidError
+
+if TYPE_CHECKING:
+    from migronaut.api import Migrator
+    from migronaut.core.results import RunResult
 
 NO_LOCK_HELP = "Run without the migration lock (development only: concurrent runs are unsafe)."
 REASON_HELP = "Why this run happens; recorded on the changelog records (≤ 512 characters)."
@@ -61,15 +68,17 @@ def up(
         f'are you sure you want to re-run "{file}"? [y/N] ', action="up --force"
     ):
         return session.aborted()
-    return session.run(
-        lambda migrator: migrator.up(
-            file, to=to, step=step, force=force, no_lock=no_lock,
-            strict=True if strict else None, reason=reason, requested_by=requested_by,
-            converge=converge,
-        ),
-        to_json=run_results_json,
-        mutating=True,
-    )
+
+    def apply(migrator: Migrator) -> list[RunResult]:
+        # on a project served by Celery, what the run registered is enqueued at once
+        with RegisteredHandoff(session, migrator, reason=reason, requested_by=requested_by):
+            return migrator.up(
+                file, to=to, step=step, force=force, no_lock=no_lock,
+                strict=True if strict else None, reason=reason, requested_by=requested_by,
+                converge=converge,
+            )
+
+    return session.run(apply, to_json=run_results_json, mutating=True)
 
 
 @command(

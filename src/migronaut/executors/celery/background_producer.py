@@ -11,14 +11,23 @@ chain absorbs a heal and a live lane slot absorbs a second fan-out. The ledger i
 optimisation: correctness stays in MongoDB (the coordinator lock, rounds, leases), so a lost
 ledger (``FLUSHDB``) or a stale one (a killed worker's task left ``QUEUED``) costs at most a
 duplicate task or a takeover with a new round — never a document migrated twice.
+
+Liveness. Whether a coordinator chain is alive is MongoDB's to say, not the ledger's: a running
+chain renews a heartbeat on the migration's state (``chain.until``, a short TTL, as leases do).
+A heal skips a migration whose chain's heartbeat is live, and takes over one whose heartbeat
+expired even while the ledger still calls the dead chain's task live. An entry the ledger cannot
+read (garbage another client wrote) is unknown, never an error: the send goes out and MongoDB's
+rounds and leases sort out a duplicate.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from migronaut.background.state_fields import stored_round, understood
 from migronaut.errors import NotAppliedError
+from migronaut.executors.celery.installation import has_result_backend
 from migronaut.executors.celery.payloads import VERSION, fragment
 
 if TYPE_CHECKING:
@@ -26,11 +35,16 @@ if TYPE_CHECKING:
     from migronaut.executors.celery.installation import MigronautCelery
 
 __all__ = ["coordinator_id", "enqueue_background", "lane_id", "send_once", "send_queued",
-           "takeover_id"]
+           "take_over_dead_chains", "takeover_id"]
 
 #: Result-backend states of a task that is queued, running or waiting for its countdown.
 LIVE_STATES = frozenset({"QUEUED", "RECEIVED", "STARTED", "RETRY"})
 QUEUED = "QUEUED"
+#: What reading a ledger entry that is not a Celery result raises (garbage bytes, JSON that is
+#: not a result's meta): the entry is unknown, not a failed command.
+_UNREADABLE: tuple[type[BaseException], ...] = (ValueError, TypeError, KeyError, AttributeError)
+
+logger = logging.getLogger("migronaut")
 
 
 def coordinator_id(queue: str, migration: str) -> str:
@@ -55,22 +69,37 @@ def lane_id(queue: str, migration: str, registration: str, generation: int, roun
 
 
 def _has_ledger(installed: MigronautCelery) -> bool:
-    return type(installed.app.backend).__name__ != "DisabledBackend"
+    return has_result_backend(installed.app)
 
 
-def is_live(installed: MigronautCelery, task_id: str) -> bool:
-    """Whether the ledger says ``task_id`` is queued, running or waiting for its countdown."""
+def is_live(installed: MigronautCelery, task_id: str) -> bool | None:
+    """Whether the ledger says ``task_id`` is queued, running or waiting for its countdown;
+    ``None`` when its entry cannot be read (logged, and the entry cleared): unknown, so
+    MongoDB decides."""
     if not _has_ledger(installed):
         return False
-    return str(installed.app.AsyncResult(task_id).state) in LIVE_STATES
+    from kombu.exceptions import DecodeError
+
+    unreadable: tuple[type[BaseException], ...] = (DecodeError, *_UNREADABLE)
+    try:
+        state = installed.app.AsyncResult(task_id).state
+    except unreadable as error:
+        logger.warning("⚠ the result backend's entry for task %s cannot be read (%s) — treated "
+                       "as unknown and cleared: MongoDB's rounds and leases decide", task_id,
+                       type(error).__name__)
+        # (the backend reads an entry back before it overwrites it: a send's mark needs it gone)
+        installed.app.backend.forget(task_id)
+        return None
+    return str(state) in LIVE_STATES
 
 
 def send_once(
     installed: MigronautCelery, kind: str, payload: dict[str, Any], task_id: str, *,
     countdown: float | None = None,
 ) -> bool:
-    """Send a ``kind`` task with ``task_id`` on the background queue unless that id is live;
-    whether it was sent (see :func:`send_queued`)."""
+    """Send a ``kind`` task with ``task_id`` on the background queue unless the ledger calls
+    that id live (an unreadable entry does not); whether it was sent (see
+    :func:`send_queued`)."""
     if is_live(installed, task_id):
         return False
     send_queued(installed, kind, payload, task_id, countdown=countdown)
@@ -121,11 +150,14 @@ def enqueue_background(
 ) -> list[dict[str, Any]]:
     """Enqueue coordinators: for ``migration``, or (a heal) for every runnable one.
 
-    A live chain absorbs its migration's coordinator. A ``running`` migration with no live
-    lease and no sign of life for ``stall_ms`` (default the settings') also gets a takeover
-    coordinator, which starts a new round: the stranded chain is superseded at its next step.
-    ``engine`` is the background engine to read states through (default this thread's worker
-    engine). A named migration that is not registered is ``NOT_APPLIED``.
+    A chain whose heartbeat in MongoDB is live absorbs its migration's coordinator, and so does
+    one the ledger calls live that has not run a step yet (still queued). A chain the ledger
+    calls live whose heartbeat expired is dead (its worker was killed): a takeover coordinator
+    is sent, which starts a new round — the dead chain, if its message ever comes back, is
+    superseded at its next step. So is a ``running`` migration with no heartbeat, no live lease
+    and no sign of life for ``stall_ms`` (default the settings'). ``engine`` is the background
+    engine to read states through (default this thread's worker engine). A named migration
+    that is not registered is ``NOT_APPLIED``.
 
     Returns ``[{migration, id, takeover?}]``, one entry per coordinator task sent.
     """
@@ -143,20 +175,56 @@ def enqueue_background(
     else:
         names = [str(row["migration"]) for row in engine.runnable()]
         stalled = set(engine.stalled(quiet_ms))
+    return _send_coordinators(installed, engine, names, engine.chains(names), stalled,
+                              quiet_ms, requested_by=requested_by, reason=reason)
+
+
+def take_over_dead_chains(installed: MigronautCelery,
+                          engine: BackgroundEngine | None = None) -> list[dict[str, Any]]:
+    """The worker's watch: a coordinator — a takeover while the ledger still calls the dead
+    chain live — for each runnable migration whose chain's heartbeat in MongoDB expired, and
+    nothing else (a migration nobody enqueued is a heal's business)."""
+    engine = engine if engine is not None else installed.context.engine()
+    names = [str(row["migration"]) for row in engine.runnable()]
+    chains = engine.chains(names)
+    dead = [name for name in names if chains.get(name) is False]
+    return _send_coordinators(installed, engine, dead, chains, set(),
+                              installed.settings.stall_ms)
+
+
+def _send_coordinators(
+    installed: MigronautCelery, engine: BackgroundEngine, names: list[str],
+    chains: dict[str, bool], stalled: set[str], quiet_ms: int, *,
+    requested_by: str | None = None, reason: str | None = None,
+) -> list[dict[str, Any]]:
+    """For each of ``names``: nothing while its chain is live (``chains``: MongoDB's
+    heartbeats), its coordinator unless the ledger calls that live, else a takeover when the
+    chain is dead or the migration ``stalled``."""
     queue = installed.settings.background_queue_name
     sent: list[dict[str, Any]] = []
     for name in names:
-        payload = _coordinator_payload(name, requested_by=requested_by, reason=reason)
-        if send_once(installed, "background", payload, coordinator_id(queue, name)):
-            sent.append({"migration": name, "id": coordinator_id(queue, name)})
-        elif name in stalled:  # the chain the ledger calls live shows no sign of life
-            state = engine.state(name) or {}
-            chain = takeover_id(queue, name, stored_round(state))
-            payload = _coordinator_payload(name, takeover=True, requested_by=requested_by,
-                                           reason=reason)
-            if send_once(installed, "background", payload, chain):
+        if chains.get(name):  # a live chain serves it: MongoDB says so
+            continue
+        chain = coordinator_id(queue, name)
+        if not is_live(installed, chain):  # not in the ledger, finished, or unreadable
+            payload = _coordinator_payload(name, requested_by=requested_by, reason=reason)
+            send_queued(installed, "background", payload, chain)
+            sent.append({"migration": name, "id": chain})
+            continue
+        if name not in chains and name not in stalled:
+            continue  # queued, not started yet: nothing says it is dead
+        state = engine.state(name) or {}
+        takeover = takeover_id(queue, name, stored_round(state))
+        payload = _coordinator_payload(name, takeover=True, requested_by=requested_by,
+                                       reason=reason)
+        if send_once(installed, "background", payload, takeover):
+            if name in chains:
+                engine.logger.warning(
+                    "⚠ %s: its coordinator chain stopped renewing its heartbeat (its worker "
+                    "is gone) — a takeover coordinator is queued", name)
+            else:
                 engine.logger.warning(
                     "⚠ %s looks stalled (no lease, no progress for %d ms) — a takeover "
                     "coordinator is queued", name, quiet_ms)
-                sent.append({"migration": name, "id": chain, "takeover": True})
+            sent.append({"migration": name, "id": takeover, "takeover": True})
     return sent

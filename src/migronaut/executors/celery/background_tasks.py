@@ -174,7 +174,27 @@ class _MigrationStep:
 
 
 class Coordinator(_MigrationStep):
-    """The coordinator chain's decisions (one task run = steps until a countdown or an end)."""
+    """The coordinator chain's decisions (one task run = steps until a countdown or an end).
+
+    A run that continues the chain renews its heartbeat in MongoDB for the countdown plus
+    ``chain_ttl_ms``: a heal judges the chain by it, so a chain whose worker was killed is taken
+    over about ``chain_ttl_ms`` after its next run was due, whatever the ledger still says."""
+
+    def __call__(self, data: dict[str, Any], task_id: str) -> Any:
+        decided = super().__call__(data, task_id)
+        if isinstance(decided, Again) and decided.payload.get("round") is not None:
+            self.renew(str(data["migration"]), decided, task_id)
+        return decided
+
+    def renew(self, name: str, decided: Again, task_id: str) -> None:
+        """Renew the chain's heartbeat until its next run is due, plus ``chain_ttl_ms``."""
+        ttl_ms = int(max(0.0, decided.countdown) * 1000) + self.settings.chain_ttl_ms
+        try:
+            self.installed.context.engine().renew_chain(
+                name, round=int(decided.payload["round"]), ref=task_id, ttl_ms=ttl_ms)
+        except Exception as error:  # the next run renews; a heal meanwhile costs a new round
+            logger.warning("⚠ %s: the coordinator chain could not renew its heartbeat (%s)",
+                           name, outbound_error(error).message)
 
     def step(self, engine: BackgroundEngine, name: str, data: dict[str, Any],
              task_id: str) -> Answer:
@@ -224,12 +244,21 @@ class Coordinator(_MigrationStep):
             if sent:
                 logger.info("⇉ %s: %d lane(s) for generation %s (round %s)", name, sent,
                             answer.generation, answer.round)
-            elif not (answer.counts or {}).get("leased") and engine.stalled(
-                    self.settings.stall_ms, name=name, coordinator=False):
-                logger.warning("⚠ %s: its lanes look stranded (no lease, no progress for %d ms) "
-                               "— starting a new round", name, self.settings.stall_ms)
-                return Again({k: v for k, v in data.items() if k != "round"})
+            elif not (answer.counts or {}).get("leased"):
+                quiet_ms = self.stranded_after_ms(engine, name)
+                if engine.stalled(quiet_ms, name=name, coordinator=False):
+                    logger.warning("⚠ %s: its lanes look stranded (no lease, no progress for %d "
+                                   "ms) — starting a new round", name, quiet_ms)
+                    return Again({k: v for k, v in data.items() if k != "round"})
         return Again(data, poll_s)
+
+    def stranded_after_ms(self, engine: BackgroundEngine, name: str) -> int:
+        """How long lanes that the ledger calls live may hold no lease and make no progress
+        before the chain calls them stranded (killed with their worker): ``chain_ttl_ms`` — or
+        ``stall_ms`` while a partition counts failed slices, since a lane waiting out its retry
+        back-off (up to 5 minutes) holds no lease either."""
+        quiet_ms = min(self.settings.chain_ttl_ms, self.settings.stall_ms)
+        return self.settings.stall_ms if engine.failing(name) else quiet_ms
 
     def fan_out(self, name: str, data: dict[str, Any], answer: Answer) -> int:
         """Send the lane slots the answer asks for that are not live; how many were sent."""

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from migronaut.executors.celery.context import WorkerContext
     from migronaut.executors.celery.settings import CelerySettings
 
-__all__ = ["TASK_OPTIONS", "MigronautCelery"]
+__all__ = ["TASK_OPTIONS", "MigronautCelery", "has_result_backend"]
 
 #: Options every migronaut task is declared with (a task may add its own).
 TASK_OPTIONS: dict[str, Any] = {"acks_late": True, "reject_on_worker_lost": True}
@@ -32,3 +32,9 @@ class MigronautCelery:
     def task_name(self, kind: str) -> str:
         """The Celery task name of a job kind (``migronaut.up``, ``migronaut.background-lane``)."""
         return f"migronaut.{kind}"
+
+
+def has_result_backend(app: Celery) -> bool:
+    """Whether ``app`` stores results (Celery's ``DisabledBackend`` stores none: a RabbitMQ
+    broker without ``result_backend``)."""
+    return type(app.backend).__name__ != "DisabledBackend"

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from migronaut.core.plan import validate_actor, validate_down_options
 from migronaut.errors import ConfigInvalidError, QueueJobFailedError
-from migronaut.executors.celery.installation import MigronautCelery
+from migronaut.executors.celery.installation import MigronautCelery, has_result_backend
 from migronaut.executors.celery.payloads import VERSION, fragment
 
 if TYPE_CHECKING:
@@ -37,14 +37,24 @@ def remember(installed: MigronautCelery) -> None:
 
 
 def _installed(target: MigronautCelery | Celery) -> MigronautCelery:
+    """The installation behind ``target``, refused (before any planning or send) when its app
+    stores no results: a handle could never tell whether its jobs ran."""
     if isinstance(target, MigronautCelery):
-        return target
-    found = _INSTALLED.get(target)
+        found: MigronautCelery | None = target
+    else:
+        found = _INSTALLED.get(target)
     if found is None:
         raise ConfigInvalidError(
             "migronaut is not installed on this Celery app: call "
             "migronaut.celery.install(app) first (or pass what it returned)",
             {"option": "app"})
+    if not has_result_backend(found.app):
+        raise ConfigInvalidError(
+            "Invalid config: celery.result_backend is not set — the migration queue needs a "
+            "result backend to report its jobs (QueueHandle.wait); a RabbitMQ broker carries "
+            "the jobs, not their results. Set celery.result_backend (or "
+            "MIGRONAUT_CELERY_RESULT_BACKEND), e.g. redis://…",
+            {"key": "celery.result_backend", "option": "result_backend"})
     return found
 
 
@@ -176,7 +186,8 @@ def enqueue_converge(
     requested_by: str | None = None,
     reason: str | None = None,
 ) -> QueueHandle:
-    """One ``converge`` job: ordered (refused while migrations are pending), never pruning."""
+    """One ``converge`` job: ordered (with collections declared, refused while migrations are
+    pending; with none declared it has nothing to do and succeeds), never pruning."""
     installed = _installed(target)
     validate_actor(requested_by, reason)
     group = uuid.uuid4().hex

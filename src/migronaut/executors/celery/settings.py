@@ -36,6 +36,11 @@ class CelerySettings:
     itself), so it must stay well under the broker's visibility timeout — ``create_app`` sets that
     timeout to ``visibility_timeout_s`` and ``resolve_settings`` refuses a slice that would not
     fit five times into it.
+
+    ``chain_ttl_ms`` is how long a coordinator chain counts as live past its next run's
+    countdown without renewing its heartbeat in MongoDB: a dead chain is taken over after about
+    that long. It must exceed ``slice_ms`` (a pool busy with lane slices can hold the chain's
+    next run back by one slice).
     """
 
     broker_url: str | None = None
@@ -45,6 +50,7 @@ class CelerySettings:
     slice_ms: int = 20_000
     poll_interval_ms: int = 5_000
     stall_ms: int = 900_000
+    chain_ttl_ms: int = 60_000
     verify_interval_ms: int | None = 600_000
     max_lane_retries: int = 8
     sync_interval_s: int | None = None
@@ -63,6 +69,7 @@ _RANGES: dict[str, tuple[int, int]] = {
     "slice_ms": (1, 3_600_000),
     "poll_interval_ms": (10, 2**31 - 1),
     "stall_ms": (1_000, 2**31 - 1),
+    "chain_ttl_ms": (1_000, 2**31 - 1),
     "verify_interval_ms": (1_000, 2**31 - 1),
     "max_lane_retries": (0, 100),
     "sync_interval_s": (1, 86_400 * 7),
@@ -125,4 +132,8 @@ def resolve_settings(
         raise _invalid("slice_ms", f"must fit five times into the broker's visibility timeout "
                        f"({settings.visibility_timeout_s} s), got {settings.slice_ms} ms",
                        "config")
+    if settings.chain_ttl_ms <= settings.slice_ms:
+        raise _invalid("chain_ttl_ms", f"must exceed celery.slice_ms ({settings.slice_ms} ms: a "
+                       f"pool busy with lane slices can hold a coordinator's next run back that "
+                       f"long), got {settings.chain_ttl_ms} ms", "config")
     return settings

@@ -1,6 +1,6 @@
 """Worker lifecycle: a warm shutdown tells running lanes to stop at their next batch boundary;
-a worker process closes its MongoDB clients when it exits; a worker heals on start; the ready
-app's worker polls a Redis broker less often."""
+a worker process closes its MongoDB clients when it exits; a worker heals on start and then
+watches for dead coordinator chains; the ready app's worker polls a Redis broker less often."""
 
 from __future__ import annotations
 
@@ -25,6 +25,10 @@ def connect(installed: MigronautCelery) -> None:
     """Connect the worker signals for ``installed`` (weakly held by Celery: keep references)."""
     from celery import signals
 
+    from migronaut.executors.celery.watch import ChainWatch
+
+    watch = ChainWatch(installed)
+
     def shutting_down(**_: Any) -> None:
         installed.context.shutdown.cancel(
             RunAbortedError("Worker shutting down: lanes stop at their next batch boundary"))
@@ -41,6 +45,8 @@ def connect(installed: MigronautCelery) -> None:
         from migronaut.executors.celery.background_tasks import heal
 
         heal(installed)
+        # and watches the chains: one whose worker dies is taken over within about a minute
+        watch.start()
 
     signals.worker_ready.connect(ready, weak=False)
     signals.worker_shutting_down.connect(shutting_down, weak=False)
