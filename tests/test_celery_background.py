@@ -762,3 +762,24 @@ def test_up_says_what_to_run_when_it_cannot_enqueue(
     assert 'run "migronaut background enqueue" once a broker' in result.stderr
     assert state(db)["status"] == "pending"  # the registration stands
     assert queued(celery_project, redis_db) == 0
+
+
+def test_a_lane_leaves_a_spec_it_cannot_read_to_run_slice_to_refuse() -> None:
+    """A junk ``spec`` reaches ``run_slice`` (which refuses it as STATE_INVALID naming the field)
+    instead of failing the lane task with a raw AttributeError while reading ``sliceMs``."""
+    from types import SimpleNamespace
+
+    from migronaut.executors.celery.background_tasks import Lane
+
+    calls: list[dict[str, Any]] = []
+    state = {"status": "running", "spec": "junk"}
+    engine = SimpleNamespace(
+        state=lambda name: state,
+        run_slice=lambda name, **kwargs: calls.append({"name": name, **kwargs}) or "refused",
+    )
+    lane = Lane.__new__(Lane)
+    lane.settings = SimpleNamespace(slice_ms=5000)  # type: ignore[assignment]
+    lane.installed = SimpleNamespace(context=SimpleNamespace(shutdown=None))  # type: ignore[assignment]
+    assert lane.step(engine, "m", {}, "task-1") == "refused"  # type: ignore[arg-type]
+    assert calls == [{"name": "m", "slice_ms": 5000, "cancellation": None, "ref": "task-1",
+                      "state": state}]

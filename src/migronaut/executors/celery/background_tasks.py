@@ -283,7 +283,9 @@ class Lane(_MigrationStep):
     def step(self, engine: BackgroundEngine, name: str, data: dict[str, Any],
              task_id: str) -> SliceResult:
         state = engine.state(name)
-        spec_ms = ((state or {}).get("spec") or {}).get("sliceMs")
+        spec = (state or {}).get("spec")
+        # a spec it cannot read is run_slice's to refuse (STATE_INVALID naming it), not ours
+        spec_ms = spec.get("sliceMs") if isinstance(spec, dict) else None
         # the setting is a ceiling (it must fit in the broker's visibility timeout)
         slice_ms = None if isinstance(spec_ms, int) and spec_ms <= self.settings.slice_ms \
             else self.settings.slice_ms
