@@ -1,6 +1,6 @@
 """``bench/run.py --converge``: the converge section's measurement and its table.
 
-Issue 12 "Speed": migronaut's ``converge`` (first run, in-sync run, in-sync ``--check``) beside
+Speed: migronaut's ``converge`` (first run, in-sync run, in-sync ``--check``) beside
 Beanie's ``init_beanie`` and MongoEngine's ``ensure_indexes`` doing the same index work on the
 same collections (``bench/_converge_scenarios.py``), each tool in a fresh process against a
 fresh database: wall, client CPU and the commands sent.

@@ -1,4 +1,4 @@
-"""``bench/run.py --dashboard``: server time of the dashboard's overview (issue 14's target:
+"""``bench/run.py --dashboard``: server time of the dashboard's overview (the target:
 under 200 ms on the dev server for 1,000 applied migrations and 20 background migrations).
 
 One project in a temporary directory: 1,000 trivial migration files marked applied by

@@ -30,10 +30,10 @@ one ``bash scripts/test.sh`` creates, also has the dev server's ``mongoeco``). I
 documents, fewer repeats): a smoke run, not the figures the targets are judged on.
 ``--background-only`` runs step 4 alone; ``--background-batch B`` changes its batch size and
 ``--background-sizes N ...`` its document counts;
-``--converge`` runs only the converge section (issue 12): migronaut's ``converge`` beside Beanie's
+``--converge`` runs only the converge section: migronaut's ``converge`` beside Beanie's
 ``init_beanie`` and MongoEngine's ``ensure_indexes`` over 50 collections (``_converge_report.py``,
 ``_converge_scenarios.py``).
-``--dashboard`` runs only the dashboard section (issue 14): the overview's server time over
+``--dashboard`` runs only the dashboard section: the overview's server time over
 1,000 applied and 20 background migrations (``_dashboard_report.py``; needs the ``dashboard``
 extra).
 ``--devserver`` runs only the dev server section: seeding 1,000,000 documents (``--quick``:
@@ -1166,7 +1166,7 @@ def run_scale(command: str, sizes: tuple[int, ...], repeats: int, markdown: bool
 
 
 def run_converge(command: str, n: int, markdown: bool) -> int:
-    """``--converge``: migronaut's ``converge`` beside Beanie and MongoEngine (issue 12)."""
+    """``--converge``: migronaut's ``converge`` beside Beanie and MongoEngine."""
     import _converge_report as report
 
     def measure(server: Server) -> tuple[str, str, list[str], dict[str, Any]]:
@@ -1178,7 +1178,7 @@ def run_converge(command: str, n: int, markdown: bool) -> int:
 
 
 def run_dashboard(command: str, markdown: bool) -> int:
-    """``--dashboard``: the overview's server time (issue 14)."""
+    """``--dashboard``: the overview's server time."""
     import _dashboard_report as report
 
     def measure(server: Server) -> tuple[str, str, list[str], dict[str, Any]]:

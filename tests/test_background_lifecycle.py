@@ -469,7 +469,7 @@ def test_up_refuses_a_background_file_that_also_defines_up(project: Any, cli: An
     assert_nothing_registered(db)
 
 
-# --------------------------------------------------------------- hardening (issue 10)
+# --------------------------------------------------------------- hardening
 
 SLOW = '''
 import time

@@ -1,4 +1,4 @@
-"""Issue 12 "Speed": what ``converge --check`` (a dry run) sends over 50 declared collections.
+"""What ``converge --check`` (a dry run) sends over 50 declared collections.
 
 One ``listCollections``, one ``listIndexes`` per existing collection with at most
 :data:`MAX_IN_FLIGHT` of them in flight, and besides them only the connection's ``ping`` and the

@@ -1,6 +1,6 @@
 """The dev server answers like mongod 7.0: ``collMod``, ``listIndexes``, ``listCollections``.
 
-Converge (issue 12) plans from what the server lists and changes it with ``collMod``; it reaches a
+Converge plans from what the server lists and changes it with ``collMod``; it reaches a
 fixed point only if the dev server lists what ``mongod`` would. Each test creates something with
 pymongo and compares the server's answer with the document ``mongod`` 7.0 returns, written out
 in full. With ``MIGRONAUT_TEST_URI`` the same tests run against a real server.

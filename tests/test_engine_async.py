@@ -1,4 +1,4 @@
-"""The async API (issue 4): the SAME scenarios run against ``Migrator`` and ``AsyncMigrator``.
+"""The async API: the SAME scenarios run against ``Migrator`` and ``AsyncMigrator``.
 
 The ``driver`` fixture is parametrized over both migrators and gives them one call style
 (``driver.up()`` returns the result; for ``AsyncMigrator`` each call is ``asyncio.run`` of the
