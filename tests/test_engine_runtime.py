@@ -20,6 +20,7 @@ from helpers.engine import (
 from migronaut import (
     ConfigInvalidError,
     MigrationExecutionFailedError,
+    MigrationInDoubtError,
     MigrationTimeoutError,
     RunAbortedError,
     TransactionsUnsupportedError,
@@ -171,10 +172,21 @@ def test_timeout_stops_the_run_and_records_nothing_even_if_the_body_finishes(
     wait_until(lambda: not body_threads_alive(), what="the body thread to end")
     assert late["cancelled"] is True and late["reason"] == "MIGRATION_TIMEOUT"
     assert applied(db) == []
-    assert records(db)["0001_slow.py"]["status"] == "failed"
     assert calls(db) == []  # the next migration never ran
     # a transactional body's writes are never committed after its timeout
     assert db["data"].count_documents({}) == (0 if transactional else 1)
+    if transactional:
+        assert records(db)["0001_slow.py"]["status"] == "failed"
+        assert error.context["inDoubt"] is False
+        return
+    # outside a transaction the body wrote and may have gone on: its claim stays, in doubt, and
+    # nothing runs it again until an operator records the outcome
+    assert error.context["inDoubt"] is True and "migronaut resolve 0001_slow.py" in error.message
+    assert records(db)["0001_slow.py"]["status"] == "running"
+    with make_migrator(project) as migrator, pytest.raises(MigrationInDoubtError) as again:
+        migrator.up()
+    assert again.value.exit_code == 36 and again.value.context["name"] == "0001_slow.py"
+    assert db["data"].count_documents({}) == 1
 
 
 def test_global_timeout_and_file_override(project: Any, db: Any) -> None:

@@ -8,7 +8,8 @@ out can still finish in its thread, but its transaction is refused at the commit
 a transaction the run first claims the record (``begin``: an intent, ``running``/``reverting``,
 see :mod:`migronaut.core.changelog`), then runs the body, then writes the record (retried over
 transient network errors, see :mod:`migronaut.core.retry`); a crash or a failed write in between
-leaves the record in doubt, and nothing runs that migration again until an operator resolves it.
+leaves the record in doubt, as does a body that outlived its timeout (it may still be running,
+or have stopped half-way), and nothing runs that migration again until an operator resolves it.
 A body that raises ``SystemExit`` or ``KeyboardInterrupt`` has failed like one that raises
 anything else.
 """
@@ -140,9 +141,16 @@ def execute(
         call_with_timeout(run, timeout_s)
     except TimedOut:
         timed_out = True
+        # Outside a transaction the body may still finish (or may have stopped half-way): its
+        # claim stays, and the migration is in doubt until an operator records the outcome.
+        in_doubt = not use_transaction and begin is not None
+        doubt = (f"; its body may still be running, so its record is left in doubt until you "
+                 f"record the outcome: migronaut resolve {name} --applied|--pending"
+                 ) if in_doubt else ""
         error = MigrationTimeoutError(
-            f"Migration {direction} timed out after {timeout_ms}ms: {name}",
-            {"name": name, "direction": direction, "timeoutMs": timeout_ms},
+            f"Migration {direction} timed out after {timeout_ms}ms: {name}{doubt}",
+            {"name": name, "direction": direction, "timeoutMs": timeout_ms,
+             "inDoubt": in_doubt},
         )
         ctx.cancellation.cancel(error)
         raise error from None

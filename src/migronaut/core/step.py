@@ -13,8 +13,9 @@ after); outside a transaction the body runs only once its run has claimed the re
 matching the status it planned from: a run that lost its lock to another that got there first
 refuses instead), and the final write matches that claim only; a failed ``up`` leaves a
 ``failed`` record (a record that was applied before stays applied) unless it failed writing its
-record or lost its lock (a run that lost its lock writes no more) — the claim then stays, and the
-migration is in doubt.
+record, lost its lock (a run that lost its lock writes no more) or outlived its timeout outside
+a transaction (its body may still be running) — the claim then stays, and the migration is in
+doubt.
 """
 
 from __future__ import annotations
@@ -273,7 +274,8 @@ class _Record:
             logger.warning("⚠ on_error hook failed for %s: %s", name, hook_error.message)
         fenced = isinstance(error, LockLostError)  # a run that lost its lock writes no more
         phase = error.context.get("phase")
-        if phase == "changelog-write" or fenced or isinstance(error, MigrationInDoubtError):
+        if phase == "changelog-write" or fenced or isinstance(error, MigrationInDoubtError) \
+                or error.context.get("inDoubt") is True:  # (a timed-out body outside a txn)
             pass  # the claim (if any) stays: the migration is in doubt
         elif self.withdraw():
             pass  # it was applied before this attempt, and stays so
