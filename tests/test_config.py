@@ -379,11 +379,13 @@ def test_every_issue_is_reported(tmp_path: Path) -> None:
     assert "(and 2 more)" in error.message
 
 
-@pytest.mark.parametrize("name", ["system.users", "a$b", "", "nul\x00here", 7])
+@pytest.mark.parametrize("name", ["system.users", "a$b", "", "nul\x00here", 7, "abc.", ".abc",
+                                  "a..b"])
 @pytest.mark.parametrize("key", ["migrations_collection", "lock_collection"])
 def test_invalid_collection_names(tmp_path: Path, key: str, name: Any) -> None:
     error = invalid(tmp_path, {**BASE, key: name})
     assert key in error.message
+    assert error.code == "CONFIG_INVALID" and error.exit_code == 6
 
 
 def test_missing_uri_and_db_name(tmp_path: Path) -> None:

@@ -149,7 +149,8 @@ BAD = [
     (["app.system.users:5"], "--seed 'app.system.users:5': collection name 'system.users' "
                              "must be a valid collection name"),
     (["app.a$b:5"], "--seed 'app.a$b:5': collection name 'a$b' must be a valid collection name"),
-    (["app..x:5"], "--seed 'app..x:5': collection name '.x' must not start or end with '.'"),
+    (["app..x:5"], "--seed 'app..x:5': collection name '.x' must be a valid collection name (no "
+     "empty '.' segment"),
     ([f"app.{'x' * 260}:5"], "makes a namespace over 255 bytes"),
     (["app.orders:0"], "--seed 'app.orders:0': N must be a positive integer (got '0')"),
     (["app.orders:-5"], "--seed 'app.orders:-5': N must be a positive integer (got '-5')"),

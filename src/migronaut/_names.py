@@ -23,6 +23,8 @@ def validate_collection_name(value: Any) -> str | None:
         return "must be a non-empty string"
     if "$" in value or "\x00" in value or value.startswith("system."):
         return "must be a valid collection name (no '$'/NUL, not system.*)"
+    if value.startswith(".") or value.endswith(".") or ".." in value:
+        return "must be a valid collection name (no empty '.' segment: not 'a.', '.a' or 'a..b')"
     return None
 
 

@@ -130,9 +130,6 @@ def _parse(value: str) -> Seed:
     if problem is not None:
         raise _refuse(f"{shown}: database name {db!r} {problem}")
     problem = validate_collection_name(collection)
-    if problem is None and (collection.startswith(".") or collection.endswith(".")
-                            or ".." in collection):
-        problem = "must not start or end with '.' nor hold '..'"
     if problem is None and len(namespace.encode("utf-8")) > _MAX_NAMESPACE_BYTES:
         problem = f"makes a namespace over {_MAX_NAMESPACE_BYTES} bytes"
     if problem is not None:
