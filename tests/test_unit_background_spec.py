@@ -398,7 +398,8 @@ def test_the_todo_placeholder_is_refused() -> None:
     assert resolve(base(collection="todo")).spec["collection"] == "todo"
 
 
-@pytest.mark.parametrize("value", DEFAULT_RESERVED_COLLECTIONS)
+@pytest.mark.parametrize("value", [*DEFAULT_RESERVED_COLLECTIONS, "_migronaut_runs",
+                                   "_migronaut_converge_rebuilds", "_migronaut_anything"])
 def test_migronauts_own_collections_are_refused(value: str) -> None:
     assert "one of migronaut's own collections" in issue(
         base(collection=value), "background.collection"

@@ -43,6 +43,7 @@ from bson.objectid import ObjectId
 from bson.regex import Regex
 from bson.timestamp import Timestamp
 
+from migronaut._names import OWN_PREFIX
 from migronaut.core.config import validate_collection_name
 from migronaut.core.files import is_valid_name
 from migronaut.errors import MigrationInvalidExportError
@@ -462,7 +463,8 @@ def _check_collection(
             "is still the 'TODO' placeholder from the skeleton — name the collection to rewrite",
         )
         return None
-    if value in DEFAULT_RESERVED_COLLECTIONS or value in reserved_collections:
+    if value in DEFAULT_RESERVED_COLLECTIONS or value in reserved_collections \
+            or value.startswith(OWN_PREFIX):
         issues.add(
             "background.collection",
             f"'{value}' is one of migronaut's own collections — background migrations rewrite "

@@ -44,15 +44,19 @@ class BackgroundWiring:
         if self._engine is None:
             from migronaut.background.engine import BackgroundEngine
             from migronaut.background.store import BackgroundStore
+            from migronaut.declared.inline import reserved_names
 
             ws = self._ws
             project, connection = ws.project, ws.connection
             config = project.config
             store = BackgroundStore(connection.state_db, collection=config.background_collection,
                                     ensure_indexes=config.ensure_indexes)
-            reserved = (config.migrations_collection, config.lock_collection,
-                        config.converge_log_collection, *store.own_collections,
-                        *connection.run_store.collections)
+            reserved = tuple(sorted(reserved_names(
+                migrations_collection=config.migrations_collection,
+                lock_collection=config.lock_collection,
+                converge_log_collection=config.converge_log_collection,
+                background_collection=config.background_collection,
+                runs_collection=config.runs_collection)))
             emit = ws.events.emit
             self._engine = BackgroundEngine(
                 db=connection.state_db, store=store, directory=project.directory,
