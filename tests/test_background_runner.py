@@ -259,6 +259,8 @@ def test_a_runner_answered_busy_takes_the_work_when_the_holder_stops(
         second = BackgroundRunner(second_host, lanes=2, poll_interval_s=0.05)
         try:
             wait_until(lambda: leases(db) == 2, timeout=60, what="both slots held")
+            wait_until(lambda: db.users.count_documents({"active": True}) >= 20, timeout=60,
+                       what="the first runner's lanes past their first batches")
             second.start()
             wait_until(lambda: second.stats.outcomes.get("busy", 0) >= 1
                        or second.stats.counters.get("migrated", 0) > 0,

@@ -10,7 +10,16 @@ from typing import Any
 import pytest
 
 from helpers.celery_worker import redis_client, workers
-from helpers.queue_migrations import A, B, C, records, until, waiting_on, write_marking
+from helpers.queue_migrations import (
+    A,
+    B,
+    C,
+    in_doubt_then_resolved,
+    records,
+    until,
+    waiting_on,
+    write_marking,
+)
 from migronaut import Migrator, QueueJobFailedError, QueueJobInvalidError
 from migronaut.celery import QueueHandle, enqueue_down, enqueue_up
 
@@ -208,18 +217,8 @@ def test_a_worker_killed_mid_up_leaves_it_in_doubt_then_applies_once(
         first.kill()
         started.unlink()
         go.write_text("go")
-        second = celery_project.worker(concurrency=1)
-        with workers(second):
-            with pytest.raises(QueueJobFailedError) as doubt:
-                handle.wait(150)
-            context = doubt.value.context
-            assert (context["migration"], context["code"]) == (A, "MIGRATION_IN_DOUBT")
-            assert A in doubt.value.message
-            assert records(db)[A]["status"] == "running" and B not in records(db)
-            assert db.marks.count_documents({}) == 0  # killed before its mark
-            with Migrator(cwd=celery_project.path) as operator:
-                operator.resolve(A, applied=False, reason="killed before its mark")
-            results = enqueue_up(app).wait(150)
+        with workers(celery_project.worker(concurrency=1)):
+            results = in_doubt_then_resolved(handle, app, db, celery_project.path)
     assert [r["results"][0]["status"] for r in results] == ["applied", "applied"]
     assert sorted(d["name"] for d in db.marks.find()) == [A, B]  # exactly once each
     assert {r["status"] for r in records(db).values()} == {"applied"}

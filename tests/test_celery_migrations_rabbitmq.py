@@ -1,6 +1,7 @@
 """The migration queue with RabbitMQ as the broker (results in the test's Redis database): the
 happy path, and a worker killed in the middle of ``up`` — RabbitMQ hands the unacknowledged
-message back as soon as the dead worker's connection closes."""
+message back as soon as the dead worker's connection closes, and the job refuses the migration
+in doubt until the operator resolves it."""
 
 from __future__ import annotations
 
@@ -17,7 +18,16 @@ from helpers.celery_worker import (
     require_rabbitmq,
     workers,
 )
-from helpers.queue_migrations import A, B, C, records, until, waiting_on, write_marking
+from helpers.queue_migrations import (
+    A,
+    B,
+    C,
+    in_doubt_then_resolved,
+    records,
+    until,
+    waiting_on,
+    write_marking,
+)
 from migronaut.celery import enqueue_up
 
 
@@ -58,9 +68,11 @@ def test_up_through_rabbitmq(project: Any, rabbit_project: CeleryProject, db: An
     assert sorted(d["name"] for d in db.marks.find()) == [A, B, C]
 
 
-def test_a_worker_killed_mid_up_comes_back_through_rabbitmq(
+def test_a_worker_killed_mid_up_comes_back_through_rabbitmq_in_doubt(
     project: Any, rabbit_project: CeleryProject, db: Any
 ) -> None:
+    """The message comes back; the killed body may have finished, so the job refuses until
+    the operator resolves it, and the next ``up`` applies each migration once."""
     rabbit_project.base_env["MIGRONAUT_LOCK_TTL"] = "5"
     go, started = project.path / "go", project.path / "started"
     write_marking(project, A, waiting_on(go, started))
@@ -74,9 +86,10 @@ def test_a_worker_killed_mid_up_comes_back_through_rabbitmq(
         started.unlink()
         go.write_text("go")
         with workers(rabbit_project.worker(concurrency=1)):
-            results = handle.wait(150)
+            results = in_doubt_then_resolved(handle, app, db, rabbit_project.path)
     assert [r["results"][0]["status"] for r in results] == ["applied", "applied"]
     assert sorted(d["name"] for d in db.marks.find()) == [A, B]  # exactly once each
+    assert {r["status"] for r in records(db).values()} == {"applied"}
 
 
 def test_without_a_result_backend_enqueue_is_refused_naming_the_setting(

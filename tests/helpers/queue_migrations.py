@@ -37,3 +37,25 @@ def until(predicate: Any, timeout: float = 60.0, what: str = "condition") -> Non
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def in_doubt_then_resolved(handle: Any, app: Any, db: Any, cwd: Path) -> list[Any]:
+    """After a worker died inside A's body: the job that comes back refuses with
+    ``MIGRATION_IN_DOUBT`` (never retried, B not started); the operator records A pending, and
+    a new ``up`` applies both. The new job's results."""
+    import pytest
+
+    from migronaut import Migrator, QueueJobFailedError
+    from migronaut.celery import enqueue_up
+
+    with pytest.raises(QueueJobFailedError) as doubt:
+        handle.wait(150)
+    context = doubt.value.context
+    assert (context["migration"], context["code"]) == (A, "MIGRATION_IN_DOUBT")
+    assert A in doubt.value.message
+    assert records(db)[A]["status"] == "running" and B not in records(db)
+    assert db.marks.count_documents({}) == 0  # killed before its mark
+    with Migrator(cwd=cwd) as operator:
+        operator.resolve(A, applied=False, reason="killed before its mark")
+    results: list[Any] = enqueue_up(app).wait(150)
+    return results

@@ -15,9 +15,9 @@ which the caller completes.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pymongo.database import Database
 from pymongo.errors import (
@@ -45,8 +45,16 @@ from migronaut.declared.plan import (
 )
 from migronaut.errors import describe_exception, server_message
 
-if TYPE_CHECKING:
-    from migronaut.commands.converge_rebuilds import RebuildJournal
+
+class RebuildJournal(Protocol):
+    """Where a rebuild records what it drops before dropping it
+    (:class:`.converge_rebuilds.RebuildJournal`; a protocol so this module does not import
+    the one that imports it)."""
+
+    def begin(self, collection: str, step: Rebuild,
+              drops: Sequence[Mapping[str, Any]]) -> Any: ...
+
+    def settle(self, entry_id: Any) -> bool: ...
 
 __all__ = ["CONNECTION_TROUBLE_CODES", "StepFailed", "StepOutcome", "apply_step",
            "create_index_specs", "describe", "explain"]
