@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["OWN_PREFIX", "validate_collection_name", "validate_db_name"]
+__all__ = ["DB_NAME_FORBIDDEN", "OWN_PREFIX", "validate_collection_name", "validate_db_name"]
 
 #: Every collection migronaut keeps its own state in starts with this under its default name.
 OWN_PREFIX = "_migronaut_"
 
 #: What MongoDB refuses in a database name (pymongo raises ``InvalidName`` on these).
-_DB_NAME_FORBIDDEN = (" ", ".", "$", "/", "\\", "\x00", '"')
+DB_NAME_FORBIDDEN = (" ", ".", "$", "/", "\\", "\x00", '"')
 
 
 def validate_collection_name(value: Any) -> str | None:
@@ -32,7 +32,7 @@ def validate_db_name(value: Any) -> str | None:
     """MongoDB's database-name rule; returns a problem or ``None``."""
     if not isinstance(value, str) or not value.strip():
         return "must be a non-empty string"
-    bad = [ch for ch in _DB_NAME_FORBIDDEN if ch in value]
+    bad = [ch for ch in DB_NAME_FORBIDDEN if ch in value]
     if bad:
         return f"must be a valid database name (no {bad[0]!r})"
     if len(value.encode("utf-8")) > 63:

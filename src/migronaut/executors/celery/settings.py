@@ -16,7 +16,7 @@ from typing import Any
 
 from migronaut.errors import ConfigInvalidError
 
-__all__ = ["DEFAULT_QUEUE", "CelerySettings", "resolve_settings"]
+__all__ = ["DEFAULT_QUEUE", "ENV", "NULLABLE", "RANGES", "CelerySettings", "resolve_settings"]
 
 DEFAULT_QUEUE = "migronaut"
 #: Environment variables read for the keys a deployment sets per machine.
@@ -65,7 +65,7 @@ class CelerySettings:
 _KEYS = {f.name for f in fields(CelerySettings)}
 #: (minimum, maximum) of each integer key; ``None`` allowed where the default is ``None`` or the
 #: key can be switched off.
-_RANGES: dict[str, tuple[int, int]] = {
+RANGES: dict[str, tuple[int, int]] = {
     "slice_ms": (1, 3_600_000),
     "poll_interval_ms": (10, 2**31 - 1),
     "stall_ms": (1_000, 2**31 - 1),
@@ -76,7 +76,7 @@ _RANGES: dict[str, tuple[int, int]] = {
     "lock_wait_timeout_ms": (1, 2**31 - 1),
     "visibility_timeout_s": (5, 86_400 * 7),
 }
-_NULLABLE = {"broker_url", "result_backend", "background_queue", "verify_interval_ms",
+NULLABLE = {"broker_url", "result_backend", "background_queue", "verify_interval_ms",
              "sync_interval_s", "lock_wait_timeout_ms"}
 
 
@@ -91,11 +91,11 @@ def _checked(key: str, value: Any, origin: str) -> Any:
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         raise _invalid(key, f"is not a known option{hint}", origin)
     if value is None or (value is False and key in ("verify_interval_ms", "sync_interval_s")):
-        if key not in _NULLABLE:
+        if key not in NULLABLE:
             raise _invalid(key, "must be set", origin)
         return None
-    if key in _RANGES:
-        low, high = _RANGES[key]
+    if key in RANGES:
+        low, high = RANGES[key]
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise _invalid(key, f"must be an integer from {low} to {high}, got {value!r}", origin)
         return value
