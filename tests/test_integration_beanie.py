@@ -233,3 +233,26 @@ def test_without_revisions_query_updates_are_left_as_written(mongo_uri: str,
             {"text": "b", "__v": 1}]
 
     run(mongo_uri, db_name, body)
+
+
+def test_queries_see_stored_shapes_so_legacy_documents_are_loaded_and_saved_whole(
+    mongo_uri: str, db_name: str
+) -> None:
+    """The collections guide's example: a query on ``tier`` misses a version-1 document (it
+    has no ``tier`` until the upcaster runs, in memory); the current shape is updated by a
+    query, the old one by loading (upcast) and saving whole."""
+
+    async def body(raw: Any) -> None:
+        await raw.insert_many([{"_id": IDS[0], "name": "legacy", "__v": 1},
+                               {"_id": IDS[1], "name": "now", "tier": "free", "__v": 2,
+                                "__rev": 0}])
+        assert [p.name for p in await Plan.find(Plan.tier == "free").to_list()] == ["now"]
+        await Plan.find(Plan.tier == "free", Plan.shape_version == 2).set({Plan.tier: "pro"})
+        async for plan in Plan.find(Plan.shape_version == 1):
+            plan.tier = "pro"
+            await plan.save()
+        stored = await raw.find({}, {"_id": 0, "name": 1, "tier": 1, "__v": 1}).to_list()
+        assert sorted(stored, key=lambda d: d["name"]) == [
+            {"name": "legacy", "tier": "pro", "__v": 2}, {"name": "now", "tier": "pro", "__v": 2}]
+
+    run(mongo_uri, db_name, body)

@@ -205,3 +205,21 @@ def test_without_revisions_raw_updates_are_left_as_written(raw: Any) -> None:
     note = Note(text="a").save()
     Note.objects(pk=note.pk).update(__raw__={"$set": {"text": "b"}})
     assert list(raw.database.notes.find({}, {"_id": 0})) == [{"text": "b", "__v": 1}]
+
+
+def test_queries_see_stored_shapes_so_legacy_documents_are_loaded_and_saved_whole(
+    raw: Any,
+) -> None:
+    """The collections guide's example: ``tier="free"`` misses a version-1 document (no
+    ``tier`` until the upcaster runs, in memory); a query updates the current shape, loading
+    (upcast) and saving whole updates the old one."""
+    raw.insert_many([{"name": "legacy", "__v": 1},
+                     {"name": "now", "tier": "free", "__v": 2, "__rev": 0}])
+    assert [p.name for p in Plan.objects(tier="free")] == ["now"]
+    Plan.objects(tier="free", shape_version=2).update(set__tier="pro")
+    for plan in Plan.objects(shape_version=1):
+        plan.tier = "pro"
+        plan.save()
+    stored = raw.find({}, {"_id": 0, "name": 1, "tier": 1, "__v": 1}).sort("name", 1)
+    assert list(stored) == [{"name": "legacy", "tier": "pro", "__v": 2},
+                            {"name": "now", "tier": "pro", "__v": 2}]
