@@ -45,6 +45,7 @@ REPEATS = 3
 RANGE_LIMIT = 1_000
 BULK_OPS = 1_000
 POINT_OPS = 100
+SAMPLE_SIZE = 100
 
 #: the server CPU of an operation summed over its rounds must reach this (3 clock ticks) to be
 #: shown: /proc counts CPU in ticks of 10 ms
@@ -71,6 +72,10 @@ OPERATIONS = (
     ("estimated", "`estimated_document_count()` (the `count` command)"),
     ("unindexed", "unindexed `find({tag: 3}).limit(10)` (1 document in 10 matches)"),
     ("delete", f"`delete_one` by `_id` ×{POINT_OPS} (random `_id`s; put back, not timed)"),
+    ("sample", f"`aggregate([{{$sample: {{size: {SAMPLE_SIZE}}}}}])` (the background planner's "
+               f"draw)"),
+    ("first_match", "`count_documents({tag: 3}, limit=1)` (the background planner's completion "
+                    "check, when documents are left)"),
 )
 OPERATION_KEYS = tuple(key for key, _ in OPERATIONS)
 
@@ -183,6 +188,14 @@ def _unindexed(coll: Any) -> list[Any]:
     return list(coll.find({"tag": 3}).limit(10))
 
 
+def _first_match(coll: Any) -> int:
+    return int(coll.count_documents({"tag": 3}, limit=1))
+
+
+def _sample(coll: Any) -> list[Any]:
+    return list(coll.aggregate([{"$sample": {"size": SAMPLE_SIZE}}]))
+
+
 def measure_operations(coll: Any, ids: Ids, rng: random.Random, serial: list[int],
                        pid: int | None,
                        keys: tuple[str, ...] = OPERATION_KEYS) -> dict[str, Any]:
@@ -278,6 +291,16 @@ def _operation(key: str, coll: Any, ids: Ids, rng: random.Random, serial: list[i
         returned[key] = sum(r.deleted_count for r in results)
         if returned[key] != POINT_OPS:
             problems.append(f"delete_one deleted {returned[key]} of {POINT_OPS}")
+    elif key == "sample":
+        elapsed, docs = timed(_sample, coll)
+        returned[key] = len({doc["_id"] for doc in docs})
+        if returned[key] != min(SAMPLE_SIZE, size):
+            problems.append(f"$sample returned {returned[key]} distinct documents")
+    elif key == "first_match":
+        elapsed, count = timed(_first_match, coll)
+        returned[key] = count
+        if count != 1:
+            problems.append(f"count_documents with limit=1 gave {count}")
     else:  # pragma: no cover - a key of OPERATIONS without a branch
         raise ValueError(key)
     return elapsed

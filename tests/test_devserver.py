@@ -80,6 +80,26 @@ def test_accepts_writes_and_reads_over_the_wire(server: DevServerProcess) -> Non
 
 
 @needs_devserver
+def test_a_leading_sample_draws_distinct_stored_documents(server: DevServerProcess) -> None:
+    """The engine draws a leading ``$sample`` from its index of the collection (the documents
+    it reads are counted in ``test_devserver_fast_paths.py``); over the wire, as a client sees
+    it, inside a transaction too."""
+    with connect(server.uri) as mongo:
+        books = mongo.shop.sampled
+        books.insert_many([{"_id": n, "n": n} for n in range(300)])
+        books.delete_many({"_id": {"$lt": 100}})
+        drawn = list(books.aggregate([{"$sample": {"size": 40}}, {"$project": {"n": 1}}]))
+        assert len(drawn) == 40 == len({row["_id"] for row in drawn})
+        assert all(row["_id"] == row["n"] and 100 <= row["n"] < 300 for row in drawn)
+        assert sorted(row["_id"] for row in books.aggregate(
+            [{"$sample": {"size": 500}}])) == list(range(100, 300))
+        with mongo.start_session() as session, session.start_transaction():
+            books.insert_one({"_id": 1000, "n": 1000}, session=session)
+            inside = list(books.aggregate([{"$sample": {"size": 500}}], session=session))
+        assert len(inside) == 201 and {"_id": 1000, "n": 1000} in inside
+
+
+@needs_devserver
 def test_transactions_work_although_hello_names_no_replica_set(server: DevServerProcess) -> None:
     with connect(server.uri) as mongo:
         assert "setName" not in mongo.admin.command("hello")

@@ -180,6 +180,91 @@ def test_an_unindexed_find_with_a_limit_stops_reading(counted: Counted) -> None:
     assert len(found) == 4 and reads.count <= 4 * 10 + FEW
 
 
+def test_a_count_with_a_limit_stops_at_it(counted: Counted,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The background planner's completion check, ``count_documents(match, limit=1)``: the
+    candidates (storage keys) are taken lazily too, not listed for the whole collection."""
+    numbers = counted.engine._storage["fast"]["numbers"]
+    taken, items = [0], numbers._iter_items
+
+    def counting() -> Iterator[Any]:
+        for item in items():
+            taken[0] += 1
+            yield item
+
+    monkeypatch.setattr(numbers, "_iter_items", counting, raising=False)
+    with counted.reading() as reads:
+        found = counted.db.numbers.count_documents({"tag": 3}, limit=1)
+    assert found == 1 and reads.count <= 2 * 10 and taken[0] <= 2 * 10
+    with counted.reading() as everything:
+        none = counted.db.numbers.count_documents({"tag": 99}, limit=1)
+    # nothing matches: without an index the count reads every document, as on mongod
+    assert none == 0 and everything.count == counted.db.numbers.estimated_document_count()
+
+
+def _sampled(counted: Counted, name: str, size: int, pipeline: list[dict[str, Any]],
+             *, drawn_from: str | None = None) -> list[dict[str, Any]]:
+    """``pipeline`` run on collection ``name`` as the wire layer runs an aggregate that starts
+    with ``{$sample: {size}}`` on ``drawn_from`` (the same collection unless named)."""
+    import asyncio
+
+    from mongoeco import AsyncMongoClient
+
+    from migronaut.devserver.mongoeco_internals import sampling
+
+    async def run() -> list[dict[str, Any]]:
+        client = AsyncMongoClient(counted.engine)
+        try:
+            with sampling("fast", drawn_from or name, size):
+                cursor = client.get_database("fast").get_collection(name).aggregate(pipeline)
+                return list(await cursor.to_list())
+        finally:
+            await client.close()
+
+    return asyncio.run(run())
+
+
+def test_a_leading_sample_reads_only_the_documents_it_draws(counted: Counted) -> None:
+    with counted.reading() as reads:
+        drawn = _sampled(counted, "numbers", 50, [{"$sample": {"size": 50}}])
+    ids = [document["_id"] for document in drawn]
+    assert len(ids) == 50 == len(set(ids))
+    assert set(ids) <= {document["_id"] for document in counted.db.numbers.find()}
+    assert all(document == counted.db.numbers.find_one({"_id": document["_id"]})
+               for document in drawn)
+    assert reads.count <= 50 * 2
+    with counted.reading() as after:
+        rest = _sampled(counted, "numbers", 5, [
+            {"$sample": {"size": 5}}, {"$match": {"_id": {"$gte": 0}}}, {"$project": {"tag": 1}}])
+    assert len(rest) == 5 and all(set(document) == {"_id", "tag"} for document in rest)
+    assert after.count <= 5 * 2
+    total = counted.db.numbers.estimated_document_count()
+    every = [document["_id"] for document in _sampled(  # more than there are: each one once
+        counted, "numbers", total + 10, [{"$sample": {"size": total + 10}}])]
+    assert len(every) == total == len(set(every))
+
+
+def test_a_sample_on_another_collection_is_mongoecos(counted: Counted) -> None:
+    total = counted.db.numbers.estimated_document_count()
+    with counted.reading() as reads:
+        drawn = _sampled(counted, "numbers", 5, [{"$sample": {"size": 5}}], drawn_from="oids")
+    assert len(drawn) == 5 and reads.count == total
+
+
+def test_the_wire_layer_knows_a_leading_sample() -> None:
+    from migronaut.devserver.wire import _leading_sample
+
+    def body(pipeline: object, name: object = "c") -> dict[str, object]:
+        return {"aggregate": name, "pipeline": pipeline, "cursor": {}}
+
+    assert _leading_sample(body([{"$sample": {"size": 7}}, {"$match": {"a": 1}}])) == 7
+    others = [body([{"$match": {}}, {"$sample": {"size": 7}}]), body([{"$sample": {"size": 0}}]),
+              body([{"$sample": {"size": 7.0}}]), body([{"$sample": {"size": True}}]),
+              body([{"$sample": {"size": 7, "x": 1}}]), body([{"$sample": 7}]), body([]),
+              body([{"$sample": {"size": 7}}], name=1)]
+    assert [_leading_sample(other) for other in others] == [None] * len(others)
+
+
 def test_unique_indexes_are_checked_from_their_index(counted: Counted) -> None:
     from mongoeco.errors import DuplicateKeyError
 
@@ -336,3 +421,52 @@ def test_a_document_id_is_one_key_whichever_numeric_types_it_holds(fresh: Counte
             ids.insert_one({"_id": twin})
     ids.insert_one({"_id": {"b": [2, "x"], "a": 1}})  # field order counts
     assert ids.count_documents({}) == 2
+
+
+_writes = st.lists(st.tuples(
+    st.sampled_from(["set", "set", "delete", "retype", "copy", "restore", "pop"]),
+    st.integers(0, 12), st.integers(0, 12)), max_size=60)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_writes)
+def test_the_lean_collection_behaves_as_an_insertion_ordered_dict(writes: list[Any]) -> None:
+    """The collection the engine stores documents in (a persistent map and two indexes) against
+    a plain dict: natural order, lookups, retyped keys, copies, snapshots and restores."""
+    from mongoeco.engines import memory
+
+    from migronaut.devserver.mongoeco_internals import indexed_memory_engine
+
+    indexed_memory_engine()
+    collection, model = memory.MemoryCollection(), {}
+    copies: list[tuple[Any, dict[Any, Any]]] = []
+    state, state_model = collection._snapshot_state(), {}
+    for step, (operation, number, other) in enumerate(writes):
+        key = ("number", number) if number % 3 else ("str", str(number))
+        if operation == "set":
+            collection[key] = model[key] = step
+        elif operation == "delete" and key in model:
+            del collection[key]
+            del model[key]
+        elif operation == "retype" and key in model:
+            replacement = ("str", f"r{other}")
+            if replacement not in model:
+                collection.replace_key(key, replacement)
+                model = {replacement if name == key else name: value
+                         for name, value in model.items()}
+        elif operation == "copy":
+            copies.append((collection.copy(), dict(model)))
+            state, state_model = collection._snapshot_state(), dict(model)
+        elif operation == "restore":
+            collection._restore_state(state)
+            model = dict(state_model)
+        elif operation == "pop" and model:
+            assert collection.popitem() == model.popitem()
+        assert list(collection.items()) == list(model.items()) and len(collection) == len(model)
+        assert (key in collection) == (key in model) and collection.get(key) == model.get(key)
+        assert collection.ordered_keys(reversed(list(model))) == list(model)
+        if model:
+            last = list(model)[-1]
+            assert collection.ordinal_for(last) == max(map(collection.ordinal_for, model))
+    for twin, kept in copies:  # a copy keeps what it had when taken
+        assert list(twin.items()) == list(kept.items())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import pytest
 from bson.decimal128 import Decimal128
 from bson.int64 import Int64
 from hypothesis import given, settings
@@ -108,6 +109,9 @@ def test_the_ordered_index_behaves_as_a_sorted_list(operations: list[Any], load:
         assert index.find(key) == model.find(key)
         assert list(index.scan()) == [storage for _, storage in model.entries]
         assert list(index.scan(reverse=True)) == [storage for _, storage in model.entries][::-1]
+        if model.entries:  # positional reads, as a $sample draws them
+            wanted = [len(model.entries) - 1, 0, step % len(model.entries)]
+            assert index.at_positions(wanted) == [model.entries[at][1] for at in wanted]
     for copy, entries in snapshots:  # copies kept what they had when taken
         assert list(copy.scan()) == [storage for _, storage in entries]
 
@@ -120,3 +124,15 @@ def test_all_ordered_counts_keys_outside_the_served_brackets() -> None:
     assert not index.all_ordered
     index.remove(sort_key({"a": 1}))
     assert index.all_ordered
+
+
+def test_an_index_of_plain_keys_counts_no_brackets() -> None:
+    """The natural order: insertion ordinals, each with its storage key."""
+    index = OrderedIds(bracketed=False, load=1)
+    for ordinal in (3, 1, 2, 5):
+        index.add(ordinal, f"k{ordinal}")
+    index.remove(2)
+    assert index.all_ordered and list(index.scan()) == ["k1", "k3", "k5"]
+    assert index.find(5) == "k5" and index.at_positions([2, 0]) == ["k5", "k1"]
+    with pytest.raises(IndexError):
+        index.at_positions([3])

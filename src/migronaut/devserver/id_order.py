@@ -26,9 +26,8 @@ import math
 import re
 import uuid
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from decimal import Decimal
-from operator import itemgetter
 from typing import Any, Final
 
 from bson.binary import Binary
@@ -41,6 +40,7 @@ from bson.timestamp import Timestamp
 
 __all__ = [
     "NUMBER",
+    "OBJECT_ID",
     "ORDERED",
     "OrderedIds",
     "SortKey",
@@ -54,8 +54,6 @@ SortKey = tuple[Any, ...]
  REGEX, OTHER, MAX_KEY) = range(14)
 #: The brackets whose order here is mongod's to the letter: ranges and sorts are served in them.
 ORDERED: Final = frozenset({NUMBER, STRING, OBJECT_ID, DATE})
-
-_first = itemgetter(0)
 
 
 def sort_key(value: Any) -> SortKey:
@@ -110,28 +108,35 @@ def _number(value: float | Decimal) -> SortKey:
 
 
 class OrderedIds:
-    """``(sort key, storage key)`` entries in key order, at most one per key.
+    """``(key, value)`` entries in key order, at most one per key: the collection's ``_id``
+    sort keys, each with its document's insertion ordinal, or (``bracketed=False``) those
+    ordinals, each with the document's storage key.
 
-    Entries live in chunks (tuples, never changed in place) of up to ``2 * load``; ``_maxes``
-    holds each chunk's last key. :meth:`copy` shares both lists and marks them shared: the first
-    write afterwards, to either copy, copies the two lists (pointers only) and then the one
-    chunk it changes. :meth:`scan` reads the lists it started with, so a write during a scan
-    does not disturb it.
+    Entries live in chunks of up to ``2 * load``, as two tuples side by side (``_keys[i]`` and
+    ``_values[i]``, never changed in place: a pair of tuples costs 16 bytes an entry, a tuple
+    per entry would cost 56 more); ``_maxes`` holds each chunk's last key. :meth:`copy` shares
+    the lists and marks them shared: the first write afterwards, to either copy, copies the
+    three lists (pointers only) and then the one chunk it changes. :meth:`scan` reads the lists
+    it started with, so a write during a scan does not disturb it.
     """
 
-    __slots__ = ("_chunks", "_len", "_load", "_maxes", "_shared", "_unordered")
+    __slots__ = ("_bracketed", "_keys", "_len", "_load", "_maxes", "_shared", "_unordered",
+                 "_values")
 
-    def __init__(self, state: tuple[list[tuple[Any, ...]], list[SortKey], int, int] | None = None,
-                 *, load: int = 256) -> None:
+    def __init__(self, state: tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[Any],
+                                    int, int] | None = None,
+                 *, load: int = 256, bracketed: bool = True) -> None:
         self._load = load  # a chunk splits past twice this many entries
+        self._bracketed = bracketed  # keys are sort keys: count those outside ORDERED
         if state is None:
-            self._chunks: list[tuple[Any, ...]] = []
-            self._maxes: list[SortKey] = []
+            self._keys: list[tuple[Any, ...]] = []
+            self._values: list[tuple[Any, ...]] = []
+            self._maxes: list[Any] = []
             self._len = 0
             self._unordered = 0  # entries outside ORDERED brackets
             self._shared = False
         else:
-            self._chunks, self._maxes, self._len, self._unordered = state
+            self._keys, self._values, self._maxes, self._len, self._unordered = state
             self._shared = True
 
     def __len__(self) -> int:
@@ -140,127 +145,141 @@ class OrderedIds:
     def copy(self) -> OrderedIds:
         """A copy that shares everything until either side is written."""
         self._shared = True
-        return OrderedIds((self._chunks, self._maxes, self._len, self._unordered),
-                          load=self._load)
+        return OrderedIds((self._keys, self._values, self._maxes, self._len, self._unordered),
+                          load=self._load, bracketed=self._bracketed)
 
     @property
     def all_ordered(self) -> bool:
         """Whether every key falls in an :data:`ORDERED` bracket (a sort can be served)."""
         return self._unordered == 0
 
-    def find(self, key: SortKey) -> Any | None:
-        """The storage key of the entry whose key equals ``key``, or ``None``."""
-        at = bisect_left(self._maxes, key)
-        if at == len(self._maxes):
-            return None
-        chunk = self._chunks[at]
-        position = bisect_left(chunk, key, key=_first)
-        if position < len(chunk) and chunk[position][0] == key:
-            return chunk[position][1]
-        return None
+    def find(self, key: Any) -> Any | None:
+        """The value of the entry whose key equals ``key``, or ``None``."""
+        at, position = self._locate(key)
+        return None if at < 0 else self._values[at][position]
 
-    def add(self, key: SortKey, storage_key: Any) -> None:
+    def add(self, key: Any, value: Any) -> None:
         """Add an entry; the caller has made sure no entry has an equal key."""
         self._own()
         self._len += 1
-        if key[0] not in ORDERED:
+        if self._bracketed and key[0] not in ORDERED:
             self._unordered += 1
-        entry = (key, storage_key)
-        if not self._chunks:
-            self._chunks.append((entry,))
+        if not self._keys:
+            self._keys.append((key,))
+            self._values.append((value,))
             self._maxes.append(key)
             return
         at = min(bisect_left(self._maxes, key), len(self._maxes) - 1)
-        chunk = self._chunks[at]
-        position = bisect_left(chunk, key, key=_first)
-        chunk = (*chunk[:position], entry, *chunk[position:])
-        if len(chunk) > 2 * self._load:
-            half = len(chunk) // 2
-            self._chunks[at:at + 1] = [chunk[:half], chunk[half:]]
-            self._maxes[at:at + 1] = [chunk[half - 1][0], chunk[-1][0]]
+        keys, values = self._keys[at], self._values[at]
+        position = bisect_left(keys, key)
+        keys = (*keys[:position], key, *keys[position:])
+        values = (*values[:position], value, *values[position:])
+        if len(keys) > 2 * self._load:
+            half = len(keys) // 2
+            self._keys[at:at + 1] = [keys[:half], keys[half:]]
+            self._values[at:at + 1] = [values[:half], values[half:]]
+            self._maxes[at:at + 1] = [keys[half - 1], keys[-1]]
         else:
-            self._chunks[at] = chunk
-            self._maxes[at] = chunk[-1][0]
+            self._keys[at] = keys
+            self._values[at] = values
+            self._maxes[at] = keys[-1]
 
-    def remove(self, key: SortKey) -> None:
+    def remove(self, key: Any) -> None:
         """Remove the entry of ``key`` (nothing when there is none)."""
         at, position = self._locate(key)
         if at < 0:
             return
         self._own()
         self._len -= 1
-        if key[0] not in ORDERED:
+        if self._bracketed and key[0] not in ORDERED:
             self._unordered -= 1
-        chunk = self._chunks[at]
-        chunk = (*chunk[:position], *chunk[position + 1:])
-        if chunk:
-            self._chunks[at] = chunk
-            self._maxes[at] = chunk[-1][0]
+        keys, values = self._keys[at], self._values[at]
+        if len(keys) > 1:
+            self._keys[at] = (*keys[:position], *keys[position + 1:])
+            self._values[at] = (*values[:position], *values[position + 1:])
+            self._maxes[at] = self._keys[at][-1]
         else:
-            del self._chunks[at]
+            del self._keys[at]
+            del self._values[at]
             del self._maxes[at]
 
-    def repoint(self, key: SortKey, storage_key: Any) -> None:
-        """Point the entry of ``key`` at another storage key (the same value, retyped)."""
+    def repoint(self, key: Any, value: Any) -> None:
+        """Give the entry of ``key`` another value (the same ``_id``, retyped)."""
         at, position = self._locate(key)
         if at < 0:
             return
         self._own()
-        chunk = self._chunks[at]
-        self._chunks[at] = (*chunk[:position], (key, storage_key), *chunk[position + 1:])
+        values = self._values[at]
+        self._values[at] = (*values[:position], value, *values[position + 1:])
 
-    def scan(self, low: SortKey | None = None, low_inclusive: bool = True,
-             high: SortKey | None = None, high_inclusive: bool = True, *,
+    def scan(self, low: Any | None = None, low_inclusive: bool = True,
+             high: Any | None = None, high_inclusive: bool = True, *,
              reverse: bool = False) -> Iterator[Any]:
-        """The storage keys of the entries between the bounds (``None``: unbounded), in key
-        order or, with ``reverse``, backwards; lazily, over the entries as they were when the
-        scan started."""
+        """The values of the entries between the bounds (``None``: unbounded), in key order
+        or, with ``reverse``, backwards; lazily, over the entries as they were when the scan
+        started."""
         self._shared = True  # the scan keeps reading these lists: a write copies them first
-        chunks, maxes = self._chunks, self._maxes
         if reverse:
-            return _backwards(chunks, maxes, low, low_inclusive, high, high_inclusive)
-        return _forwards(chunks, maxes, low, low_inclusive, high, high_inclusive)
+            return _backwards(self._keys, self._values, self._maxes, low, low_inclusive, high,
+                              high_inclusive)
+        return _forwards(self._keys, self._values, self._maxes, low, low_inclusive, high,
+                         high_inclusive)
 
-    def _locate(self, key: SortKey) -> tuple[int, int]:
+    def at_positions(self, positions: Iterable[int]) -> list[Any]:
+        """The values of the entries at these positions (0 is the first in key order), in
+        the order given: one pass over the chunks' lengths, not over the entries."""
+        wanted = sorted(set(positions))
+        found: dict[int, Any] = {}
+        chunk, start = 0, 0
+        for position in wanted:
+            if not 0 <= position < self._len:
+                raise IndexError(position)
+            while position >= start + len(self._keys[chunk]):
+                start += len(self._keys[chunk])
+                chunk += 1
+            found[position] = self._values[chunk][position - start]
+        return [found[position] for position in positions]
+
+    def _locate(self, key: Any) -> tuple[int, int]:
         at = bisect_left(self._maxes, key)
         if at == len(self._maxes):
             return -1, -1
-        chunk = self._chunks[at]
-        position = bisect_left(chunk, key, key=_first)
-        if position >= len(chunk) or chunk[position][0] != key:
+        keys = self._keys[at]
+        position = bisect_left(keys, key)
+        if position >= len(keys) or keys[position] != key:
             return -1, -1
         return at, position
 
     def _own(self) -> None:
         if self._shared:
-            self._chunks = list(self._chunks)
+            self._keys = list(self._keys)
+            self._values = list(self._values)
             self._maxes = list(self._maxes)
             self._shared = False
 
 
-def _forwards(chunks: list[tuple[Any, ...]], maxes: list[SortKey], low: SortKey | None,
-              low_inclusive: bool, high: SortKey | None, high_inclusive: bool) -> Iterator[Any]:
+def _forwards(chunks: list[tuple[Any, ...]], values: list[tuple[Any, ...]], maxes: list[Any],
+              low: Any | None, low_inclusive: bool, high: Any | None, high_inclusive: bool
+              ) -> Iterator[Any]:
     at, position = 0, 0
     if low is not None:
         at = (bisect_left if low_inclusive else bisect_right)(maxes, low)
         if at < len(chunks):
-            position = (bisect_left if low_inclusive else bisect_right)(
-                chunks[at], low, key=_first)
+            position = (bisect_left if low_inclusive else bisect_right)(chunks[at], low)
     while at < len(chunks):
         chunk = chunks[at]
         stop, last = len(chunk), False
         if high is not None and (maxes[at] > high or (maxes[at] == high and not high_inclusive)):
-            stop = (bisect_right if high_inclusive else bisect_left)(chunk, high, key=_first)
+            stop = (bisect_right if high_inclusive else bisect_left)(chunk, high)
             last = True
-        for index in range(position, stop):
-            yield chunk[index][1]
+        yield from values[at][position:stop]
         if last:
             return
         at, position = at + 1, 0
 
 
-def _backwards(chunks: list[tuple[Any, ...]], maxes: list[SortKey], low: SortKey | None,
-               low_inclusive: bool, high: SortKey | None, high_inclusive: bool
+def _backwards(chunks: list[tuple[Any, ...]], values: list[tuple[Any, ...]], maxes: list[Any],
+               low: Any | None, low_inclusive: bool, high: Any | None, high_inclusive: bool
                ) -> Iterator[Any]:
     if not chunks:
         return
@@ -268,15 +287,14 @@ def _backwards(chunks: list[tuple[Any, ...]], maxes: list[SortKey], low: SortKey
     stop = len(chunks[at])
     if high is not None:
         at = min(bisect_left(maxes, high), len(chunks) - 1)
-        stop = (bisect_right if high_inclusive else bisect_left)(chunks[at], high, key=_first)
+        stop = (bisect_right if high_inclusive else bisect_left)(chunks[at], high)
     while at >= 0:
         chunk = chunks[at]
         start, last = 0, False
-        if low is not None and (chunk[0][0] < low or (chunk[0][0] == low and not low_inclusive)):
-            start = (bisect_left if low_inclusive else bisect_right)(chunk, low, key=_first)
+        if low is not None and (chunk[0] < low or (chunk[0] == low and not low_inclusive)):
+            start = (bisect_left if low_inclusive else bisect_right)(chunk, low)
             last = True
-        for index in range(stop - 1, start - 1, -1):
-            yield chunk[index][1]
+        yield from reversed(values[at][start:stop])
         if last:
             return
         at -= 1

@@ -32,17 +32,20 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import decimal
 import functools
 import gc
+import heapq
 import importlib
 import importlib.metadata
 import math
 import os
+import random
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from typing import Any, Final
 
 from migronaut.devserver.catalog import Refused
@@ -58,6 +61,7 @@ __all__ = [
     "indexed_memory_engine",
     "installed_version",
     "route_requests",
+    "sampling",
     "set_collection_options",
 ]
 
@@ -263,7 +267,12 @@ _KEYED_BY_VALUE: Any = None
 #: Set while a find the indexed engine serves in ``_id`` order gathers its candidates: the
 #: direction (1 or -1), or 0 for a find that may read them lazily in natural order.
 _FIND_ORDER: Any = None
+#: Set while an ``aggregate`` whose pipeline starts with ``$sample`` runs: ``[db, collection,
+#: size]`` until the read of its source consumes it (see :func:`sampling`).
+_SAMPLE: Any = None
 _stored_since_freeze = 0
+#: No value (an empty iterator's default).
+_NONE: Final = object()
 
 
 def _end_transaction(session: Any) -> None:
@@ -277,12 +286,12 @@ def _end_transaction(session: Any) -> None:
 def _indexed_engine_type() -> type:
     """Build the engine and collection classes (mongoeco is imported only now) and put the
     process-wide hooks in place, once."""
-    global _KEYED_BY_VALUE, _FIND_ORDER
+    global _KEYED_BY_VALUE, _FIND_ORDER, _SAMPLE
     import contextvars
 
     from bson.objectid import ObjectId
 
-    from migronaut.devserver.id_order import OrderedIds, sort_key
+    from migronaut.devserver.id_order import OBJECT_ID, OrderedIds, sort_key
 
     memory = _module("mongoeco.engines.memory")
     plans = _module("mongoeco.core.query_plan")
@@ -292,9 +301,11 @@ def _indexed_engine_type() -> type:
     collection_base: Any = _module("mongoeco.engines._memory_collection").MemoryCollection
     engine_base: Any = memory.MemoryEngine
     conflict_error: Any = _module("mongoeco.errors").OperationFailure
+    empty_map: Any = _module("rpds").HashTrieMap()  # mongoeco's persistent map
 
     _KEYED_BY_VALUE = contextvars.ContextVar("migronaut_keyed_by_value", default=False)
     _FIND_ORDER = contextvars.ContextVar("migronaut_find_order", default=None)
+    _SAMPLE = contextvars.ContextVar("migronaut_sample", default=None)
     ranges = {
         plans.GreaterThanCondition: ("low", False),
         plans.GreaterThanOrEqualCondition: ("low", True),
@@ -304,73 +315,141 @@ def _indexed_engine_type() -> type:
     points = (plans.EqualsCondition, plans.InCondition)
 
     class IdOrderedCollection(collection_base):  # type: ignore[misc]
-        """mongoeco's collection with an ordered index of its ``_id`` values beside it; every
-        write, copy, snapshot and restore of the collection keeps the two together."""
+        """mongoeco's collection, stored leaner: documents in one persistent map keyed by
+        storage key; the ordered index of their ``_id`` values, each with the document's
+        insertion ordinal; and the ordinals in order, each with its storage key (the natural
+        order). mongoeco's collection keeps four persistent maps (documents, ordinals,
+        positions, order chunks), each holding every document; these two indexes hold 16
+        bytes an entry. Every write, copy, snapshot and restore keeps the three together;
+        a copy costs O(1), as mongoeco's does."""
 
         def __init__(self, values: Any = ()) -> None:
-            self._ids = OrderedIds()
-            super().__init__(values)
+            dict.__init__(self)
+            self._values = empty_map
+            self._ids = OrderedIds()  # _id sort key -> insertion ordinal
+            self._order = OrderedIds(bracketed=False)  # insertion ordinal -> storage key
+            self._next_ordinal = 0
+            #: (storage key, ordinal) of the last insert: mongoeco asks for its ordinal next
+            self._last: tuple[Any, int] | None = None
+            self.update(values)
 
         def __setitem__(self, key: Any, value: Any) -> None:
-            new = key not in self._values
-            super().__setitem__(key, value)
-            if new:
-                self._ids.add(_sort_key_of(key), key)
+            values = self._values
+            if key not in values:
+                ordinal = self._next_ordinal
+                self._next_ordinal = ordinal + 1
+                self._ids.add(_sort_key_of(key), ordinal)
+                self._order.add(ordinal, key)
+                self._last = (key, ordinal)
+            self._values = values.insert(key, value)
 
         def __delitem__(self, key: Any) -> None:
-            super().__delitem__(key)
-            self._ids.remove(_sort_key_of(key))
+            if key not in self._values:
+                raise KeyError(key)
+            sort = _sort_key_of(key)
+            ordinal = self._ids.find(sort)
+            self._values = self._values.remove(key)
+            self._ids.remove(sort)
+            if ordinal is not None:
+                self._order.remove(ordinal)
+            self._last = None
 
         def replace_key(self, key: Any, replacement: Any) -> None:
-            super().replace_key(key, replacement)
-            if key != replacement:
-                old, new = _sort_key_of(key), _sort_key_of(replacement)
-                if old == new:
-                    self._ids.repoint(new, replacement)
-                else:
-                    self._ids.remove(old)
-                    self._ids.add(new, replacement)
+            """Keep the document's place in the natural order when its ``_id`` is retyped."""
+            if key == replacement:
+                return
+            if replacement in self:
+                raise KeyError(replacement)
+            value = self[key]
+            old, new = _sort_key_of(key), _sort_key_of(replacement)
+            ordinal = self._ids.find(old)
+            if old != new:
+                self._ids.remove(old)
+                self._ids.add(new, ordinal)
+            self._order.repoint(ordinal, replacement)
+            self._values = self._values.remove(key).insert(replacement, value)
+            self._last = None
+
+        def _iter_items(self) -> Any:
+            values = self._values
+            return ((key, values[key]) for key in self._order.scan())
 
         def clear(self) -> None:
-            super().clear()
+            self._values = empty_map
             self._ids = OrderedIds()
+            self._order = OrderedIds(bracketed=False)
+            self._next_ordinal = 0
+            self._last = None
+
+        def popitem(self) -> tuple[Any, Any]:
+            key = next(self._order.scan(reverse=True), _NONE)
+            if key is _NONE:
+                raise KeyError("popitem(): dictionary is empty")
+            value = self[key]
+            del self[key]
+            return key, value
 
         def copy(self) -> Any:
-            twin = super().copy()
-            twin.adopt_ids(self._ids.copy())
+            twin = type(self)()
+            twin._restore_state(self._snapshot_state())
             return twin
 
-        def adopt_ids(self, ids: OrderedIds) -> None:
-            self._ids = ids
-
         def _snapshot_state(self) -> tuple[Any, ...]:
-            return (*super()._snapshot_state(), self._ids.copy())
+            return (self._values, self._ids.copy(), self._order.copy(), self._next_ordinal)
 
         def _restore_state(self, state: tuple[Any, ...]) -> None:
-            super()._restore_state(state[:-1])
-            self._ids = state[-1].copy()
+            self._values, ids, order, self._next_ordinal = state
+            self._ids, self._order = ids.copy(), order.copy()  # the state can be restored again
+            self._last = None
+
+        def ordinal_for(self, key: Any) -> int:
+            last = self._last
+            if last is not None and last[0] == key:
+                return last[1]
+            ordinal = self._ids.find(_sort_key_of(key)) if key in self._values else None
+            if ordinal is None:
+                raise KeyError(key)
+            return int(ordinal)
+
+        def ordered_keys(self, candidates: Any, *, limit: int | None = None) -> list[Any]:
+            present = [key for key in candidates if key in self._values]
+            if limit is None:
+                return sorted(present, key=self.ordinal_for)
+            return [] if limit <= 0 else heapq.nsmallest(limit, present, key=self.ordinal_for)
 
         @property
         def ids(self) -> OrderedIds:
             return self._ids
 
-        def items_at(self, keys: Any) -> Any:
-            """``(storage key, stored document)`` pairs of ``keys``, read lazily from this
-            version of the collection (a later write makes a new version)."""
-            values = self._values
-            return ((key, values[key]) for key in keys)
+        def items_at(self, ordinals: Any) -> Any:
+            """``(storage key, stored document)`` pairs of the documents of ``ordinals``, read
+            lazily from this version of the collection (a later write makes a new version)."""
+            values, order = self._values, self._order.copy()
+            for ordinal in ordinals:
+                key = order.find(ordinal)
+                yield key, values[key]
 
         def natural_items(self) -> Any:
             """Every pair in insertion order, read lazily from this version."""
-            return iter(super().copy().items())
+            return self._iter_items()
+
+        def sample_items(self, size: int) -> list[tuple[Any, Any]]:
+            """``size`` distinct documents (all when there are fewer) at random positions of
+            the natural order, in random order: what ``$sample`` draws, without reading the
+            others."""
+            total = len(self._order)
+            positions = random.sample(range(total), min(size, total))
+            values = self._values
+            return [(key, values[key]) for key in self._order.at_positions(positions)]
 
     def storage_key(value: Any) -> Any:
         """mongoeco's key of an ``_id``, but numbers (alone, or in a document or array) by
         their exact value: ``1``, ``1.0``, ``Int64(1)`` and ``Decimal128("1")`` are one key
         (Python's ``==`` and ``hash`` across int, float and Decimal are exact)."""
         kind = type(value)
-        if kind in object_ids:  # equal and hashed alike, pymongo's and mongoeco's
-            return ("objectid", value)
+        if kind in object_ids or isinstance(value, ObjectId):  # pymongo's and mongoeco's
+            # the ObjectId's sort key: the index of _id values holds the same tuple
+            return (OBJECT_ID, bytes(value.binary))
         if kind is str:
             return ("str", value)
         if kind is int:
@@ -385,7 +464,7 @@ def _indexed_engine_type() -> type:
         return bson_engine_key(plain)
 
     def _sort_key_of(key: Any) -> Any:
-        return sort_key(_key_value(key))
+        return key if key[0] == OBJECT_ID else sort_key(_key_value(key))
 
     def _value_sort_key(value: Any) -> Any:
         return _sort_key_of(storage_key(value))
@@ -552,12 +631,14 @@ def _indexed_engine_type() -> type:
                     keys = {storage_key(value) for value in clause.values}
                     return [(key, coll[key]) for key in coll.ordered_keys(keys)]
             order = _FIND_ORDER.get()
+            if isinstance(order, _Sample):  # a leading $sample over every document
+                return coll.sample_items(order.size)
             bounds = id_bounds(clauses)
             if order:  # a find sorted on _id (checked by in_id_order)
                 scan = coll.ids.scan(*(bounds or (None, True, None, True)), reverse=order < 0)
                 return coll.items_at(scan)
             if bounds is not None:
-                return [(key, coll[key]) for key in coll.ordered_keys(coll.ids.scan(*bounds))]
+                return list(coll.items_at(sorted(coll.ids.scan(*bounds))))
             if order == 0 and self._indexed_candidate_storage_keys_for_plan_locked(
                     options.get("indexes") or [], options.get("index_data") or {}, query_plan,
                     dialect=options["dialect"], collation=None) is None:
@@ -568,7 +649,16 @@ def _indexed_engine_type() -> type:
                                 context: Any = None) -> Any:
             sort = semantics.sort
             # 0: candidates may be read lazily; None: mongoeco sorts them all (read them once)
-            order: int | None = None if sort else 0
+            order: Any = None if sort else 0
+            sample = _SAMPLE.get()
+            if (sample is not None and sample[:2] == [db_name, coll_name] and _reads_all(semantics)
+                    and isinstance(self._storage_view(context).get(db_name, {}).get(coll_name),
+                                   IdOrderedCollection)):
+                draw = _Sample(sample[2])
+                sample[:] = [None, None, None]  # the aggregate's source: its inner reads read all
+                return _FirstStepIn(
+                    super().scan_find_semantics(db_name, coll_name, semantics, context=context),
+                    _FIND_ORDER, draw)
             if (sort and len(sort) == 1 and sort[0][0] == "_id" and sort[0][1] in (1, -1)
                     and semantics.collation is None and semantics.text_query is None):
                 coll = self._storage_view(context).get(db_name, {}).get(coll_name)
@@ -622,9 +712,14 @@ def _indexed_engine_type() -> type:
                      and semantics.text_query is None and semantics.hint is None
                      and not self._is_profile_namespace(coll_name))
             if not plain:
-                return int(await super().count_find_semantics(
-                    db_name, coll_name, semantics, context=context,
-                    operation_context=operation_context))
+                # a count with a limit stops at it: its candidates are read lazily
+                token = _FIND_ORDER.set(0 if semantics.limit else None)
+                try:
+                    return int(await super().count_find_semantics(
+                        db_name, coll_name, semantics, context=context,
+                        operation_context=operation_context))
+                finally:
+                    _FIND_ORDER.reset(token)
             if operation_context is not None:
                 context = operation_context.session
             async with self._get_lock(db_name, coll_name):
@@ -660,10 +755,15 @@ def _key_value(key: Any) -> Any:
     :func:`~migronaut.devserver.id_order.sort_key` reads values (mongoeco's own ``repr`` keys
     are kept as they are: ordered among themselves, equal when equal)."""
     from bson.binary import Binary
+    from bson.objectid import ObjectId
     from bson.regex import Regex
     from bson.timestamp import Timestamp
 
+    from migronaut.devserver.id_order import OBJECT_ID
+
     tag = key[0]
+    if tag == OBJECT_ID:
+        return ObjectId(key[1])
     if tag == "number":
         return math.nan if key[1] == "NaN" else key[1]
     if tag in ("objectid", "str", "bool", "datetime", "uuid", "bytes", "int", "float"):
@@ -696,6 +796,41 @@ def _keyed_by_value(method: Any, flag: Any) -> Any:
             flag.reset(token)
 
     return keyed
+
+
+@dataclasses.dataclass(frozen=True)
+class _Sample:
+    """The candidates of a find are a random draw of ``size`` documents (a leading
+    ``$sample``), not every document."""
+
+    size: int
+
+
+def _reads_all(semantics: Any) -> bool:
+    """Whether a find reads every document as it is stored: no filter, sort, skip, limit,
+    collation, text search or hint (what mongoeco reads as the source of a leading
+    ``$sample``)."""
+    plans = _module("mongoeco.core.query_plan")
+    return (type(semantics.query_plan) is plans.MatchAll and not semantics.sort
+            and not semantics.skip and semantics.limit is None and semantics.collation is None
+            and semantics.text_query is None and semantics.hint is None)
+
+
+@contextlib.contextmanager
+def sampling(db: str, coll: str, size: int) -> Iterator[None]:
+    """Run an ``aggregate`` on ``db.coll`` whose pipeline starts with ``{$sample: {size}}``:
+    mongoeco reads every document and draws from them; the indexed engine hands its source
+    read ``size`` documents drawn at random positions of the collection instead (mongoeco's
+    ``$sample`` then keeps them all, in random order). Nothing changes where the indexed
+    engine does not serve that read (another engine, a view)."""
+    if _SAMPLE is None:  # the indexed engine was never built in this process
+        yield
+        return
+    token = _SAMPLE.set([db, coll, size])
+    try:
+        yield
+    finally:
+        _SAMPLE.reset(token)
 
 
 #: mongoeco's engine methods that scan for a numeric ``_id`` whose typed key missed.

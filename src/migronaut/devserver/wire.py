@@ -35,6 +35,7 @@ mongoeco fails loudly with ``CONFIG_INVALID`` instead of silently serving withou
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
@@ -60,6 +61,7 @@ from migronaut.devserver.mongoeco_internals import (
     CommandHooks,
     Execute,
     Request,
+    sampling,
     set_collection_options,
 )
 from migronaut.devserver.search import SearchIndexes, is_search_request, not_enabled
@@ -189,7 +191,10 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool,
         if refused:
             reply = await _update_without(original, context, command, refused)
         else:
-            reply = await original(context)
+            size = _leading_sample(command) if name == "aggregate" else None
+            with contextlib.nullcontext() if size is None else sampling(
+                    db, command["aggregate"], size):
+                reply = await original(context)
         if search is not None and isinstance(reply, dict) and reply.get("ok"):
             search.follow(name, command, db)
         if counted is not None and isinstance(reply, dict) and reply.get("ok"):
@@ -209,6 +214,21 @@ def install(server: Any, *, strict: bool, standalone: bool, sharded: bool,
         return reply
 
     hooks.install(build_request_context, execute_prepared)
+
+
+def _leading_sample(command: dict[str, Any]) -> int | None:
+    """The size of an ``aggregate``'s first stage ``{$sample: {size: n}}`` on a collection
+    (``None`` for any other pipeline): a draw the dev server's engine serves without reading
+    every document."""
+    pipeline = command.get("pipeline")
+    if not isinstance(command.get("aggregate"), str) or not isinstance(pipeline, list) \
+            or not pipeline or not isinstance(pipeline[0], dict) or len(pipeline[0]) != 1:
+        return None
+    spec = pipeline[0].get("$sample")
+    if not isinstance(spec, dict) or list(spec) != ["size"]:
+        return None
+    size = spec["size"]
+    return size if type(size) is int and size > 0 else None
 
 
 # -- count_documents -------------------------------------------------------------------------
