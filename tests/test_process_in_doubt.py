@@ -189,6 +189,63 @@ def test_kill_9_during_a_body_leaves_it_in_doubt_until_resolved(
     assert count(db) == 1 and count(db, "quick") == 1
 
 
+#: ``up`` through the API, holding (bounded: 60 s) as 0002 starts: after the command that
+#: recorded 0001 and claimed 0002, before 0002's body.
+HOLDS_BEFORE_THE_SECOND_BODY = """
+import time
+from migronaut import Migrator
+
+def hold(event):
+    if event["migration"] == "0002_quick.py":
+        open("claimed.txt", "w").write("claimed")
+        time.sleep(60)
+
+with Migrator(env_file=False) as migrator:
+    migrator.on("migration:start", hold)
+    migrator.up()
+"""
+
+
+def test_kill_9_between_a_record_and_the_next_body_leaves_the_claimed_one_in_doubt(
+    project: Any, db: Any, cli_process: Any
+) -> None:
+    """The record of 0001 and the claim of 0002 travel in one command: a run killed after it
+    and before 0002's body leaves 0001 applied and 0002 in doubt (never run on its own)."""
+    import subprocess
+    import sys
+
+    project.write_migration("0001_first", QUICK.replace('"quick"', '"first"'))
+    project.write_migration("0002_quick", QUICK)
+    script = project.path / "hold.py"
+    script.write_text(HOLDS_BEFORE_THE_SECOND_BODY)
+    victim = subprocess.Popen([sys.executable, str(script)], cwd=project.path,
+                              env=project.env(), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until((project.path / "claimed.txt").exists, timeout=60, what="0002 to start")
+    finally:
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=10)
+    stored = records(db)
+    assert stored["0001_first.py"]["status"] == "applied"
+    assert stored["0002_quick.py"]["status"] == "running"
+    run_id = stored["0002_quick.py"]["intent"]["runId"]
+    assert stored["0002_quick.py"]["intent"]["pid"] == victim.pid
+    assert count(db, "first") == 1 and count(db, "quick") == 0
+
+    assert cli_process("unlock", "--yes", "--force", "--json", timeout=60).exit_code == 0
+    refused = cli_process("up", "--json", timeout=60)
+    assert_in_doubt(refused, "0002_quick.py", run_id)
+    assert count(db, "quick") == 0
+    resolved = cli_process("resolve", "0002_quick.py", "--pending", "--yes", "--reason",
+                           "its body never ran", timeout=60)
+    assert resolved.exit_code == 0, resolved.stderr
+    finish = cli_process("up", "--json", timeout=60)
+    assert finish.exit_code == 0, finish.stderr
+    assert [(r["file"], r["status"]) for r in finish.json] == [("0002_quick.py", "applied")]
+    assert count(db, "first") == 1 and count(db, "quick") == 1
+
+
 TRANSACTIONAL_GATED = """
 import pathlib
 import time
