@@ -97,7 +97,9 @@ def run_step(
     )
     timeout_ms = migration.timeout_ms or config.timeout_ms
     run.trace.migration_attributes({"migronaut.migration.transaction": use_transaction})
-    checksum = ws.project.checksum(name) or ""
+    held = handover.held if handover is not None else None
+    checksum = held.checksum if held is not None and held.migration is migration \
+        else ws.project.checksum(name) or ""  # (a claim sent ahead read it already)
     progress = ws.progress
     if progress:
         progress.on_start(name, direction)
