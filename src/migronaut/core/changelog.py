@@ -1,15 +1,17 @@
 """The changelog collection (``_migronaut_migrations``): one record per migration name.
 
 Invariant: a record is never deleted (except a claim that created it and was given back
-before its body started, :meth:`Changelog.give_back`); ``status`` says where a migration stands (``applied``,
-``reverted`` or ``failed``; ``running`` or ``reverting`` while a body runs outside a
-transaction). Applying upserts by name, reverting flips the status, a failed attempt leaves a
-trace without ever demoting an applied record.
+before its body started, :meth:`Changelog.give_back`); ``status`` says where a migration
+stands (``applied``, ``reverted`` or ``failed``; ``running`` or ``reverting`` while a body runs
+outside a transaction). Applying upserts by name, reverting flips the status, a failed attempt
+leaves a trace without ever demoting an applied record.
 
 Before a body that runs outside a transaction, its run claims the record (:func:`intent_write`):
 ``running`` (up) or ``reverting`` (down), with an ``intent`` sub-document naming the run (its id,
 which is also its lock's owner token), host, pid, start time (server clock), direction and the
-status it found. The claim only matches the status the run planned from, so of two runs that
+status it found (going up, the claim of the next migration travels with the final write of
+the previous one: :meth:`Changelog.finish_and_claim`, one round trip per migration). The claim
+only matches the status the run planned from, so of two runs that
 both planned a migration (a lock lost between them) one claims it and the other refuses. The
 final write matches that intent only, and clears it. A record left ``running``/``reverting`` by a
 run that is gone is *in doubt* (:func:`judge_unfinished`): nothing runs it again until an

@@ -151,11 +151,12 @@ def _changed(obj: _T, **changes: Any) -> _T:
     """``dataclasses.replace`` for these frozen dataclasses without ``__post_init__``: a copy of
     the instance's fields with ``changes`` (fields only, as ``replace`` would check). Five times
     cheaper: it runs twice per migration of a run."""
-    unknown = changes.keys() - obj.__dict__.keys()
-    if unknown:
-        raise TypeError(f"unknown fields: {sorted(unknown)}")
+    fields = obj.__dict__
+    for key in changes:
+        if key not in fields:
+            raise TypeError(f"unknown field: {key}")
     copy = object.__new__(type(obj))
-    copy.__dict__.update(obj.__dict__)
+    copy.__dict__.update(fields)
     copy.__dict__.update(changes)
     return copy
 
