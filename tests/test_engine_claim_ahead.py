@@ -1,22 +1,24 @@
 """One changelog round trip per migration: the final write of a migration and the claim of the
 next one travel as two ordered statements of one ``update`` command, and the next body starts
 only once the reply (or, failing that, the two records) confirms both. Counted over the wire
-with a command listener on a real server; the killed-process case is in
+with a command listener on a real server; the cut connection and the killed process are in
 test_process_in_doubt.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from pymongo import monitoring
 
-from conftest import project_on
-from helpers.engine import CHANGELOG, calls, make_migrator, records, write_simple
-from helpers.failpoints import configure
+from helpers.engine import (
+    CHANGELOG,
+    ChangelogUpdates,
+    calls,
+    make_migrator,
+    records,
+    write_simple,
+)
 from migronaut import MigronautError
 from migronaut.core.changelog import (
     Changelog,
@@ -26,23 +28,6 @@ from migronaut.core.changelog import (
 )
 
 RUN = "run-ours"
-
-
-class ChangelogUpdates(monitoring.CommandListener):
-    """The ``update`` commands sent to the changelog: the names their statements filter on."""
-
-    def __init__(self) -> None:
-        self.sent: list[list[str]] = []
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        if event.command_name == "update" and event.command.get("update") == CHANGELOG:
-            self.sent.append([s["q"]["name"][:4] for s in event.command["updates"]])
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
 
 
 def up_counted(project: Any, **overrides: Any) -> ChangelogUpdates:
@@ -190,86 +175,3 @@ def test_give_back_restores_the_status_or_removes_the_record_the_claim_made(db: 
     assert stored["old.py"] == {"name": "old.py", "status": "reverted", "batch": 2}
     assert "new.py" not in stored
     assert stored["theirs.py"]["status"] == "running"  # not ours: untouched
-
-
-# -- a cut connection ---------------------------------------------------------------------------
-
-#: Counts its execution, then cuts the connection of the next ``%d`` updates of migronaut's
-#: client: the command carrying its record and the next migration's claim comes first.
-CUTS_ITS_RECORD = '''
-def up(ctx):
-    ctx.db["counters"].update_one({"_id": "%s"}, {"$inc": {"n": 1}}, upsert=True)
-    ctx.client.admin.command({
-        "configureFailPoint": "failCommand", "mode": {"times": %d},
-        "data": {"failCommands": ["update"], "closeConnection": True, "appName": "migronaut"},
-    })
-
-def down(ctx):
-    pass
-'''
-
-COUNTS = '''
-def up(ctx):
-    ctx.db["counters"].update_one({"_id": "%s"}, {"$inc": {"n": 1}}, upsert=True)
-
-def down(ctx):
-    pass
-'''
-
-
-@pytest.fixture
-def fp_db(failpoint_client: Any, db_name: str) -> Iterator[Any]:
-    yield failpoint_client[db_name]
-    failpoint_client.drop_database(db_name)
-
-
-@pytest.fixture
-def fp_project(tmp_path: Path, failpoint_uri: str, db_name: str,
-               monkeypatch: pytest.MonkeyPatch) -> Any:
-    return project_on(tmp_path, failpoint_uri, db_name, monkeypatch)
-
-
-def counted(db: Any) -> dict[str, int]:
-    return {doc["_id"]: doc["n"] for doc in db["counters"].find()}
-
-
-def test_a_combined_command_cut_once_is_sent_again_and_nothing_runs_twice(
-    fp_project: Any, fp_db: Any, failpoint_client: Any
-) -> None:
-    fp_project.write_migration("0001_a", COUNTS % "a")
-    fp_project.write_migration("0002_cut", CUTS_ITS_RECORD % ("cut", 1))
-    fp_project.write_migration("0003_c", COUNTS % "c")
-    listener = ChangelogUpdates()
-    try:
-        with make_migrator(fp_project,
-                           client_options={"event_listeners": [listener]}) as migrator:
-            migrator.up()
-    finally:
-        configure(failpoint_client, "off")
-    assert counted(fp_db) == {"a": 1, "cut": 1, "c": 1}
-    assert ["0002", "0003"] in listener.sent
-    assert listener.sent.count(["0002", "0003"]) == 2  # cut, then sent again
-    assert all(r["status"] == "applied" and "intent" not in r for r in records(fp_db).values())
-
-
-def test_a_combined_command_never_answered_leaves_the_migration_in_doubt_and_the_next_unrun(
-    fp_project: Any, fp_db: Any, failpoint_client: Any
-) -> None:
-    fp_project.write_migration("0001_cut", CUTS_ITS_RECORD % ("cut", 12))
-    fp_project.write_migration("0002_c", COUNTS % "c")
-    try:
-        with make_migrator(fp_project) as migrator, pytest.raises(MigronautError) as info:
-            migrator.up()
-    finally:
-        configure(failpoint_client, "off")
-    assert info.value.code == "CONNECTION_FAILED"
-    assert info.value.context["phase"] == "changelog-write"
-    assert info.value.context["inDoubt"] is True
-    assert counted(fp_db) == {"cut": 1}
-    stored = records(fp_db)
-    assert stored["0001_cut.py"]["status"] == "running"
-    assert "0002_c.py" not in stored  # neither its claim nor the give-back got through
-    with make_migrator(fp_project) as migrator, pytest.raises(MigronautError) as again:
-        migrator.up()
-    assert again.value.code == "MIGRATION_IN_DOUBT" and again.value.context["name"] == "0001_cut.py"
-    assert counted(fp_db) == {"cut": 1}
