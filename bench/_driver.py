@@ -302,6 +302,56 @@ def migronaut_up(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def migronaut_up_own(spec: dict[str, Any]) -> dict[str, Any]:
+    """migronaut's own client CPU per migration, split: ``up`` of ``n // 5`` then ``n`` files
+    whose bodies do nothing, with the changelog's claim and final writes stubbed out (no round
+    trip per migration). The slope between the two sizes is the per-migration cost (the fixed
+    part cancels out); ``loading`` is the share of loading the files before the first runs."""
+    import migronaut.core.changelog as changelog
+    import migronaut.core.run_loop as run_loop
+    from migronaut.api import Migrator
+
+    changelog.Changelog.finish_and_claim = lambda self, final, claim, run_id: (True, True)
+    changelog.Changelog.claim = lambda self, change, run_id: True
+    changelog.Changelog.finish = lambda self, change, status: True
+    loading = [0.0]
+    preflight = run_loop._preflight
+
+    def timed_preflight(*args: Any, **kwargs: Any) -> Any:
+        started = time.process_time()
+        try:
+            return preflight(*args, **kwargs)
+        finally:
+            loading[0] += time.process_time() - started
+
+    run_loop._preflight = timed_preflight  # type: ignore[assignment]
+    out: dict[str, Any] = {}
+    for label, n in (("small", max(1, spec["n"] // 5)), ("large", spec["n"])):
+        work = Path(spec["workdir"]) / label
+        directory = work / "migrations"
+        directory.mkdir(parents=True)
+        for i in range(n):
+            (directory / f"{stamp(i)}_own_{i:05d}.py").write_text(
+                f'"""Trivial migration {i}."""\n\n\ndef up(ctx):\n    pass\n\n\n'
+                "def down(ctx):\n    pass\n", encoding="utf-8")
+        migrator = Migrator(uri=spec["uri"], db_name=f"{spec['db']}_{label}",
+                            migrations_dir=str(directory), env_file=False, cwd=str(work))
+        with migrator:
+            migrator.connect()
+            loading[0] = 0.0
+            started = time.process_time()
+            migrator.up()
+            out[label] = {"n": n, "cpu_seconds": time.process_time() - started,
+                          "loading_seconds": loading[0]}
+        with MongoClient(spec["uri"]) as client:
+            client.drop_database(f"{spec['db']}_{label}")
+    small, large = out["small"], out["large"]
+    span = large["n"] - small["n"]
+    out["own_ms"] = (large["cpu_seconds"] - small["cpu_seconds"]) / span * 1000
+    out["loading_ms"] = (large["loading_seconds"] - small["loading_seconds"]) / span * 1000
+    return out
+
+
 def migronaut_status(spec: dict[str, Any]) -> dict[str, Any]:
     from migronaut.api import Migrator
 
@@ -967,6 +1017,7 @@ def converge_run(spec: dict[str, Any]) -> dict[str, Any]:
 
 SCENARIOS = {
     "migronaut-up": migronaut_up,
+    "migronaut-up-own": migronaut_up_own,
     "migronaut-status": migronaut_status,
     "mongomig-up": mongomig_up,
     "mongomig-status": mongomig_status,

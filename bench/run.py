@@ -33,7 +33,9 @@ documents, fewer repeats): a smoke run, not the figures the targets are judged o
 ``--background-sizes N ...`` its document counts;
 ``--up-only`` runs only ``up`` of 500 trivial migrations (``--quick``: 100): migronaut, the loop
 writing migronaut's records the way migronaut must (a claim, then the final write sent with the
-next claim) and the plain loop, ``--rounds`` rounds in turns; medians of client CPU and wall.
+next claim) and the plain loop, ``--rounds`` rounds in turns; medians of client CPU and wall, and
+migronaut's own CPU per migration (bodies that do nothing, changelog writes stubbed) split into
+loading the files and the rest.
 ``--converge`` runs only the converge section: migronaut's ``converge`` beside Beanie's
 ``init_beanie`` and MongoEngine's ``ensure_indexes`` over 50 collections (``_converge_report.py``,
 ``_converge_scenarios.py``).
@@ -1186,14 +1188,25 @@ def run_up(command: str, n: int, rounds: int, markdown: bool) -> int:
     def measure(server: Server) -> tuple[str, str, list[str], dict[str, Any]]:
         me = Path(sys.executable)
         figures: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in UP_VARIANTS}
+        own: list[dict[str, Any]] = []
         for _ in range(rounds):
             for label, scenario in UP_VARIANTS:
                 figures[label].append(run_driver(me, scenario, server.uri, n, 1, 900.0))
+            own.append(run_driver(me, "migronaut-up-own", server.uri, n, 1, 900.0))
         lines, notes = up_rounds_table(figures, n)
+        measured = [o for o in own if "own_ms" in o]
+        notes += [f"migronaut's own work: {o.get('error')}" for o in own if o not in measured]
+        if measured:
+            notes.append(
+                "migronaut's own client CPU per migration (bodies that do nothing, changelog "
+                "writes stubbed, slope between n/5 and n files, median of the rounds): "
+                f"{statistics.median(o['own_ms'] for o in measured):.3f} ms, of which loading "
+                f"the files {statistics.median(o['loading_ms'] for o in measured):.3f} ms")
         headers = ("variant", "client CPU per migration", "wall per migration",
                    "changelog writes per migration", "all commands per migration",
                    "CPU ÷ record loop", "CPU ÷ plain loop", "wall ÷ record loop")
-        return (*grid(headers, lines), notes, {"n": n, "rounds": rounds, "figures": figures})
+        return (*grid(headers, lines), notes,
+                {"n": n, "rounds": rounds, "figures": figures, "own": own})
 
     return run_section("up", command, markdown, measure)
 
