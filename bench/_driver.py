@@ -302,6 +302,56 @@ def migronaut_up(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def migronaut_up_own(spec: dict[str, Any]) -> dict[str, Any]:
+    """migronaut's own client CPU per migration, split: ``up`` of ``n // 5`` then ``n`` files
+    whose bodies do nothing, with the changelog's claim and final writes stubbed out (no round
+    trip per migration). The slope between the two sizes is the per-migration cost (the fixed
+    part cancels out); ``loading`` is the share of loading the files before the first runs."""
+    import migronaut.core.changelog as changelog
+    import migronaut.core.run_loop as run_loop
+    from migronaut.api import Migrator
+
+    changelog.Changelog.finish_and_claim = lambda self, final, claim, run_id: (True, True)
+    changelog.Changelog.claim = lambda self, change, run_id: True
+    changelog.Changelog.finish = lambda self, change, status: True
+    loading = [0.0]
+    preflight = run_loop._preflight
+
+    def timed_preflight(*args: Any, **kwargs: Any) -> Any:
+        started = time.process_time()
+        try:
+            return preflight(*args, **kwargs)
+        finally:
+            loading[0] += time.process_time() - started
+
+    run_loop._preflight = timed_preflight  # type: ignore[assignment]
+    out: dict[str, Any] = {}
+    for label, n in (("small", max(1, spec["n"] // 5)), ("large", spec["n"])):
+        work = Path(spec["workdir"]) / label
+        directory = work / "migrations"
+        directory.mkdir(parents=True)
+        for i in range(n):
+            (directory / f"{stamp(i)}_own_{i:05d}.py").write_text(
+                f'"""Trivial migration {i}."""\n\n\ndef up(ctx):\n    pass\n\n\n'
+                "def down(ctx):\n    pass\n", encoding="utf-8")
+        migrator = Migrator(uri=spec["uri"], db_name=f"{spec['db']}_{label}",
+                            migrations_dir=str(directory), env_file=False, cwd=str(work))
+        with migrator:
+            migrator.connect()
+            loading[0] = 0.0
+            started = time.process_time()
+            migrator.up()
+            out[label] = {"n": n, "cpu_seconds": time.process_time() - started,
+                          "loading_seconds": loading[0]}
+        with MongoClient(spec["uri"]) as client:
+            client.drop_database(f"{spec['db']}_{label}")
+    small, large = out["small"], out["large"]
+    span = large["n"] - small["n"]
+    out["own_ms"] = (large["cpu_seconds"] - small["cpu_seconds"]) / span * 1000
+    out["loading_ms"] = (large["loading_seconds"] - small["loading_seconds"]) / span * 1000
+    return out
+
+
 def migronaut_status(spec: dict[str, Any]) -> dict[str, Any]:
     from migronaut.api import Migrator
 
@@ -458,17 +508,25 @@ def pymongo_up(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def pymongo_up_record(spec: dict[str, Any]) -> dict[str, Any]:
-    """The floor again, writing migronaut's record instead of a two-field one.
+    """The floor again, writing migronaut's records the way migronaut must.
 
-    Same body update; the changelog write is migronaut's own (``applied_update``: the same
-    fields, the same update pipeline) into a collection with migronaut's five indexes. What
-    this loop costs above :func:`pymongo_up` is the server's work for the richer record; what
-    ``migronaut-up`` costs above this loop is migronaut's own per-migration work (files,
-    checksums, lock, events, hooks, results).
+    Same body update; the changelog writes are migronaut's own into a collection with its five
+    indexes: the claim of a migration (``intent_write``: ``running``, with its intent) before
+    its body, and its final write (``applied_update``, matching that claim) sent with the next
+    migration's claim as two ordered statements of one ``update`` command — N + 1 changelog
+    commands for N migrations, each reply checked. What this loop costs above
+    :func:`pymongo_up` is the server's work for the richer records; what ``migronaut-up``
+    costs above this loop is migronaut's own per-migration work (files, checksums, lock,
+    events, hooks, results).
     """
     from pymongo import IndexModel
 
-    from migronaut.core.changelog import INDEXES, applied_update
+    from migronaut.core.changelog import (
+        INDEXES,
+        applied_write,
+        finished_write,
+        intent_write,
+    )
 
     counter = Counter(timed_collection=TARGET)
     n = spec["n"]
@@ -478,16 +536,30 @@ def pymongo_up_record(spec: dict[str, Any]) -> dict[str, Any]:
         setup[spec["db"]][changelog].create_indexes(
             [IndexModel(keys, name=name, **options) for name, keys, options in INDEXES])
     run_id = "00000000-0000-4000-8000-000000000000"
+    intent = {"runId": run_id, "lockOwner": run_id, "host": "bench", "pid": os.getpid(),
+              "direction": "up"}
+
+    def record(i: int) -> dict[str, Any]:
+        return {"name": f"{stamp(i)}_bench_{i:05d}.py", "batch": 1, "status": "applied",
+                "checksum": "0" * 64, "environment": "production", "executedBy": "bench",
+                "duration": 0, "runId": run_id, "description": f"Trivial migration {i}."}
+
+    def claim(i: int) -> dict[str, Any]:
+        mine = record(i)
+        return intent_write(mine["name"], direction="up", planned=None, intent=intent,
+                            record=mine).statement()
+
     client: MongoClient[dict[str, Any]]
     with measured(counter) as out, MongoClient(spec["uri"], event_listeners=[counter]) as client:
         db = client[spec["db"]]
+        sent = db.command("update", changelog, updates=[claim(0)], ordered=True)
         for i in range(n):
+            assert sent.get("n") == (1 if i == 0 else 2), sent
             db[TARGET].update_one({"_id": 1}, {"$inc": {"n": 1}}, upsert=True)
-            name = f"{stamp(i)}_bench_{i:05d}.py"
-            record = {"name": name, "batch": 1, "status": "applied", "checksum": "0" * 64,
-                      "environment": "production", "executedBy": "bench", "duration": 0,
-                      "runId": run_id, "description": f"Trivial migration {i}."}
-            db[changelog].update_one({"name": name}, applied_update(record), upsert=True)
+            final = finished_write(applied_write(record(i)), run_id).statement()
+            updates = [final, claim(i + 1)] if i + 1 < n else [final]
+            sent = db.command("update", changelog, updates=updates, ordered=True)
+        assert sent.get("n") == 1, sent
     out["applied"] = n
     out.update(verify(spec["uri"], spec["db"], changelog, n))
     return out
@@ -945,6 +1017,7 @@ def converge_run(spec: dict[str, Any]) -> dict[str, Any]:
 
 SCENARIOS = {
     "migronaut-up": migronaut_up,
+    "migronaut-up-own": migronaut_up_own,
     "migronaut-status": migronaut_status,
     "mongomig-up": mongomig_up,
     "mongomig-status": mongomig_status,

@@ -119,10 +119,12 @@ def test_the_changelog_write_is_inside_the_transaction(
 def test_recording_failure_without_a_transaction_says_the_body_succeeded(
     project: Any, db: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def fail(self: Any, change: Any, status: str) -> bool:
+    def fail(self: Any, *args: Any) -> Any:
         raise RuntimeError("changelog unavailable")
 
+    # the final write alone, and sent with the next migration's claim
     monkeypatch.setattr(changelog_module.Changelog, "finish", fail)
+    monkeypatch.setattr(changelog_module.Changelog, "finish_and_claim", fail)
     write_simple(project, "0001_a", "0002_b")
     with make_migrator(project) as migrator, pytest.raises(MigrationExecutionFailedError) as info:
         migrator.up()

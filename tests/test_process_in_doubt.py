@@ -5,7 +5,8 @@ records the outcome after it. When the run ends in between — killed, its lock 
 under it, its final write cut off — the migration is *in doubt*: ``up``, ``down``, ``redo`` and
 ``status --check`` refuse with ``MIGRATION_IN_DOUBT`` (exit 36) until ``migronaut resolve``
 records the operator's decision. Synchronisation is on documents the bodies write and on process
-exits, every wait bounded.
+exits, every wait bounded. The cut-connection cases at the end run through the API, on the same
+server (it serves ``failCommand``).
 """
 
 from __future__ import annotations
@@ -18,8 +19,16 @@ from typing import Any
 import pytest
 
 from conftest import project_on
-from helpers.engine import CHANGELOG, LOCKS, records, wait_until
+from helpers.engine import (
+    CHANGELOG,
+    LOCKS,
+    ChangelogUpdates,
+    make_migrator,
+    records,
+    wait_until,
+)
 from helpers.failpoints import configure
+from migronaut import MigronautError
 
 pytestmark = pytest.mark.slow
 
@@ -189,6 +198,63 @@ def test_kill_9_during_a_body_leaves_it_in_doubt_until_resolved(
     assert count(db) == 1 and count(db, "quick") == 1
 
 
+#: ``up`` through the API, holding (bounded: 60 s) as 0002 starts: after the command that
+#: recorded 0001 and claimed 0002, before 0002's body.
+HOLDS_BEFORE_THE_SECOND_BODY = """
+import time
+from migronaut import Migrator
+
+def hold(event):
+    if event["migration"] == "0002_quick.py":
+        open("claimed.txt", "w").write("claimed")
+        time.sleep(60)
+
+with Migrator(env_file=False) as migrator:
+    migrator.on("migration:start", hold)
+    migrator.up()
+"""
+
+
+def test_kill_9_between_a_record_and_the_next_body_leaves_the_claimed_one_in_doubt(
+    project: Any, db: Any, cli_process: Any
+) -> None:
+    """The record of 0001 and the claim of 0002 travel in one command: a run killed after it
+    and before 0002's body leaves 0001 applied and 0002 in doubt (never run on its own)."""
+    import subprocess
+    import sys
+
+    project.write_migration("0001_first", QUICK.replace('"quick"', '"first"'))
+    project.write_migration("0002_quick", QUICK)
+    script = project.path / "hold.py"
+    script.write_text(HOLDS_BEFORE_THE_SECOND_BODY)
+    victim = subprocess.Popen([sys.executable, str(script)], cwd=project.path,
+                              env=project.env(), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until((project.path / "claimed.txt").exists, timeout=60, what="0002 to start")
+    finally:
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=10)
+    stored = records(db)
+    assert stored["0001_first.py"]["status"] == "applied"
+    assert stored["0002_quick.py"]["status"] == "running"
+    run_id = stored["0002_quick.py"]["intent"]["runId"]
+    assert stored["0002_quick.py"]["intent"]["pid"] == victim.pid
+    assert count(db, "first") == 1 and count(db, "quick") == 0
+
+    assert cli_process("unlock", "--yes", "--force", "--json", timeout=60).exit_code == 0
+    refused = cli_process("up", "--json", timeout=60)
+    assert_in_doubt(refused, "0002_quick.py", run_id)
+    assert count(db, "quick") == 0
+    resolved = cli_process("resolve", "0002_quick.py", "--pending", "--yes", "--reason",
+                           "its body never ran", timeout=60)
+    assert resolved.exit_code == 0, resolved.stderr
+    finish = cli_process("up", "--json", timeout=60)
+    assert finish.exit_code == 0, finish.stderr
+    assert [(r["file"], r["status"]) for r in finish.json] == [("0002_quick.py", "applied")]
+    assert count(db, "first") == 1 and count(db, "quick") == 1
+
+
 TRANSACTIONAL_GATED = """
 import pathlib
 import time
@@ -231,11 +297,12 @@ def test_a_killed_transactional_migration_leaves_nothing_in_doubt(
     assert records(db)["0001_txn.py"]["status"] == "applied"
 
 
-#: Counts its execution, then cuts the connection of the next updates — its changelog write
-#: (and every resend of it) among them.
+#: Counts its execution (under ``%s``), then cuts the connection of the next ``%d`` updates of
+#: migronaut's client — its changelog write (and every resend of it) among them; going up, that
+#: command also carries the next migration's claim.
 CUTS_ITS_RECORD = """
 def up(ctx):
-    ctx.db["counters"].update_one({"_id": "n"}, {"$inc": {"n": 1}}, upsert=True)
+    ctx.db["counters"].update_one({"_id": "%s"}, {"$inc": {"n": 1}}, upsert=True)
     ctx.client.admin.command({
         "configureFailPoint": "failCommand", "mode": {"times": %d},
         "data": {"failCommands": ["update"], "closeConnection": True, "appName": "migronaut"},
@@ -249,7 +316,7 @@ def down(ctx):
 def test_a_cut_connection_during_the_changelog_write_leaves_the_migration_in_doubt(
     project: Any, db: Any, failpoint_client: Any, cli_process: Any
 ) -> None:
-    project.write_migration("0001_cut", CUTS_ITS_RECORD % 12)
+    project.write_migration("0001_cut", CUTS_ITS_RECORD % ("n", 12))
     try:
         first = cli_process("up", "--json", timeout=120)
     finally:
@@ -282,3 +349,51 @@ def test_a_cut_connection_during_the_changelog_write_leaves_the_migration_in_dou
         assert rows.exit_code == 0, rows.stderr
     finally:
         configure(failpoint_client, "off")
+
+
+# -- a cut connection under the command that records one migration and claims the next ------
+
+
+def counted(db: Any) -> dict[str, int]:
+    return {doc["_id"]: doc["n"] for doc in db["counters"].find()}
+
+
+def test_a_combined_command_cut_once_is_sent_again_and_nothing_runs_twice(
+    project: Any, db: Any, failpoint_client: Any
+) -> None:
+    project.write_migration("0001_a", QUICK.replace('"quick"', '"a"'))
+    project.write_migration("0002_cut", CUTS_ITS_RECORD % ("cut", 1))
+    project.write_migration("0003_c", QUICK.replace('"quick"', '"c"'))
+    listener = ChangelogUpdates()
+    try:
+        with make_migrator(project, client_options={"event_listeners": [listener]}) as migrator:
+            migrator.up()
+    finally:
+        configure(failpoint_client, "off")
+    assert counted(db) == {"a": 1, "cut": 1, "c": 1}
+    assert listener.sent.count(["0002", "0003"]) == 2  # cut, then sent again
+    assert all(r["status"] == "applied" and "intent" not in r for r in records(db).values())
+
+
+def test_a_combined_command_never_answered_leaves_the_migration_in_doubt_and_the_next_unrun(
+    project: Any, db: Any, failpoint_client: Any
+) -> None:
+    project.write_migration("0001_cut", CUTS_ITS_RECORD % ("cut", 12))
+    project.write_migration("0002_c", QUICK.replace('"quick"', '"c"'))
+    try:
+        with make_migrator(project) as migrator, pytest.raises(MigronautError) as info:
+            migrator.up()
+    finally:
+        configure(failpoint_client, "off")
+    assert info.value.code == "CONNECTION_FAILED"
+    assert info.value.context["phase"] == "changelog-write"
+    assert info.value.context["inDoubt"] is True
+    assert counted(db) == {"cut": 1}
+    stored = records(db)
+    assert stored["0001_cut.py"]["status"] == "running"
+    assert "0002_c.py" not in stored  # neither its claim nor the give-back got through
+    with make_migrator(project) as migrator, pytest.raises(MigronautError) as again:
+        migrator.up()
+    assert again.value.code == "MIGRATION_IN_DOUBT"
+    assert again.value.context["name"] == "0001_cut.py"
+    assert counted(db) == {"cut": 1}

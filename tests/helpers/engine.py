@@ -14,6 +14,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pymongo.monitoring import (
+    CommandFailedEvent,
+    CommandListener,
+    CommandStartedEvent,
+    CommandSucceededEvent,
+)
+
 if TYPE_CHECKING:
     from pymongo.database import Database
 
@@ -202,3 +209,21 @@ def up(ctx):
 def down(ctx):
     pass
 """
+
+
+class ChangelogUpdates(CommandListener):
+    """The ``update`` commands sent to the changelog: for each, the first four characters of
+    the names its statements filter on (``[["0001"], ["0001", "0002"], …]``)."""
+
+    def __init__(self) -> None:
+        self.sent: list[list[str]] = []
+
+    def started(self, event: CommandStartedEvent) -> None:
+        if event.command_name == "update" and event.command.get("update") == CHANGELOG:
+            self.sent.append([s["q"]["name"][:4] for s in event.command["updates"]])
+
+    def succeeded(self, event: CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: CommandFailedEvent) -> None:
+        pass

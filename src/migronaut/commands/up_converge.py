@@ -57,13 +57,14 @@ class AfterUp:
 def after_up(ws: Workspace, *, file: str | None, to: str | None, converge: bool | None,
              requested_by: str | None, reason: str | None) -> AfterUp | None:
     """The converge this ``up`` ends with, its definitions already loaded — or ``None``."""
-    from migronaut.commands.converge_options import ConvergeOptions
-    from migronaut.declared.sources import load_definitions
-
     config = ws.project.config
     wanted = config.converge_after_up if converge is None else converge
     if not wanted or file is not None:
         return None  # a single-file up never converges (converge=True with a file is refused)
+    # (imported only when an up converges: most never do)
+    from migronaut.commands.converge_options import ConvergeOptions
+    from migronaut.declared.sources import load_definitions
+
     logger = ws.project.logger
     if to is not None:
         logger.info("Converge after up skipped: up --to applies only part of the migrations "

@@ -53,7 +53,7 @@ def call_user(fn: Callable[..., Any], *args: Any) -> Any:
         if bridge is not None:
             return bridge.call(fn, *args)
     result = fn(*args)
-    if not inspect.isawaitable(result):
+    if result is None or not inspect.isawaitable(result):  # (None: most bodies and hooks)
         return result
     try:
         asyncio.get_running_loop()

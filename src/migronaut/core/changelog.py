@@ -1,14 +1,17 @@
 """The changelog collection (``_migronaut_migrations``): one record per migration name.
 
-Invariant: a record is never deleted; ``status`` says where a migration stands (``applied``,
-``reverted`` or ``failed``; ``running`` or ``reverting`` while a body runs outside a
-transaction). Applying upserts by name, reverting flips the status, a failed attempt leaves a
-trace without ever demoting an applied record.
+Invariant: a record is never deleted (except a claim that created it and was given back
+before its body started, :meth:`Changelog.give_back`); ``status`` says where a migration
+stands (``applied``, ``reverted`` or ``failed``; ``running`` or ``reverting`` while a body runs
+outside a transaction). Applying upserts by name, reverting flips the status, a failed attempt
+leaves a trace without ever demoting an applied record.
 
 Before a body that runs outside a transaction, its run claims the record (:func:`intent_write`):
 ``running`` (up) or ``reverting`` (down), with an ``intent`` sub-document naming the run (its id,
 which is also its lock's owner token), host, pid, start time (server clock), direction and the
-status it found. The claim only matches the status the run planned from, so of two runs that
+status it found (going up, the claim of the next migration travels with the final write of
+the previous one: :meth:`Changelog.finish_and_claim`, one round trip per migration). The claim
+only matches the status the run planned from, so of two runs that
 both planned a migration (a lock lost between them) one claims it and the other refuses. The
 final write matches that intent only, and clears it. A record left ``running``/``reverting`` by a
 run that is gone is *in doubt* (:func:`judge_unfinished`): nothing runs it again until an
@@ -254,6 +257,62 @@ class Changelog:
                                          {"_id": 0, "status": 1})
         return found is not None and found.get("status") == status
 
+    def finish_and_claim(
+        self, final: ChangelogWrite, claim: ChangelogWrite, run_id: str
+    ) -> tuple[bool, bool]:
+        """The final write of one migration (a :func:`finished_write` of an applied record)
+        and the claim (:func:`intent_write`) of the next, as two ordered statements of ONE
+        ``update`` command: one round trip per migration in steady state.
+
+        Returns (finished, claimed). Each is read from the reply when the reply says both
+        statements took effect; otherwise — a statement that matched nothing, a
+        duplicate-key refusal, a resend after a lost reply — from the two records (primary
+        read): finished when the first record is ``applied`` by this run, claimed when the
+        second is unfinished under this run's intent. Nothing is guessed. A write error on the
+        final statement, or a connection that never answers, is raised as :meth:`write`
+        raises it (the caller leaves the migration in doubt).
+        """
+        from pymongo.errors import WriteConcernError, WriteError
+
+        collection = self.collection
+        command: dict[str, Any] = {"updates": [final.statement(), claim.statement()],
+                                   "ordered": True}
+        if not collection.write_concern.is_server_default:
+            command["writeConcern"] = collection.write_concern.document
+
+        def send() -> dict[str, Any]:
+            return collection.database.command("update", collection.name, **command)
+
+        reply = retry_transient(send)
+        errors = reply.get("writeErrors") or []
+        if errors and errors[0].get("index") == 0:
+            raise WriteError(str(errors[0].get("errmsg")), errors[0].get("code"), reply)
+        concern = reply.get("writeConcernError")
+        if concern:
+            raise WriteConcernError(str(concern.get("errmsg")), concern.get("code"), reply)
+        if not errors and reply.get("n") == 2:
+            return True, True
+        names = [final.filter["name"], claim.filter["name"]]
+        found = {doc.get("name"): doc for doc in collection.find(
+            {"name": {"$in": names}}, {"_id": 0, "name": 1, "status": 1, "runId": 1,
+                                      "intent.runId": 1})}
+        done, next_ = found.get(names[0]) or {}, found.get(names[1]) or {}
+        intent = next_.get("intent")
+        return (done.get("status") == APPLIED and done.get("runId") == run_id,
+                next_.get("status") in UNFINISHED and isinstance(intent, dict)
+                and intent.get("runId") == run_id)
+
+    def give_back(self, name: str, status: str, run_id: str) -> None:
+        """Undo this run's claim of a migration whose body never started: the record returns
+        to the status it had (``intent.previous``), or — when the claim created it — is
+        removed, so nothing looks in doubt that never ran. Both match this run's claim only."""
+        ours = _ours(name, status, run_id)
+        restored = self.write(ChangelogWrite(
+            {**ours, "intent.previous": {"$ne": None}},
+            [{"$set": {"status": "$intent.previous"}}, {"$unset": "intent"}]))
+        if not restored.matched_count:
+            retry_transient(lambda: self.collection.delete_one({**ours, "intent.previous": None}))
+
     def mark_applied_bulk(self, records: Iterable[Mapping[str, Any]]) -> None:
         from pymongo import UpdateOne
 
@@ -467,6 +526,10 @@ class ChangelogWrite:
     filter: dict[str, Any]
     update: Any
     upsert: bool = False
+
+    def statement(self) -> dict[str, Any]:
+        """This write as one statement of an ``update`` command."""
+        return {"q": self.filter, "u": self.update, "upsert": self.upsert, "multi": False}
 
     async def apply_async(
         self, collection: AsyncCollection[dict[str, Any]], session: AsyncClientSession

@@ -204,33 +204,36 @@ def checksum_bytes(data: bytes) -> str:
 
 
 class ChecksumCache:
-    """Checksums keyed by path, re-hashed only when the file's mtime or size changes."""
+    """Checksums keyed by path, re-hashed only when the file's mtime or size changes (keys are
+    the path's text: a hot lookup, once per migration of a run, costs a ``stat``)."""
 
     def __init__(self) -> None:
-        self._entries: dict[Path, tuple[int, int, str]] = {}
+        self._entries: dict[str, tuple[int, int, str]] = {}
         self._lock = threading.Lock()
 
-    def checksum(self, path: Path) -> str | None:
+    def checksum(self, path: str | Path) -> str | None:
+        key = os.fspath(path)
         try:
-            found = os.stat(path)
+            found = os.stat(key)
         except OSError:
             return None
         with self._lock:
-            hit = self._entries.get(path)
+            hit = self._entries.get(key)
         if hit and hit[0] == found.st_mtime_ns and hit[1] == found.st_size:
             return hit[2]
         try:
-            value = checksum_bytes(path.read_bytes())
+            with open(key, "rb") as source:
+                value = checksum_bytes(source.read())
         except OSError:
             return None
-        self.remember(path, found, value)
+        self.remember(key, found, value)
         return value
 
-    def remember(self, path: Path, found: os.stat_result, value: str) -> None:
+    def remember(self, path: str | Path, found: os.stat_result, value: str) -> None:
         """Keep ``value``, the checksum of ``path`` as it was when stamped ``found`` (a loader
         that already read the file shares its read instead of hashing it again)."""
         with self._lock:
-            self._entries[path] = (found.st_mtime_ns, found.st_size, value)
+            self._entries[os.fspath(path)] = (found.st_mtime_ns, found.st_size, value)
 
 
 _module_lock = threading.Lock()

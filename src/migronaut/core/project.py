@@ -139,7 +139,7 @@ class Project:
                         origin=self.config.origin("migrations_dir"))
 
     def checksum(self, name: str) -> str | None:
-        return self._checksums.checksum(self.directory / name)
+        return self._checksums.checksum(os.path.join(self.directory, name))
 
     def load(self, names: Sequence[str]) -> list[MigrationModule]:
         """Load and validate the named files before a run; each read also fills the checksum

@@ -3,7 +3,9 @@
 Invariants: every target is loaded and validated before the first one runs (a broken file, or a
 broken background spec going up, anywhere in the list refuses the run before any migration or
 hook); between two targets the lock is confirmed and a stop honoured
-(:func:`~migronaut.core.locked_run.check_between`); the loop stops at the first failure, and
+(:func:`~migronaut.core.locked_run.check_between`) — a claim of the next target sent with the
+previous one's record (:class:`~migronaut.core.step.Handover`) is given back when the run stops
+there; the loop stops at the first failure, and
 ``after_all`` runs whatever happened (its own failure after a failed run is only a warning).
 """
 
@@ -15,7 +17,7 @@ from typing import TYPE_CHECKING
 from migronaut.core.context import MigrationContext, RunInfo
 from migronaut.core.hooks import call_hook
 from migronaut.core.locked_run import check_between
-from migronaut.core.step import WaitingForBackground, run_step
+from migronaut.core.step import Handover, WaitingForBackground, run_step
 from migronaut.errors import MigronautError
 
 if TYPE_CHECKING:
@@ -47,16 +49,23 @@ def run_targets(
     done = 0
     call_hook(hooks, "before_all", ctx)
     failure: BaseException | None = None
+    handover = Handover()
     try:
         for index, migration in enumerate(migrations):
             check_between(run)
             batch = None
             if direction == "up":
                 batch = batches[index] if batches else (step_base or 1) + done
+            following = None
+            if index + 1 < total:
+                following = (migrations[index + 1],
+                             None if direction != "up" else batches[index + 1] if batches
+                             else (step_base or 1) + done + 1)
             try:
                 with run.trace.migration(migration.name, direction, batch=batch,
                                          index=index, total=total):
-                    run_step(ws, run, ctx, hooks, migration, direction, batch, index, total)
+                    run_step(ws, run, ctx, hooks, migration, direction, batch, index, total,
+                             handover=handover, following=following)
             except WaitingForBackground:
                 break  # on_background_pending="stop": nothing after it runs
             done += 1
@@ -64,6 +73,7 @@ def run_targets(
         failure = error
         raise
     finally:
+        handover.give_back()  # a claim sent ahead for a body that never started
         summary = {"success": failure is None, "applied": done, "direction": direction}
         try:
             call_hook(hooks, "after_all", ctx, summary)

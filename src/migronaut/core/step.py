@@ -31,6 +31,7 @@ from migronaut.core.changelog import (
     APPLIED,
     REVERTING,
     RUNNING,
+    ChangelogWrite,
     applied_write,
     finished_write,
     intent_write,
@@ -52,7 +53,10 @@ if TYPE_CHECKING:
     from migronaut.core.run import Direction, Run
     from migronaut.core.workspace import Workspace
 
-__all__ = ["WaitingForBackground", "run_step"]
+__all__ = ["Handover", "WaitingForBackground", "run_step"]
+
+#: This machine's name, as every intent records it (looked up once per process).
+_HOST = socket.gethostname()
 
 
 class WaitingForBackground(Exception):
@@ -70,8 +74,16 @@ def run_step(
     batch: int | None,
     index: int,
     total: int,
+    *,
+    handover: Handover | None = None,
+    following: tuple[MigrationModule, int | None] | None = None,
 ) -> None:
-    """Run one migration of ``run`` (``index`` of ``total``) and record it."""
+    """Run one migration of ``run`` (``index`` of ``total``) and record it.
+
+    ``following`` is the next migration and its batch: when it may be claimed ahead
+    (:func:`_claims_ahead`), its claim rides with this migration's final write and waits in
+    ``handover`` until its own step starts its body.
+    """
     config = ws.project.config
     name = migration.name
     ctx = base_ctx.for_migration(migration=name, batch=batch)
@@ -85,12 +97,18 @@ def run_step(
     )
     timeout_ms = migration.timeout_ms or config.timeout_ms
     run.trace.migration_attributes({"migronaut.migration.transaction": use_transaction})
-    checksum = ws.project.checksum(name) or ""
+    held = handover.held if handover is not None else None
+    checksum = held.checksum if held is not None and held.migration is migration \
+        else ws.project.checksum(name) or ""  # (a claim sent ahead read it already)
     progress = ws.progress
     if progress:
         progress.on_start(name, direction)
     ws.events.emit("migration:start", migration=name, direction=direction, batch=batch)
-    record = _Record(ws, run, migration, direction, batch, checksum)
+    record = _Record(ws, run, migration, direction, batch, checksum, handover=handover)
+    if handover is not None and following is not None \
+            and _claims_ahead(ws, hooks, migration, direction, following[0]):
+        record.ahead = _Record(ws, run, following[0], direction, following[1],
+                               ws.project.checksum(following[0].name) or "")
     body = ws.background.body(migration, direction, checksum) \
         if migration.background is not None else \
         migration.up if direction == "up" else migration.down
@@ -142,6 +160,10 @@ class _Record:
     claimed: str | None = None
     #: The status the record had when the run planned it.
     planned: str | None = None
+    #: Where a claim sent ahead waits for its step (see :class:`Handover`).
+    handover: Handover | None = None
+    #: The next migration, claimed with this one's final write (:func:`_claims_ahead`).
+    ahead: _Record | None = None
 
     def elapsed_ms(self) -> int:
         return int((time.monotonic() - self.started) * 1000)
@@ -168,23 +190,43 @@ class _Record:
     def begin(self) -> None:
         """Claim the record before a body outside a transaction (its intent); another run that
         changed it since this run planned refuses this one (``LOCK_LOST``: it lost its lock to
-        that run), never a second execution."""
-        ws, run, name = self.ws, self.run, self.migration.name
-        changelog = ws.connection.changelog
-        # a revert and a forced re-run start from an applied record; any other up from one
-        # that is not applied (the claim's filter says so: no read needed)
-        self.planned = APPLIED if self.direction == "down" or name in run.rerun else None
-        intent = {"runId": run.id, "lockOwner": run.lock.owner if run.lock else None,
-                  "host": socket.gethostname(), "pid": os.getpid(),
-                  "direction": self.direction}
-        change = intent_write(name, direction=self.direction, planned=self.planned,
-                              intent=intent, record=self.applied())
-        if not changelog.claim(change, run.id):
+        that run), never a second execution. A claim the previous migration's final write
+        already made (confirmed by its reply) is taken over instead."""
+        if self.handover is not None and self.handover.adopt(self):
+            return
+        run, name = self.run, self.migration.name
+        if not self.ws.connection.changelog.claim(self.intent(), run.id):
             raise LockLostError(
                 f"Another run changed the changelog record of {name} since this run planned "
                 "it; it was not run again", {"name": name, "reason": "record claimed by "
                                              "another run", "aborted": True})
         self.claimed = RUNNING if self.direction == "up" else REVERTING
+
+    def intent(self) -> ChangelogWrite:
+        """This migration's claim (:func:`intent_write`); sets :attr:`planned`."""
+        run = self.run
+        # a revert and a forced re-run start from an applied record; any other up from one
+        # that is not applied (the claim's filter says so: no read needed)
+        self.planned = APPLIED if self.direction == "down" or self.migration.name in run.rerun \
+            else None
+        intent = {"runId": run.id, "lockOwner": run.lock.owner if run.lock else None,
+                  "host": _HOST, "pid": os.getpid(), "direction": self.direction}
+        return intent_write(self.migration.name, direction=self.direction,
+                            planned=self.planned, intent=intent, record=self.applied())
+
+    def give_back(self) -> None:
+        """Undo this claim, its body never started (best effort: a claim that stays leaves
+        the migration in doubt, never run twice)."""
+        from pymongo.errors import PyMongoError
+
+        name = self.migration.name
+        try:
+            self.ws.connection.changelog.give_back(name, RUNNING, self.run.id)
+        except PyMongoError as error:
+            self.ws.project.logger.warning(
+                "⚠ Warning  Could not give back the claim of %s (its body never started): %s — "
+                "it is in doubt until you record the outcome: migronaut resolve %s --pending",
+                name, error, name, extra={"event": "changelog:claim-kept"})
 
     def write(self, session: ClientSession | None) -> None:
         ws, run = self.ws, self.run
@@ -195,13 +237,18 @@ class _Record:
                 renewal = ws.connection.lock_collection.update_one(*fence, session=session)
                 lock.fenced(renewal.matched_count == 1)
             abort_if_lock_lost(ws, run)
-        elif lock is not None:
+        lost = None
+        if lock is not None and session is None:
             # The body's writes are done: its record is written whatever the lock says (a
             # changelog hiding them would let a later up apply it again); a lost lock stops
             # the run right after (check_between, the run's finish).
-            lock.confirm()
+            lost = lock.confirm()
         changelog = ws.connection.changelog
-        if self.claimed is not None:
+        ahead = self.ahead
+        if ahead is not None and self.claimed == RUNNING and lost is None \
+                and not run.cancellation.cancelled:
+            self._finish_and_claim(finished_write(applied_write(self.applied()), run.id), ahead)
+        elif self.claimed is not None:
             change = applied_write(self.applied()) if self.direction == "up" else \
                 reverted_write(self.migration.name, requested_by=run.requested_by,
                                reason=run.reason)
@@ -214,6 +261,27 @@ class _Record:
             self._reverted(changelog.mark_reverted(
                 self.migration.name, session, requested_by=run.requested_by, reason=run.reason
             ).matched_count)
+
+    def _finish_and_claim(self, final: ChangelogWrite, ahead: _Record) -> None:
+        """This migration's final write and the next one's claim in one command
+        (:meth:`~migronaut.core.changelog.Changelog.finish_and_claim`). The next body starts
+        only on a claim confirmed with this record; a claim made while this record was not
+        (no match, or no answer) is given back, and this migration is in doubt as after a
+        lone final write; a claim refused is sent again by the next step's own ``begin``."""
+        assert self.handover is not None
+        changelog = self.ws.connection.changelog
+        try:
+            finished, claimed = changelog.finish_and_claim(final, ahead.intent(), self.run.id)
+        except Exception:
+            ahead.give_back()  # its statement may have been applied before the reply was lost
+            raise
+        if claimed and finished:
+            ahead.claimed = RUNNING
+            self.handover.held = ahead
+        elif claimed:
+            ahead.give_back()
+        if not finished:
+            raise self._taken()
 
     def _taken(self) -> MigrationInDoubtError:
         name = self.migration.name
@@ -288,3 +356,53 @@ class _Record:
                 "requestedBy": run.requested_by, "reason": run.reason,
             })
         error.context["durationMs"] = duration
+
+
+@dataclass(slots=True)
+class Handover:
+    """A claim sent ahead with the previous migration's final write, held from that write's
+    reply until its own step's ``begin``; :meth:`give_back` undoes it when the run stops in
+    between (a lost lock, a stop request, any failure), so a migration whose body never
+    started is not left in doubt."""
+
+    held: _Record | None = None
+
+    def adopt(self, record: _Record) -> bool:
+        """Hand the held claim to ``record``'s step when it is that migration's."""
+        held, self.held = self.held, None
+        if held is None:
+            return False
+        if held.migration.name != record.migration.name:
+            held.give_back()
+            return False
+        record.claimed, record.planned = held.claimed, held.planned
+        return True
+
+    def give_back(self) -> None:
+        held, self.held = self.held, None
+        if held is not None:
+            held.give_back()
+
+
+def _claims_ahead(ws: Workspace, hooks: Hooks, migration: MigrationModule, direction: Direction,
+                  following: MigrationModule) -> bool:
+    """Whether the next migration's claim may ride with this one's final write.
+
+    Only going up, between two plain migrations that run outside a transaction (a
+    transactional one writes its record in its transaction and has no claim), and only with no
+    ``before_each``/``after_each`` hook: those hooks run between this record and the next body,
+    so a claim made before them would show the next migration ``running`` to a hook that reads
+    the changelog, and would have to be given back whenever one fails — with such a hook each
+    migration keeps its own two writes. A background migration drives or waits on its work in
+    between, and a migration with background requirements may wait or stop before its body.
+    """
+    config = ws.project.config
+
+    def outside_transaction(m: MigrationModule) -> bool:
+        return not (m.use_transaction if m.use_transaction is not None
+                    else config.use_transaction)
+
+    return (direction == "up" and hooks.before_each is None and hooks.after_each is None
+            and migration.background is None and following.background is None
+            and not following.requires and outside_transaction(migration)
+            and outside_transaction(following))
