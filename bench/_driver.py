@@ -1,6 +1,7 @@
 """One measured scenario in a fresh process; ``bench/run.py`` starts it and reads its JSON.
 
     python bench/_driver.py SPEC.json RESULT.json
+    python bench/_driver.py --background-process SPEC.json RESULT.json   # see _processes_pass
 
 ``SPEC`` names a scenario (``migronaut-up``, ``migronaut-status``, ``mongomig-up``,
 ``mongomig-status``, ``mongodb-migrations-up``, ``pymongo-up``, ``background``,
@@ -826,66 +827,194 @@ def background_reset(uri: str, db_name: str) -> float:
     return time.perf_counter() - started
 
 
-def _engine_pass(spec: dict[str, Any], trace: Trace | None, memory: bool) -> dict[str, Any]:
+def _migrator(spec: dict[str, Any], trace: Trace | None) -> Any:
     from migronaut.api import Migrator
 
     work = Path(spec["workdir"])
-    lanes = int(spec["lanes"])
-    name = write_background(work / "migrations", int(spec["batch_size"]), lanes)
     options = {"event_listeners": [trace]} if trace is not None else {}
-    migrator = Migrator(uri=spec["uri"], db_name=spec["db"],
-                        migrations_dir=str(work / "migrations"), env_file=False, cwd=str(work),
-                        client_options=options)
+    return Migrator(uri=spec["uri"], db_name=spec["db"],
+                    migrations_dir=str(work / "migrations"), env_file=False, cwd=str(work),
+                    client_options=options)
+
+
+def _register(spec: dict[str, Any], migrator: Any, trace: Trace | None,
+              out: dict[str, Any]) -> str:
+    """Write the migration file and `up` (registration: one-off, reported apart)."""
+    lanes = int(spec["lanes"]) * int(spec.get("processes", 1))  # max_parallel
+    name = write_background(Path(spec["workdir"]) / "migrations", int(spec["batch_size"]),
+                            lanes)
+    if trace is not None:
+        trace.active = True
+    started, cpu = time.perf_counter(), time.process_time()
+    results = migrator.up()
+    out["register_seconds"] = time.perf_counter() - started
+    out["register_cpu"] = time.process_time() - cpu
+    if trace is not None:
+        out["register"] = trace.summary()
+        trace.reset()
+    return next((r.file for r in results if r.file == name), name)
+
+
+def _drive(engine: Any, name: str, lanes: int, trace: Trace | None, memory: bool,
+           out: dict[str, Any]) -> None:
+    """`drive(name, concurrency=lanes)`, measured: wall, process CPU, the caller's CPU, memory."""
+    if memory:
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+    rss = maxrss_kib()
+    if trace is not None:
+        trace.active = True
+    caller = time.thread_time()  # this thread plans and coordinates; lanes are threads
+    started, cpu = time.perf_counter(), time.process_time()
+    view = engine.drive(name, concurrency=lanes)
+    out["seconds"] = time.perf_counter() - started
+    out["cpu"] = time.process_time() - cpu
+    out["caller_cpu"] = time.thread_time() - caller
+    out["maxrss_delta_kib"] = maxrss_kib() - rss
+    if memory:
+        current, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        out["tracemalloc_peak"] = peak - base
+        out["tracemalloc_left"] = current - base
+    if trace is not None:
+        trace.active = False
+        out["drive"] = trace.summary()
+    out["status"] = view.get("status")
+    out["totals"] = view.get("totals")
+    out["plan"] = view.get("plan")
+    out["partitions"] = (view.get("partitions") or {}).get("total")
+
+
+def _views(engine: Any, name: str, trace: Trace | None, out: dict[str, Any]) -> None:
+    """What `background status` / `progress --json` read at the end, and what they cost."""
+    if trace is None:
+        return
+    trace.reset()
+    trace.active = True
+    started = time.perf_counter()
+    engine.status(name)
+    engine.partitions_view(name)
+    out["views_seconds"] = time.perf_counter() - started
+    trace.active = False
+    out["views_trip_seconds"] = sum(trace.durations.values())
+    out["views_commands"] = [[event[1], event[2]] for event in trace.events]
+    trace.reset()
+
+
+def _engine_pass(spec: dict[str, Any], trace: Trace | None, memory: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    with migrator:
-        # registration: `up` writes the background state (one-off, reported apart)
-        if trace is not None:
-            trace.active = True
-        started, cpu = time.perf_counter(), time.process_time()
-        results = migrator.up()
-        out["register_seconds"] = time.perf_counter() - started
-        out["register_cpu"] = time.process_time() - cpu
-        if trace is not None:
-            out["register"] = trace.summary()
-            trace.reset()
-        name = next((r.file for r in results if r.file == name), name)
+    with _migrator(spec, trace) as migrator:
+        name = _register(spec, migrator, trace, out)
         engine = migrator.background
-        if memory:
-            tracemalloc.start()
-            base = tracemalloc.get_traced_memory()[0]
-            tracemalloc.reset_peak()
-        rss = maxrss_kib()
-        caller = time.thread_time()  # this thread plans and coordinates; lanes are threads
-        started, cpu = time.perf_counter(), time.process_time()
-        view = engine.drive(name, concurrency=lanes)
-        out["seconds"] = time.perf_counter() - started
-        out["cpu"] = time.process_time() - cpu
-        out["caller_cpu"] = time.thread_time() - caller
-        out["maxrss_delta_kib"] = maxrss_kib() - rss
-        if memory:
-            current, peak = tracemalloc.get_traced_memory()
-            tracemalloc.stop()
-            out["tracemalloc_peak"] = peak - base
-            out["tracemalloc_left"] = current - base
-        if trace is not None:
-            trace.active = False
-            out["drive"] = trace.summary()
-        out["status"] = view.get("status")
-        out["totals"] = view.get("totals")
-        out["plan"] = view.get("plan")
-        out["partitions"] = (view.get("partitions") or {}).get("total")
-        if trace is not None:  # what `background status` / `progress --json` read, and cost
-            trace.reset()
-            trace.active = True
-            started = time.perf_counter()
-            engine.status(name)
-            engine.partitions_view(name)
-            out["views_seconds"] = time.perf_counter() - started
-            trace.active = False
-            out["views_trip_seconds"] = sum(trace.durations.values())
-            out["views_commands"] = [[event[1], event[2]] for event in trace.events]
-            trace.reset()
+        _drive(engine, name, int(spec["lanes"]), trace, memory, out)
+        _views(engine, name, trace, out)
     return out
+
+
+def _processes_pass(spec: dict[str, Any], trace: Trace | None, memory: bool) -> dict[str, Any]:
+    """``processes`` engines in as many processes, ``lanes`` lanes each, on one migration.
+
+    This process registers the migration (`up`, reported apart) and reads the views at the end;
+    each child connects, says it is ready, and on the word drives the migration with its lanes
+    (`drive` coordinates through the lock and the stored state, so any number of processes can).
+    The figures add up: process CPU, batches, commands, memory; wall is from the word to the last
+    child's end."""
+    import subprocess
+
+    out: dict[str, Any] = {}
+    with _migrator(spec, trace) as migrator:
+        name = _register(spec, migrator, trace, out)
+        work = Path(spec["workdir"])
+        children = []
+        for index in range(int(spec["processes"])):
+            child_spec = work / f"child-{index}.json"
+            child_spec.write_text(json.dumps({**spec, "name": name, "memory": memory,
+                                              "trace": trace is not None}), encoding="utf-8")
+            children.append((subprocess.Popen(
+                [sys.executable, __file__, "--background-process", str(child_spec),
+                 str(work / f"child-{index}.out.json")],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True), index))
+        for child, _ in children:
+            assert child.stdout is not None
+            for line in child.stdout:  # (anything else a child prints before it is ignored)
+                if line.strip() == "ready":
+                    break
+        started = time.perf_counter()
+        for child, _ in children:
+            assert child.stdin is not None
+            child.stdin.write("go\n")
+            child.stdin.close()
+        for child, _ in children:
+            if child.wait() != 0:
+                raise RuntimeError(f"a background process exited with {child.returncode}")
+        out["seconds"] = time.perf_counter() - started
+        parts = [json.loads((work / f"child-{index}.out.json").read_text(encoding="utf-8"))
+                 for _, index in children]
+        for key in ("cpu", "caller_cpu", "maxrss_delta_kib", "tracemalloc_peak",
+                    "tracemalloc_left"):
+            if all(key in part for part in parts):
+                out[key] = sum(part[key] for part in parts)
+        out["cpu_per_process"] = [part["cpu"] for part in parts]
+        if trace is not None:
+            out["drive"] = merge_summaries([part["drive"] for part in parts])
+        out["plan"] = next((part["plan"] for part in parts if part.get("plan")), None)
+        final = migrator.background.view(migrator.background.require(name))
+        out["status"] = final.get("status")
+        out["totals"] = final.get("totals")
+        out["partitions"] = (final.get("partitions") or {}).get("total")
+        _views(migrator.background, name, trace, out)
+    return out
+
+
+def background_process(spec_path: str, result_path: str) -> int:
+    """A child of :func:`_processes_pass`: connect, say ``ready``, drive on the word."""
+    import migronaut.background.lanes  # noqa: F401  (imports are not per-document)
+
+    spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
+    trace = Trace(BG_COLLECTION, int(spec["batch_size"])) if spec["trace"] else None
+    out: dict[str, Any] = {}
+    with _migrator(spec, trace) as migrator:
+        engine = migrator.background
+        engine.ready()  # connected before measuring, as `up` connects the other variants
+        print("ready", flush=True)
+        sys.stdin.readline()
+        _drive(engine, spec["name"], int(spec["lanes"]), trace, bool(spec["memory"]), out)
+    Path(result_path).write_text(json.dumps(out), encoding="utf-8")
+    return 0
+
+
+def merge_summaries(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The :meth:`Trace.summary` of several processes as one: counts added, lists joined."""
+    def counts(key: str, role: str | None = None) -> list[list[Any]]:
+        total: collections.Counter[tuple[str, str]] = collections.Counter()
+        for part in parts:
+            items = part.get(key, []) if role is None else part.get(key, {}).get(role, [])
+            for name, coll, k in items:
+                total[(name, coll)] += k
+        return [[n, c, k] for (n, c), k in sorted(total.items())]
+
+    sizes = [size for part in parts for size in part["window_sizes"]]
+    typical = max(parts, key=lambda part: part.get("typical_window_share") or 0)
+    roles = {role for part in parts for role in part.get("outside", {})}
+    return {
+        "batches": sum(part["batches"] for part in parts),
+        "lanes_used": sum(part["lanes_used"] for part in parts),
+        "window_sizes": sizes,
+        "median_per_batch": statistics.median(sizes) if sizes else None,
+        "max_per_batch": max(sizes) if sizes else None,
+        "typical_window": typical["typical_window"],
+        "typical_window_share": sum(part.get("typical_window_share") or 0 for part in parts
+                                    if part["typical_window"] == typical["typical_window"]),
+        "in_windows": counts("in_windows"),
+        "outside": {role: counts("outside", role) for role in sorted(roles)},
+        "total": sum(part["total"] for part in parts),
+        "caller_trip_seconds": sum(part["caller_trip_seconds"] for part in parts),
+        "batch_wall": [x for part in parts for x in part["batch_wall"]],
+        "batch_cpu": [x for part in parts for x in part["batch_cpu"]],
+        "typical_step_cpu": typical["typical_step_cpu"],
+        "typical_step_trip": typical["typical_step_trip"],
+    }
 
 
 def _loop_pass(spec: dict[str, Any], trace: Trace | None, memory: bool) -> dict[str, Any]:
@@ -965,7 +1094,7 @@ def median_pass(passes: list[dict[str, Any]]) -> dict[str, Any]:
 def background_run(spec: dict[str, Any]) -> dict[str, Any]:
     """Timed passes (``rounds``; each checked and reset), then a memory pass and its check."""
     variant = spec["variant"]
-    run_pass = _loop_pass if variant == "loop" else _engine_pass
+    run_pass = {"loop": _loop_pass, "processes": _processes_pass}.get(variant, _engine_pass)
     if variant != "loop":  # import the engine before measuring: imports are not per-document
         import migronaut.api
         import migronaut.background.engine
@@ -1031,6 +1160,8 @@ SCENARIOS = {
 
 
 def main() -> int:
+    if sys.argv[1] == "--background-process":
+        return background_process(sys.argv[2], sys.argv[3])
     spec = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
     result = SCENARIOS[spec["scenario"]](spec)
     result["python"] = sys.version.split()[0]

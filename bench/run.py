@@ -20,7 +20,8 @@ one ``bash scripts/test.sh`` creates, also has the dev server's ``mongoeco``). I
    over 1,000 applied migrations and ``up`` of 500 trivial migrations, each in a fresh process
    (``bench/_driver.py``) against a fresh database, counting every command sent;
 4. migrates the same N documents (1,500 and 4,500; batch size 500, the engine's default) with
-   the background engine (1 lane, then 4 lanes) and with a hand-written ``find`` +
+   the background engine (1 lane, 4 lanes, two processes of 2 lanes) and with a hand-written
+   ``find`` +
    ``bulk_write`` loop, each in a fresh process against a freshly seeded database, ``--rounds``
    timed passes each (the median reported): wall, client CPU per document, round trips per
    batch and peak memory;
@@ -105,12 +106,13 @@ FULL = Sizes(status_files=1000, up_migrations=500, status_repeats=5, cli_runs=15
 QUICK = Sizes(status_files=200, up_migrations=100, status_repeats=3, cli_runs=5,
               background_docs=(500, 1500), background_batch=500)
 
-#: background variants: (label, driver variant, lanes = max_parallel = drive concurrency)
-#: (label, --background-variants name, driver variant, lanes)
+#: background variants: (label, --background-variants name, driver variant, lanes per process
+#: = drive concurrency, processes); max_parallel = lanes × processes
 BACKGROUND_VARIANTS = (
-    ("engine, 1 lane", "engine-1", "engine", 1),
-    ("engine, 4 lanes", "engine-4", "engine", 4),
-    ("hand-written loop", "loop", "loop", 1),
+    ("engine, 1 lane", "engine-1", "engine", 1, 1),
+    ("engine, 4 lanes", "engine-4", "engine", 4, 1),
+    ("engine, 2 processes × 2 lanes", "engine-2x2", "processes", 2, 2),
+    ("hand-written loop", "loop", "loop", 1, 1),
 )
 SEED_CHUNK = 10_000
 
@@ -998,8 +1000,8 @@ def main(argv: list[str] | None = None) -> int:
                              "4,500; --quick: 500 and 1,500), e.g. --background-sizes 2000")
     parser.add_argument("--background-variants", nargs="+", metavar="V",
                         choices=[key for _, key, *_ in BACKGROUND_VARIANTS], default=None,
-                        help="run only these background variants: engine-1, engine-4, loop "
-                             "(default: all three)")
+                        help="run only these background variants: engine-1, engine-4, "
+                             "engine-2x2 (two processes of 2 lanes), loop (default: all four)")
     parser.add_argument("--no-memory-pass", action="store_true",
                         help="skip the background variants' pass under tracemalloc (at "
                              "1,000,000 documents it doubles the run; ru_maxrss growth is "
@@ -1439,13 +1441,14 @@ def measure_background(me: Path, server: Server, sizes: Sizes, batch: int,
     out: dict[str, Any] = {}
     for n in sizes.background_docs:
         out[str(n)] = {}
-        for label, key, variant, lanes in BACKGROUND_VARIANTS:
+        for label, key, variant, lanes, processes in BACKGROUND_VARIANTS:
             if only and key not in only:
                 out[str(n)][label] = {"error": "not run (--background-variants)"}
                 continue
             out[str(n)][label] = run_driver(
                 me, "background", server.uri, n, 1, max(900.0, n * 0.004),
-                extra={"variant": variant, "lanes": lanes, "batch_size": batch,
+                extra={"variant": variant, "lanes": lanes, "processes": processes,
+                       "batch_size": batch,
                        "profile": profile, "rounds": rounds, "memory_pass": memory},
                 seed=seed_background(n))
     return out

@@ -949,6 +949,92 @@ def test_a_steady_state_batch_costs_at_most_three_round_trips(
     assert len(control_reads) <= elapsed / 1.0 + 1
 
 
+def test_lanes_of_one_store_share_one_control_read_a_second_and_all_stop_on_a_pause(
+    mongo_uri: str, db_name: str, db: Database[dict[str, Any]]
+) -> None:
+    seed(db, 800)
+    timeline: list[tuple[str, ...]] = []
+    watched: MongoClient[dict[str, Any]] = MongoClient(mongo_uri,
+                                                       event_listeners=[Recorder(timeline)])
+    batches: dict[str, int] = {}
+    guard = threading.Lock()
+    results: list[str] = []
+
+    def slow(doc: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        time.sleep(0.02)  # a partition of 200 lasts 4 s: the pause finds every lane at work
+        return label(doc, ctx)
+
+    def on_event(event: str, payload: dict[str, Any]) -> None:
+        if event == "background:batch":
+            with guard:
+                name = threading.current_thread().name
+                batches[name] = batches.get(name, 0) + 1
+
+    try:
+        wdb = watched[db_name]
+        ranges = [{"scope": {**NUMBERS, "gte": i * 200, "lt": (i + 1) * 200}, "estimate": 200}
+                  for i in range(4)]
+        store, job = declare(wdb, {**BASE, "migrate": slow, "max_parallel": 4,
+                                   "batch_size": 10}, partitions=ranges)
+
+        def lane(owner: str) -> None:
+            result = run_slice(store=store, job=job, db=wdb, owner=owner, ttl_ms=60_000,
+                               cancellation=Cancellation(), emit=on_event, logger=log)
+            with guard:
+                results.append(result.outcome)
+
+        threads = [threading.Thread(target=lane, args=(f"lane-{i}",), name=f"lane-{i}")
+                   for i in range(4)]
+        started = time.monotonic()
+        for thread in threads:
+            thread.start()
+        while len(batches) < 4 and all(thread.is_alive() for thread in threads):
+            time.sleep(0.05)
+        time.sleep(2.5)  # a few control reads with every lane holding a lease
+        db[store.name].update_one({"_id": NAME}, {"$set": {"status": "paused"}})
+        for thread in threads:
+            thread.join()
+        elapsed = time.monotonic() - started
+    finally:
+        watched.close()
+
+    assert results == ["paused"] * 4
+    assert db.items.count_documents({"__v": 1}) < 800  # the pause stopped them mid-partition
+    control_reads = [item for item in timeline if item[0] == "command"
+                     and item[1].startswith("migronaut-lease") and item[2] == "find"
+                     and item[3] == store.name]
+    # one read a second for the four lanes (one each would be about four a second)
+    assert 1 <= len(control_reads) <= elapsed / 1.0 + 2
+
+
+def test_a_claim_takes_the_slot_its_lane_just_gave_back_in_one_round_trip(
+    mongo_uri: str, db_name: str, db: Database[dict[str, Any]]
+) -> None:
+    timeline: list[tuple[str, ...]] = []
+    watched: MongoClient[dict[str, Any]] = MongoClient(mongo_uri,
+                                                       event_listeners=[Recorder(timeline)])
+    try:
+        ranges = [{"scope": {**NUMBERS, "gte": i, "lt": i + 1}, "estimate": 1} for i in range(6)]
+        store, _job = declare(watched[db_name], {**BASE, "max_parallel": 4}, partitions=ranges)
+        token = store.get(NAME)["plan"]["token"]
+
+        def claim(slot: int) -> Any:
+            return store.claim(NAME, generation=1, plan=token, max_parallel=4, ttl_ms=60_000,
+                               owner=f"lane-{slot}", slot=slot)
+
+        held = [claim(slot) for slot in range(4)]
+        assert [lease.slot for lease in held] == [0, 1, 2, 3]
+        store.release(held[2])
+        del timeline[:]
+        again = claim(2)
+        sent = [item[2] for item in timeline if item[0] == "command"]
+    finally:
+        watched.close()
+    # the slot given back is free: one findAndModify, no reap, no listing of the held slots
+    assert again.slot == 2
+    assert sent == ["findAndModify"]
+
+
 def test_lanes_never_hold_more_partitions_than_max_parallel(
     db: Database[dict[str, Any]]
 ) -> None:

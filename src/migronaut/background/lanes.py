@@ -20,10 +20,11 @@ skeleton — claim → hold the lease → run batches → settle → release —
 :mod:`~migronaut.background.lane_settle`          how the lease ends (released, failed, lost)
 ================================================  =============================================
 
-Control reads live on the heartbeat thread: the lease keeper reads the state's control fields
-every :data:`CONTROL_INTERVAL_S` and the skeleton checks the latest answer at each batch boundary
-(pacing waits end early on it), so a pause, cancel or new plan is noticed within about a second
-plus the batch in flight, without a round trip per batch.
+Control reads live on the heartbeat thread: the lease keepers read the state's control fields
+every :data:`CONTROL_INTERVAL_S` — one read for all the lanes of a store, shared through
+:mod:`~migronaut.background.control_feed` — and the skeleton checks the latest answer at each
+batch boundary (pacing waits end early on it), so a pause, cancel or new plan is noticed within
+about a second plus the batch in flight, without a round trip per batch.
 """
 
 from __future__ import annotations
@@ -215,6 +216,7 @@ class _Lane:
     def run(self) -> SliceResult:
         """Claim partitions one after another until the slice's time is up or none is left."""
         lane, worked = self.lane, False
+        slot: int | None = None  # the slot the last partition gave back: claimed first
         counters: dict[str, int] = {}
         max_parallel = int(lane.spec.get("maxParallel", 1) or 1)
         shard_concurrency = (int(lane.spec.get("shardConcurrency", 1) or 1)
@@ -229,7 +231,7 @@ class _Lane:
             claimed = lane.store.claim(
                 lane.name, generation=lane.generation, plan=self.plan,
                 max_parallel=max_parallel, ttl_ms=self.ttl_ms, owner=self.owner,
-                shard_concurrency=shard_concurrency,
+                shard_concurrency=shard_concurrency, slot=slot,
             )
             if claimed == "exhausted":
                 return SliceResult("exhausted", counters)
@@ -238,7 +240,7 @@ class _Lane:
                     return SliceResult("yielded", counters)
                 return SliceResult("busy", counters, retry_after_ms=max(1, self.ttl_ms // 2))
             outcome = self._hold(claimed)
-            worked = True
+            worked, slot = True, claimed.slot
             add_counters(counters, outcome.counters)
             if outcome.outcome != "exhausted":
                 return SliceResult(outcome.outcome, counters, error=outcome.error)

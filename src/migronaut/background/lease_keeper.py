@@ -2,8 +2,10 @@
 
 A lease is the lane's slot: ``maxParallel`` bounds the leases, so a lane holds its partition only
 while the lease is renewed. :class:`LeaseKeeper` renews it every ``ttl/2`` (skipped when a
-checkpoint touched it within ``ttl/4``) and, on the same thread, reads the migration's control
+checkpoint touched it within ``ttl/4``) and, on the same thread, asks for the migration's control
 fields every :data:`CONTROL_INTERVAL_S` so the lane never spends a round trip on them per batch.
+The keepers of one store's lanes share those reads (:mod:`~migronaut.background.control_feed`):
+one read a second per migration and process, however many lanes, each judged per lane.
 
 Invariant: **a lane that may have lost its slot stops.** A renewal that matches nothing marks the
 lane lost at once (:meth:`LaneState.lose`); a renewal that fails (the network, an election) is
@@ -19,6 +21,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from migronaut.background.control_feed import ControlDoc, feed_for
 from migronaut.background.lane_state import LaneState
 from migronaut.background.store import Lease
 
@@ -33,9 +36,9 @@ LEASE_LOST_AFTER = 0.9
 class LeaseKeeper:
     """The heartbeat thread of one held lease: renewals every ``ttl/2`` and control reads.
 
-    The control read stores the first stop outcome it sees (``paused``, ``cancelled``,
-    ``failed``, ``stale``) in :attr:`LaneState.control` for the lane to act on. Started and
-    joined by its ``with`` block.
+    The first stop outcome a control read shows (``paused``, ``cancelled``, ``failed``,
+    ``stale``) goes to :attr:`LaneState.control` for the lane to act on, whichever keeper of the
+    store's feed made the read. Started and joined by its ``with`` block.
     """
 
     def __init__(self, lane: LaneState, lease: Lease, generation: int, plan: str) -> None:
@@ -47,17 +50,20 @@ class LeaseKeeper:
         self._stop = threading.Event()
         self._touched = time.monotonic()
         self._errors = 0
+        self._feed = feed_for(lane.store, lane.store.control_read, CONTROL_INTERVAL_S)
         self._thread = threading.Thread(
             target=self._run, name=f"migronaut-lease-{lane.name}", daemon=True
         )
 
     def __enter__(self) -> LeaseKeeper:
+        self._feed.join(self._lane.name, self)
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        self._feed.leave(self._lane.name, self)
 
     def touch(self) -> None:
         """A fenced checkpoint just renewed the lease: the next renewal can wait."""
@@ -102,15 +108,31 @@ class LeaseKeeper:
         return None
 
     def _read_control(self) -> None:
+        """Read the control fields for every keeper of the feed, unless one just did."""
         try:
-            doc = self._lane.store.control_read(self._lane.name)
+            self._feed.poll(self._lane.name)
         except Exception as error:  # the checkpoint is fenced anyway; try again next second
             self._lane.logger.debug("control read failed: %s", type(error).__name__)
+
+    def on_control(self, doc: ControlDoc, checked: dict[str, bool]) -> None:
+        """A control read of this lane's migration (maybe another keeper's): its outcome for
+        this lane's generation and plan, kept when it says stop. ``checked`` memoises the
+        reshard check per plan epoch across the keepers of one read."""
+        lane = self._lane
+        if lane.control is not None:
             return
         outcome = control_outcome(doc, self._generation, self._plan)
-        if outcome is None and self._lane.resharded():
-            outcome = "stale"
-        self._lane.control = outcome
+        if outcome is None and lane.epoch:
+            key = repr(sorted(lane.epoch.items()))
+            try:
+                if key not in checked:
+                    checked[key] = lane.resharded()
+            except Exception as error:  # checked again at the next read
+                lane.logger.debug("reshard check failed: %s", type(error).__name__)
+            else:
+                outcome = "stale" if checked[key] else None
+        if outcome is not None:
+            lane.control = outcome
 
 
 def control_outcome(doc: Mapping[str, Any] | None, generation: int, plan: str) -> str | None:

@@ -276,19 +276,23 @@ class PartitionStore:
         owner: str,
         rng: Any = None,
         shard_concurrency: int | None = None,
+        slot: int | None = None,
     ) -> Lease | str:
         """Claim a partition and a free slot in one atomic write.
 
         Returns the :class:`Lease`, ``"exhausted"`` (no claimable partition) or ``"busy"`` (no
-        free slot, or every free slot lost to a racing claimer). The first try takes a slot
-        at random and, when it wins, costs that one write; when it does not, expired leases
-        are reaped (they may hold the slot or the partition) and the free slots tried in turn.
-        ``shard_concurrency`` (sharded plans) also takes a group slot, see :meth:`_claim_grouped`.
+        free slot, or every free slot lost to a racing claimer). The first try takes ``slot``
+        — the one a lane just gave back with its finished partition, most likely still free —
+        or else a slot at random and, when it wins, costs that one write; when it does not,
+        expired leases are reaped (they may hold the slot or the partition) and the free slots
+        tried in turn. ``shard_concurrency`` (sharded plans) also takes a group slot, see
+        :meth:`_claim_grouped`.
         """
         import random
 
         self.ready()
-        start = (rng or random).randrange(max_parallel)
+        start = (slot if slot is not None and 0 <= slot < max_parallel
+                 else (rng or random).randrange(max_parallel))
         slots = [*range(start, max_parallel), *range(start)]
         claimable: dict[str, Any] = {
             "background": name,
