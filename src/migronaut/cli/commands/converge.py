@@ -88,7 +88,7 @@ def converge(
     if history:
         count = check_limit(parse_int(limit, "--limit") if limit is not None else 20)
         return session.run(lambda migrator: migrator.converge_history(count),
-                           render=render_history, to_json=list)
+                           render=render_history, to_json=list, read_only=True)
     validate_converge_options(ConvergeOptions(prune=prune, ordered=ordered, reason=reason,
                                               rebuild_unique=rebuild_unique, no_lock=no_lock,
                                               dry_run=dry_run or check,
@@ -104,7 +104,7 @@ def converge(
             lambda migrator: migrator.converge(dry_run=True, prune=prune,
                                                rebuild_unique=rebuild_unique),
             render=lambda result, out: render_plan(result, out, verbose=verbose),
-            to_json=lambda result: result.to_dict(), exit_code=exit_code)
+            to_json=lambda result: result.to_dict(), exit_code=exit_code, read_only=True)
 
     def apply(migrator: Migrator) -> ConvergeResult | None:
         if session.guard is not None:  # a stop waits for the step in flight (§2.3 step 8)
