@@ -70,7 +70,7 @@ def converge(
     rebuild_unique: bool, reason: str | None, history: bool, limit: str | None, yes: bool,
     wait_search: bool | None, no_lock: bool,
 ) -> int:
-    from migronaut.cli.render_converge import render_history, render_plan
+    from migronaut.cli.render_converge import drift_line, render_history, render_plan
     from migronaut.commands.converge_options import (
         ConvergeOptions,
         validate_converge_options,
@@ -98,7 +98,12 @@ def converge(
         def exit_code(result: ConvergeResult, out: Output) -> int:
             failed = any(entry.get("status") == "FAILED"
                          for entry in (result.search or {}).get("notReady") or ())
-            return DRIFT if check and (failed or not result.in_sync) else 0
+            if not check or not (failed or not result.in_sync):
+                return 0
+            out.error(drift_line(result) if not result.in_sync else
+                      "✖ COLLECTIONS_DRIFT: a search index failed to build (status FAILED) — "
+                      "`migronaut converge --dry-run` lists it")
+            return DRIFT
 
         return session.run(
             lambda migrator: migrator.converge(dry_run=True, prune=prune,
