@@ -18,7 +18,8 @@ UNREACHABLE = {"MIGRONAUT_URI": "mongodb://nowhere.invalid:1/?serverSelectionTim
 def test_init_writes_toml_prefilled_from_flags(cli: Any, project: Any) -> None:
     result = cli("init", "--uri", "mongodb://db.example:27017", "--db", "shop", "--dir", "./mig")
     assert result.exit_code == 0, result.stderr
-    assert result.stdout == "✔ Created  migronaut.toml\n"
+    assert result.stdout.startswith("✔ Created  migronaut.toml\n✔ Created  mig/\nNext:\n")
+    assert (project.path / "mig").is_dir()
     data = tomllib.loads((project.path / "migronaut.toml").read_text())
     assert (data["uri"], data["db_name"], data["migrations_dir"]) == (
         "mongodb://db.example:27017", "shop", "./mig"
@@ -65,7 +66,8 @@ def test_init_writes_the_uri_and_database_of_the_environment(cli: Any, project: 
 def test_init_python_formats(cli: Any, project: Any, args: tuple[str, ...], marker: str) -> None:
     result = cli("init", *args)
     assert result.exit_code == 0, result.stderr
-    assert result.stdout == "✔ Created  migronaut_config.py\n"
+    assert result.stdout.startswith("✔ Created  migronaut_config.py\n")
+    assert (project.path / "migrations").is_dir()
     text = (project.path / "migronaut_config.py").read_text()
     assert marker in text
     compile(text, "migronaut_config.py", "exec")

@@ -12,7 +12,7 @@ from helpers.engine import CHANGELOG, LOCK_ID, LOCKS, applied, calls, hold_lock,
 
 FAILING = "def up(ctx):\n    raise ValueError('boom')\n\ndef down(ctx):\n    pass\n"
 HEADER = re.compile(
-    r"│ Migration\s+│ Status\s+│ Batch │ Applied At\s+│ Duration │ Checksum │"
+    r"│ Migration\s+│ Status\s+│ Batch │ Applied At\s+│ Duration │ Checksum │ Description\s+│"
 )
 
 
@@ -52,7 +52,8 @@ def test_status_table(cli: Any, project: Any, db: Any) -> None:
     assert first[3] == local.strftime("%Y-%m-%d %H:%M:%S")
     assert re.fullmatch(r"\d+ms", first[4])
     assert first[5] == "ok"
-    assert second == ["0002_b.py", "pending", "", "", "", "—"]
+    assert first[6] == record["description"]
+    assert second == ["0002_b.py", "pending", "", "", "", "—", ""]
 
 
 def test_status_shows_a_checksum_mismatch(cli: Any, project: Any) -> None:

@@ -181,7 +181,8 @@ def test_every_issue_of_every_file_in_one_error(tmp_path: Path) -> None:
                              "hidden, expireAfterSeconds, partialFilterExpression, collation, "
                              "wildcardProjection, weights, default_language, language_override, "
                              "bits, min, max, storageEngine, textIndexVersion, "
-                             "2dsphereIndexVersion, background) (and 5 more)")
+                             "2dsphereIndexVersion, background) — did you mean 'unique'? "
+                             "(and 5 more)")
     found = issue_map(error)
     assert list(found) == ["a.py: indexes[0].uniqe", "b.json", "bad.json: indexes[0].key",
                            "broken.json", "crash.py", "syntax.py"]

@@ -248,7 +248,9 @@ def test_a_missing_default_directory_says_how_to_choose_one(cli: Any, project: A
     result = cli("up")
     assert result.exit_code == 6
     line = one_error_line(result.stderr, "CONFIG_INVALID")
-    assert line.endswith("migrations does not exist (the default: create it, or set --dir, "
-                         "MIGRONAUT_MIGRATIONS_DIR or migrations_dir)")
+    directory = project.migrations.resolve()
+    assert line.endswith(f"migrations does not exist (the default) — create it: `migronaut create "
+                         f"NAME` writes the first migration there, or `mkdir -p {directory}`; or "
+                         "set --dir, MIGRONAUT_MIGRATIONS_DIR or migrations_dir")
     created = cli("create", "first")  # create makes the directory
     assert created.exit_code == 0 and cli("status").exit_code == 0

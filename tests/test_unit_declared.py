@@ -355,6 +355,21 @@ def test_unknown_index_options_are_refused_in_a_file_with_its_path() -> None:
     assert found["bad.json: indexes[0].uniqe"].startswith(
         "is not a supported index option (expected key, name, unique, sparse, hidden, "
         "expireAfterSeconds, partialFilterExpression, collation")
+    assert found["bad.json: indexes[0].uniqe"].endswith(" — did you mean 'unique'?")
+
+
+@pytest.mark.parametrize(("typo", "meant"), [
+    ("uniqe", "unique"), ("expireAfterSecond", "expireAfterSeconds"),
+    ("partial_filter_expression", "partialFilterExpression"), ("sparce", "sparse"),
+])
+def test_a_typo_in_an_index_option_suggests_the_option(typo: str, meant: str) -> None:
+    found = problems({"name": "c", "indexes": [{"key": {"a": 1}, typo: 1}]})
+    assert found[f"indexes[0].{typo}"].endswith(f" — did you mean '{meant}'?")
+
+
+def test_an_unknown_index_option_far_from_every_option_suggests_nothing() -> None:
+    found = problems({"name": "c", "indexes": [{"key": {"a": 1}, "zzz": 1}]})
+    assert "did you mean" not in found["indexes[0].zzz"]
 
 
 def test_wildcard_projection_with_the_all_fields_wildcard_is_fine() -> None:
@@ -473,7 +488,8 @@ def test_versioning_keys_follow_the_file_style() -> None:
     ({"current": 1, "revision_field": "__v"}, "revision_field", 'must differ from field ("__v")'),
     ({"current": 1, "index": 1}, "index", "must be a boolean"),
     ({"current": 1, "curent": 2}, "curent",
-     "is not a versioning key (expected current, min, field, revision, revision_field, index)"),
+     "is not a versioning key (expected current, min, field, revision, revision_field, index)"
+     " — did you mean 'current'?"),
 ])
 def test_versioning_rules(block: dict[str, Any], path: str, message: str) -> None:
     assert problems({"name": "c", "versioning": block}) == {f"versioning.{path}": message}

@@ -86,10 +86,14 @@ class Migrator:
         cwd: str | os.PathLike[str] | None = None,
         progress: ProgressReporter | None = None,
         _flags_origin: Literal["flag", "argument"] = "argument",
+        _quick_connect: bool = False,
         **overrides: Any,
     ) -> None:
+        # _flags_origin and _quick_connect are the CLI's: what its flags are, and whether the
+        # command only reads (a refused connection then fails in seconds, not ten).
         project = Project(config, overrides, config_path=config_path, cwd=cwd,
                           flags_origin=_flags_origin)
+        project.quick_connect = _quick_connect
         self._ws = Workspace(project, background=BackgroundWiring, progress=progress,
                              connection=self._connection)
         self._background = cast("BackgroundWiring", self._ws.background)

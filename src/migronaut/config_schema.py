@@ -59,7 +59,13 @@ DESCRIPTIONS: dict[str, str] = {
                       "changelog.",
     "timeout_ms": "Per-migration timeout in milliseconds; a file's timeout_ms wins.",
     "reload_migrations": "Re-read migration files on every load (long-lived processes).",
-    "client_options": "Keyword arguments for pymongo.MongoClient.",
+    "connect_timeout_ms": "The driver's connectTimeoutMS: how long opening one connection may "
+                          "take.",
+    "server_selection_timeout_ms": "How long a command waits for a server before "
+                                   "CONNECTION_FAILED (default 10000; 3000 for the CLI's "
+                                   "read-only commands).",
+    "client_options": "Keyword arguments for pymongo.MongoClient (they win over every other "
+                      "key).",
     "celery": "The Celery executor's settings.",
     "collections": "Inline collection definitions that converge applies.",
     "collections_dir": "A directory of collection definition files (.py, .json).",

@@ -10,6 +10,7 @@ original exception as ``__cause__``::
     ├── ChecksumMismatchError          CHECKSUM_MISMATCH            4
     ├── ConnectionFailedError          CONNECTION_FAILED            5
     ├── ConfigInvalidError             CONFIG_INVALID               6
+    │   └── ExtraMissingError          (an optional extra is not installed; also ImportError)
     ├── MigrationExecutionFailedError  MIGRATION_EXECUTION_FAILED   7
     ├── MigrationFileNotFoundError     MIGRATION_FILE_NOT_FOUND     8
     ├── NotAppliedError                NOT_APPLIED                  9
@@ -71,6 +72,7 @@ __all__ = [
     "ConfigInvalidError",
     "ConnectionFailedError",
     "ConvergeFailedError",
+    "ExtraMissingError",
     "HookFailedError",
     "ImportTargetNotEmptyError",
     "IrreversibleMigrationError",
@@ -220,6 +222,20 @@ class ConfigInvalidError(MigronautError):
     """Bad configuration, flags or option combination; ``context.issues`` names each path."""
 
     code = "CONFIG_INVALID"
+
+
+class ExtraMissingError(ConfigInvalidError, ImportError):
+    """An optional extra is not installed (``context.extra``): importing
+    ``migronaut.integrations.beanie`` without ``migronaut[beanie]``, the dashboard without
+    ``migronaut[dashboard]``. An :class:`ImportError` too, so ``except ImportError`` still works;
+    the message says what to ``pip install``."""
+
+    @classmethod
+    def of(cls, extra: str, feature: str, missing: ImportError) -> ExtraMissingError:
+        """``<feature> needs the '<extra>' extra (<module> is missing): pip install …``."""
+        return cls(f"{feature} needs the '{extra}' extra ({missing.name or missing} is "
+                   f"missing): pip install 'migronaut[{extra}]'",
+                   {"extra": extra, "missing": missing.name}, cause=missing)
 
 
 class MigrationExecutionFailedError(MigronautError):

@@ -21,7 +21,6 @@ Invariants:
 from __future__ import annotations
 
 import datetime as _dt
-import difflib
 import hashlib
 import json
 import math
@@ -44,6 +43,7 @@ from bson.regex import Regex
 from bson.timestamp import Timestamp
 
 from migronaut._names import OWN_PREFIX
+from migronaut._suggest import snake_case, suggest
 from migronaut.core.config import validate_collection_name
 from migronaut.core.files import is_valid_name
 from migronaut.errors import MigrationInvalidExportError
@@ -249,18 +249,13 @@ class _Issues:
                 self.add(f"{base}.{key}", "unknown key" + _suggest(key, known))
 
 
-def _snake(key: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key).lower()
-
-
 def _suggest(key: Any, known: Collection[str]) -> str:
     if not isinstance(key, str):
         return f" (keys are strings, got {_show(key)})"
-    snake = _snake(key)
-    if snake != key and snake in known:
-        return f" — did you mean '{snake}'? (keys are snake_case)"
-    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
-    return f" — did you mean '{close[0]}'?" if close else ""
+    close = suggest(key, known, cutoff=0.75)
+    if close is not None and close == snake_case(key) != key:
+        return f" — did you mean '{close}'? (keys are snake_case)"
+    return f" — did you mean '{close}'?" if close else ""
 
 
 # ------------------------------------------------------------------------------------ filter

@@ -27,11 +27,9 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import difflib
 import logging
 import os
 import random
-import re
 import socket
 import threading
 import time
@@ -40,6 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
+from migronaut._suggest import suggest
 from migronaut.background.diff import DocumentProblem, Update, guard_filter, stamped_diff
 from migronaut.background.drift import (
     OPEN_STATUSES,
@@ -148,13 +147,10 @@ _KNOWN: Final = (
 
 
 def _suggest(key: str) -> str:
-    snake = re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
-    if snake in _KNOWN:
-        return f" (did you mean {snake!r}?)"
     if key == "signal":
         return " (pass a Cancellation as 'cancellation')"
-    close = difflib.get_close_matches(key, _KNOWN, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    close = suggest(key, _KNOWN)
+    return f" (did you mean {close!r}?)" if close else ""
 
 
 def watch_options(**options: Any) -> WatchOptions:

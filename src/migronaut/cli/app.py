@@ -54,6 +54,15 @@ COMMAND_MODULES = (
 
 _REGISTRY: list[click.Command] = []
 
+#: Words other migration tools use for our commands: an unknown command suggests ours by intent
+#: (``rollback`` → ``down``), before any suggestion by spelling.
+COMMAND_ALIASES = {
+    "rollback": "down", "revert": "down", "undo": "down", "downgrade": "down",
+    "migrate": "up", "apply": "up", "upgrade": "up", "run": "up",
+    "new": "create", "generate": "create", "make": "create", "show": "status",
+    "history": "logs", "stamp": "baseline", "unlock-force": "unlock", "devserver": "dev-server",
+}
+
 _GLOBAL_HELP = {
     "uri": "MongoDB connection URI (overrides MIGRONAUT_URI / uri).",
     "db": "Database name (overrides MIGRONAUT_DB / db_name).",
@@ -147,6 +156,7 @@ def group(name: str, *, help: str, short_help: str | None = None) -> click.Group
         help=help + "\n\nThe global options (see `migronaut --help`) are accepted here too.",
         short_help=short_help,
         epilog=_HELP_FOOTER,
+        cls=SuggestingGroup,
     )(global_options(hidden=True)(callback))
     _REGISTRY.append(grp)
     return grp
@@ -225,7 +235,25 @@ def _debug_causes(out: Output, error: BaseException) -> None:
         cause = cause.__cause__
 
 
-class MigronautGroup(click.Group):
+class SuggestingGroup(click.Group):
+    """A group whose unknown command suggests one of its own: by intent
+    (:data:`COMMAND_ALIASES`), else by spelling (:func:`~migronaut._suggest.suggest`)."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = str(args[0]) if args else ""
+        if (name and not name.startswith("-") and not ctx.resilient_parsing
+                and self.get_command(ctx, name) is None):
+            from migronaut._suggest import suggest
+
+            close = suggest(name, self.list_commands(ctx), aliases=COMMAND_ALIASES)
+            hint = f" Did you mean '{close}'?" if close else ""
+            raise click.UsageError(f"No such command '{name}'.{hint}", ctx)
+        return super().resolve_command(ctx, args)
+
+
+class MigronautGroup(SuggestingGroup):
     """The root group; treats a closed stdout while printing help as success (``| head``)."""
 
     def make_context(

@@ -25,7 +25,7 @@ ACTION_STYLE = {"create": GREEN, "modify": CYAN, "recreate": YELLOW, "drop": YEL
                 "conflict": RED}
 TARGET_LABEL = {"collection": "collection", "validator": "validator", "index": "index",
                 "searchIndex": "search index"}
-NAME_WIDTH, DETAIL_WIDTH = 48, 72
+NAME_WIDTH, DETAIL_WIDTH, VALIDATOR_WIDTH = 48, 72, 160
 
 
 def _cut(text: str, width: int) -> str:
@@ -36,15 +36,85 @@ def _cut(text: str, width: int) -> str:
 def _detail(row: PlanRow) -> str:
     if row.live_name and row.reason == "name":
         return f'renamed from "{row.live_name}"'
+    if row.target == "validator" and row.action in ("create", "modify", "drop"):
+        return validator_change(row.from_, row.to) or row.reason or ""
     return row.reason or ""
 
 
 def _plan_cells(collection: str, row: PlanRow) -> list[Cell]:
     named = row.target in ("index", "searchIndex")
+    width = VALIDATOR_WIDTH if row.target == "validator" else DETAIL_WIDTH
     return [(_cut(collection, NAME_WIDTH), None), (TARGET_LABEL[row.target], None),
             (_cut(row.name, NAME_WIDTH) if named else "", None),
             (row.action, ACTION_STYLE.get(row.action, DIM)),
-            (_cut(_detail(row), DETAIL_WIDTH), None)]
+            (_cut(_detail(row), width), None)]
+
+
+def validator_change(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> str:
+    """What a validator row changes, in a line: the fields every insert must now carry (a
+    versioned collection's ``__v``/``__rev`` among them — a plain ``insert_one`` without them
+    is rejected), the other rules added, removed or changed, and level/action ``old → new``."""
+    if not after:
+        return "removes the validator: documents are no longer checked"
+    before = before or {}
+    old, new = _schema(before.get("validator")), _schema(after.get("validator"))
+    parts = []
+    added = [name for name in _required(new) if name not in _required(old)]
+    dropped = [name for name in _required(old) if name not in _required(new)]
+    if added:
+        rejected = "logged (action warn)" if after.get("validationAction") == "warn" \
+            else "rejected"
+        parts.append(f"every insert must carry {', '.join(added)} (without: {rejected})")
+    if dropped:
+        parts.append(f"no longer requires {', '.join(dropped)}")
+    rules = _changed_rules(old, new) + _changed_rules(_operators(before.get("validator")),
+                                                      _operators(after.get("validator")))
+    if rules:
+        parts.append("rules " + ", ".join(rules[:4]) + (", …" if len(rules) > 4 else ""))
+    for key, label in (("validationLevel", "level"), ("validationAction", "action")):
+        if before.get(key) != after.get(key):
+            parts.append(f"{label} {before[key]} → {after.get(key)}" if before.get(key)
+                         else f"{label} {after.get(key)}")
+    return "; ".join(parts)
+
+
+def _schema(validator: Any) -> Mapping[str, Any]:
+    schema = validator.get("$jsonSchema") if isinstance(validator, Mapping) else None
+    return schema if isinstance(schema, Mapping) else {}
+
+
+def _operators(validator: Any) -> Mapping[str, Any]:
+    """A validator's query-operator rules (everything but ``$jsonSchema``)."""
+    if not isinstance(validator, Mapping):
+        return {}
+    return {key: value for key, value in validator.items() if key != "$jsonSchema"}
+
+
+def _required(schema: Mapping[str, Any]) -> list[str]:
+    required = schema.get("required")
+    return [str(name) for name in required] if isinstance(required, list) else []
+
+
+def _changed_rules(before: Any, after: Any, path: str = "") -> list[str]:
+    """``+path`` / ``-path`` / ``~path`` for each rule that differs, two levels deep
+    (``+properties.email``); ``required`` aside, it is said in words."""
+    if not (isinstance(before, Mapping) and isinstance(after, Mapping)):
+        return [] if before == after else ["~" + path]
+    found: list[str] = []
+    for key in [*before, *(key for key in after if key not in before)]:
+        inner = f"{path}.{key}" if path else str(key)
+        if inner == "required":
+            continue
+        if key in before and key in after:
+            found.extend(_changed_rules(before[key], after[key], inner))
+            continue
+        side = after.get(key) if key in after else before.get(key)
+        sign = "+" if key in after else "-"
+        if not path and isinstance(side, Mapping) and side:
+            found.extend(f"{sign}{inner}.{child}" for child in side)
+        else:
+            found.append(sign + inner)
+    return found
 
 
 def summary(result: ConvergeResult) -> str:
@@ -89,6 +159,19 @@ def _when(value: Any) -> str:
     if isinstance(value, dt.datetime):
         return value.strftime("%Y-%m-%d %H:%M:%S")
     return str(value or "—")
+
+
+def drift_line(result: ConvergeResult) -> str:
+    """The ``✖`` line of a ``--check`` that found the collections out of sync."""
+    plans = result.collections
+    drifted = [plan.name for plan in plans if plan.changes or plan.conflicts]
+    conflicts = sum(len(plan.conflicts) for plan in plans)
+    names = ", ".join(sanitize_terminal(name) for name in drifted[:5]) + (
+        ", …" if len(drifted) > 5 else "")
+    what = f"{result.changed} change(s)" + (f" and {conflicts} conflict(s)" if conflicts else "")
+    fix = "resolve the conflicts, then run" if conflicts else "run"
+    return (f"✖ COLLECTIONS_DRIFT: {what} pending in {len(drifted)} of {len(plans)} "
+            f"collection(s): {names} — {fix} `migronaut converge` to apply them")
 
 
 def render_history(entries: Sequence[Mapping[str, Any]], out: Output) -> None:

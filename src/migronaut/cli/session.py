@@ -162,18 +162,20 @@ class Session:
         mutating: bool = False,
         connects: bool = True,
         lenient: bool = False,
+        read_only: bool = False,
     ) -> int:
         """Build the migrator, run ``action`` on it, close it, then render and pick the exit code.
 
         Errors propagate (the command wrapper turns them into the error envelope) after the
-        migrator is closed and the signal handlers are restored.
+        migrator is closed and the signal handlers are restored. ``read_only`` (``status``,
+        ``audit`` …): a server that does not answer fails in 3 s unless a timeout is configured.
         """
         from migronaut.cli.signals import GracefulStop
 
         guard = GracefulStop(self.out) if mutating else None
         self.guard = guard
         with guard if guard is not None else nullcontext():
-            migrator = self._migrator(lenient=lenient)
+            migrator = self._migrator(lenient=lenient, read_only=read_only)
             try:
                 self._adopt_log_format(migrator)
                 if guard is not None:
@@ -203,14 +205,14 @@ class Session:
         if self.out.log_format == "json":
             self.out.spinner.disable()
 
-    def _migrator(self, *, lenient: bool) -> Migrator:
+    def _migrator(self, *, lenient: bool, read_only: bool = False) -> Migrator:
         from migronaut.api import Migrator
 
         progress = SpinnerProgress(self.out.spinner)
         flags = self.options.config_flags()
         if not lenient:
             return Migrator(flags, config_path=self.options.config, progress=progress,
-                            _flags_origin="flag")
+                            _flags_origin="flag", _quick_connect=read_only)
         # create: never connects, needs no uri/db, and survives a config file that cannot load.
         from migronaut.core.config import load_config
 

@@ -23,6 +23,8 @@ from migronaut.core.locked_run import locked_run
 from migronaut.core.plan import (
     build_status_rows,
     check_forward_only,
+    checksum_mismatch,
+    drift_advice,
     plan_down,
     plan_up,
     validate_down_options,
@@ -30,7 +32,7 @@ from migronaut.core.plan import (
 )
 from migronaut.core.results import RunResult
 from migronaut.core.run_loop import run_targets
-from migronaut.errors import ChecksumMismatchError, ConfigInvalidError, LockAlreadyHeldError
+from migronaut.errors import ConfigInvalidError, LockAlreadyHeldError
 
 if TYPE_CHECKING:
     from migronaut.core.results import StatusRow
@@ -110,8 +112,14 @@ def _up(
     plan = plan_up(ws.connection.changelog, project.files(), project.directory, file=file,
                    to=to, force=force, strict=strict,
                    on_out_of_order=project.config.on_out_of_order, checksum=project.checksum,
-                   ordered=ordered, planned_checksum=checksum)
+                   ordered=ordered, planned_checksum=checksum, drift=file is None)
     project.warn_out_of_order(plan.late, plan.newest_applied)
+    if plan.drifted:
+        logger.warning("⚠ Warning  %d applied migration(s) changed since they were applied and "
+                       "will not run again: %s. %s", len(plan.drifted),
+                       ", ".join(plan.drifted[:10]) + (", …" if len(plan.drifted) > 10 else ""),
+                       drift_advice("FILE"),
+                       extra={"event": "checksum:mismatch", "drifted": plan.drifted})
     if not plan.targets:
         logger.info("Nothing to migrate")
         return
@@ -129,10 +137,7 @@ def _up(
             run.rerun.add(name)
             continue
         if drifted and strict:
-            raise ChecksumMismatchError(
-                f"Checksum mismatch for {name}",
-                {"name": name, "expected": record.get("checksum"), "actual": actual},
-            )
+            raise checksum_mismatch(name, record.get("checksum"), actual)
         if drifted:
             logger.warning("⚠ Warning  Checksum mismatch: %s", name)
         logger.debug("⏭ Skipped  %s", name)

@@ -14,7 +14,6 @@ async function returning one — the only way to pass hooks, a logger, a client 
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from migronaut._names import validate_collection_name, validate_db_name
+from migronaut._suggest import suggest
 from migronaut.errors import ConfigInvalidError, MigronautError
 
 __all__ = [
@@ -84,6 +84,8 @@ KEYS: tuple[KeySpec, ...] = (
     _k("env_file", "env_file", ".env"),
     _k("ensure_indexes", "bool", True),
     _k("timeout_ms", "posint", None),
+    _k("connect_timeout_ms", "posint", None),
+    _k("server_selection_timeout_ms", "posint", None),
     _k("reload_migrations", "bool", False),
     _k("client_options", "mapping", None, None),
     # the Celery executor's table; its keys are checked by migronaut.executors.celery.settings
@@ -143,6 +145,11 @@ class Config:
     env_file: str | bool = ".env"
     ensure_indexes: bool = True
     timeout_ms: int | None = None
+    #: The driver's ``connectTimeoutMS`` (unset: pymongo's 20 s).
+    connect_timeout_ms: int | None = None
+    #: The driver's ``serverSelectionTimeoutMS`` (unset: 10 s; 3 s for the CLI's read-only
+    #: commands).
+    server_selection_timeout_ms: int | None = None
     reload_migrations: bool = False
     client_options: Mapping[str, Any] | None = None
     celery: Mapping[str, Any] | None = None
@@ -372,8 +379,7 @@ def _layer(
             continue
         spec = _BY_NAME.get(key)
         if spec is None:
-            hint = difflib.get_close_matches(key, list(_BY_NAME), n=1)
-            suggestion = _snake(key) if _snake(key) in _BY_NAME else (hint[0] if hint else None)
+            suggestion = suggest(key, _BY_NAME, aliases=_KEY_ALIASES)
             msg = "unknown config key" + (f" (did you mean '{suggestion}'?)" if suggestion else "")
             issues.append(Issue(f"{key} ({where})", msg))
             continue
@@ -392,9 +398,9 @@ def _layer(
     return out
 
 
-def _snake(name: str) -> str:
-    out = "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
-    return {"db": "db_name", "lock_ttl": "lock_ttl_seconds"}.get(out, out)
+#: Names of the Node original (and of the environment variables) for a key named otherwise here.
+_KEY_ALIASES = {"db": "db_name", "dbName": "db_name", "lock_ttl": "lock_ttl_seconds",
+                "lockTtl": "lock_ttl_seconds"}
 
 
 def _env_layer(environ: Mapping[str, str], issues: list[Issue]) -> dict[str, Any]:
@@ -417,7 +423,13 @@ def _env_layer(environ: Mapping[str, str], issues: list[Issue]) -> dict[str, Any
 
 
 def load_env_file(path: Path, environ: dict[str, str] | os._Environ[str]) -> list[str]:
-    """Load a ``.env`` file into ``environ`` without overriding a variable already set."""
+    """Load a ``.env`` file into ``environ`` without overriding a variable already set.
+
+    Parsed as the reference's ``.env`` (core §3.2): ``KEY=VALUE`` lines, ``export``, comments,
+    values in ``'``, ``"`` (multi-line) or backtick quotes. A line that does not parse — an
+    unterminated quote, a line without ``=`` — is ``CONFIG_INVALID`` naming the file and line,
+    checked before any variable is set: half a ``.env`` never configures a run.
+    """
     if not path.exists():
         return []
     if not path.is_file():
@@ -430,14 +442,69 @@ def load_env_file(path: Path, environ: dict[str, str] | os._Environ[str]) -> lis
             f"Invalid configuration: env_file: {path} is larger than 1 MB",
             {"issues": [{"path": "env_file", "message": "larger than 1 MB"}]},
         )
-    from dotenv import dotenv_values
-
+    values = parse_env_file(path)
     loaded: list[str] = []
-    for key, value in dotenv_values(path, interpolate=False).items():
-        if value is not None and key not in environ:
+    for key, value in values.items():
+        if key not in environ:
             environ[key] = value
             loaded.append(key)
     return loaded
+
+
+def parse_env_file(path: Path) -> dict[str, str]:
+    """The variables of a ``.env`` file (python-dotenv's parser, which never writes to stderr
+    this way), with backtick quotes stripped as the reference's parser does."""
+    import io
+
+    from dotenv.parser import parse_stream
+
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as error:
+        raise _env_file_error(path, None, f"cannot be read as UTF-8 text ({error})") from error
+    values: dict[str, str] = {}
+    for binding in parse_stream(io.StringIO(text)):
+        line = binding.original.line
+        if binding.error:
+            raise _env_file_error(path, line, _unparsed(binding.original.string))
+        if binding.key is None:  # a blank or comment line
+            continue
+        value = binding.value
+        if value is not None and value.startswith("`"):
+            value = _backticked(binding.original.string)
+            if value is None:
+                raise _env_file_error(path, line, f"{binding.key}: a ` quote that never closes")
+        if value is None:
+            raise _env_file_error(path, line, f"{binding.key}: not KEY=VALUE")
+        values[binding.key] = value
+    return values
+
+
+def _unparsed(original: str) -> str:
+    """Why python-dotenv refused a statement, in a user's words."""
+    first = original.splitlines()[0] if original.strip() else original
+    _, equals, value = first.partition("=")
+    quote = value.strip()[:1]
+    if equals and quote in ("'", '"'):
+        return f"{first.partition('=')[0].strip()}: a {quote} quote that never closes"
+    return "not KEY=VALUE (a line is `KEY=VALUE`, `export KEY=VALUE` or a `# comment`)"
+
+
+def _backticked(original: str) -> str | None:
+    """The value of a ``KEY=`value``` line between its backticks, or ``None`` when the
+    closing one is missing."""
+    raw = original.partition("=")[2].strip()
+    closing = raw.find("`", 1)
+    return raw[1:closing] if closing > 0 else None
+
+
+def _env_file_error(path: Path, line: int | None, problem: str) -> ConfigInvalidError:
+    where = f"{path}, line {line}" if line is not None else str(path)
+    return ConfigInvalidError(
+        f"Invalid configuration: env_file: {where}: {problem}",
+        {"issues": [{"path": "env_file", "message": problem}], "envFile": str(path),
+         "envLine": line},
+    )
 
 
 def find_config_file(cwd: Path) -> Path | None:

@@ -33,7 +33,16 @@ if TYPE_CHECKING:
     from migronaut.observability.recorder import RunRecorder
     from migronaut.observability.runstore import RunStore
 
-__all__ = ["Connection"]
+__all__ = ["QUICK_SELECTION_MS", "SELECTION_MS", "Connection"]
+
+#: How long the driver looks for a server before a command fails, unless
+#: ``server_selection_timeout_ms`` (or the URI) says otherwise: runs ride out a failover …
+SELECTION_MS = 10_000
+#: … and a short read-only command of the CLI (``status``, ``audit`` …) says at once that
+#: nothing answers.
+QUICK_SELECTION_MS = 3_000
+#: Hosts of a URI that point at this machine: a refused connection there suggests the dev server.
+_LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1", "0.0.0.0")
 
 
 class Connection:
@@ -102,20 +111,31 @@ class Connection:
             origin = config.origin("uri")
             target = f"at {uri} (uri from {origin})"
             context = {"uri": uri, "uriFrom": origin, "cause": reason}
+        hint = ""
+        if config.client is None and _is_local(config.uri or "") and "refused" in reason.lower():
+            hint = (" — nothing listens there: start a local server with `migronaut dev-server` "
+                    "(the 'embedded' extra), or point uri at your MongoDB")
         return ConnectionFailedError(
-            f"Failed to connect to MongoDB {target}: {reason}", context, cause=error
+            f"Failed to connect to MongoDB {target}: {reason}{hint}", context, cause=error
         )
 
     def client_options(self) -> dict[str, Any]:
         """The client's keyword arguments: migronaut's defaults never override what the URI
-        sets (pymongo keyword arguments win over URI options), then ``client_options``."""
-        config = self._project.config
+        sets (pymongo keyword arguments win over URI options); the ``connect_timeout_ms`` and
+        ``server_selection_timeout_ms`` keys do; ``client_options`` wins over all."""
+        project = self._project
+        config = project.config
         query = (config.uri or "").partition("?")[2].lower()
+        selection = QUICK_SELECTION_MS if project.quick_connect else SELECTION_MS
         options: dict[str, Any] = {
             key: value
-            for key, value in (("serverSelectionTimeoutMS", 10_000), ("appname", "migronaut"))
+            for key, value in (("serverSelectionTimeoutMS", selection), ("appname", "migronaut"))
             if f"{key.lower()}=" not in query
         }
+        for key, value in (("serverSelectionTimeoutMS", config.server_selection_timeout_ms),
+                           ("connectTimeoutMS", config.connect_timeout_ms)):
+            if value is not None:
+                options[key] = value
         options.update(config.client_options or {})
         return options
 
@@ -231,3 +251,13 @@ class Connection:
                 environment=config.resolved_environment,
             )
         return self._recorder
+
+
+def _is_local(uri: str) -> bool:
+    """Whether every host of a ``mongodb://`` URI is this machine (never for ``+srv``)."""
+    if not uri.lower().startswith("mongodb://"):
+        return False
+    hosts = uri[len("mongodb://"):].split("/", 1)[0].split("?", 1)[0].rpartition("@")[2]
+    names = [host.rsplit(":", 1)[0] if not host.startswith("[") else host.partition("]")[0] + "]"
+             for host in hosts.split(",") if host]
+    return bool(names) and all(name.lower() in _LOCAL_HOSTS for name in names)

@@ -84,14 +84,16 @@ def unusable_directory(directory: Path, origin: str | None = None) -> ConfigInva
     """``CONFIG_INVALID`` for a migrations directory that is missing or not a directory.
 
     A typo in ``--dir`` must never read as "no migrations" (``up`` would say "Nothing to
-    migrate" and a CI gate would pass). ``origin`` says which setting to fix.
+    migrate" and a CI gate would pass). ``origin`` says which setting to fix; a missing
+    directory's message says how to create it.
     """
     problem = "is not a directory" if directory.exists() else "does not exist"
+    where = " (the default)" if origin == "the default" else f" (set by {origin})" if origin else ""
+    if problem == "does not exist":
+        where += (f" — create it: `migronaut create NAME` writes the first migration there, or "
+                  f"`mkdir -p {directory}`")
     if origin == "the default":
-        where = " (the default: create it, or set --dir, MIGRONAUT_MIGRATIONS_DIR or " \
-                "migrations_dir)"
-    else:
-        where = f" (set by {origin})" if origin else ""
+        where += "; or set --dir, MIGRONAUT_MIGRATIONS_DIR or migrations_dir"
     return ConfigInvalidError(
         f"Invalid configuration: migrations_dir: {directory} {problem}{where}",
         {"issues": [{"path": "migrations_dir", "message": problem}],

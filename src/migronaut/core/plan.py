@@ -159,6 +159,8 @@ class UpPlan:
     already_applied: dict[str, dict[str, Any]] = field(default_factory=dict)
     late: list[str] = field(default_factory=list)
     newest_applied: str | None = None
+    #: Applied files edited since (their checksum differs from the record's), name order.
+    drifted: list[str] = field(default_factory=list)
 
 
 def plan_up(
@@ -174,11 +176,13 @@ def plan_up(
     checksum: Checksum,
     ordered: bool = False,
     planned_checksum: str | None = None,
+    drift: bool = False,
 ) -> UpPlan:
     """The targets of ``up``. A single-file run skips the bulk checks unless ``ordered``
     (reference core §11.7): then the file must be of the sequence, every earlier file applied
     (else ``MIGRATION_BLOCKED``), and the strict and out-of-order checks apply as in a bulk run.
-    ``planned_checksum`` pins the file's content to what the producer planned."""
+    ``planned_checksum`` pins the file's content to what the producer planned; ``drift`` lists
+    the applied files edited since (a bulk run warns of them) from the same read."""
     if file is not None:
         resolve_file(directory, file)
         record = changelog.get(file)
@@ -200,8 +204,9 @@ def plan_up(
                      "planned": True})
         return plan
 
+    drifted: list[str] = []
     applied_names = _applied_names(changelog, files, strict=strict and not force,
-                                   checksum=checksum)
+                                   checksum=checksum, drifted=drifted if drift else None)
     pending = [name for name in files if name not in applied_names]
     if to is not None:
         if to not in files:
@@ -211,14 +216,15 @@ def plan_up(
         else:
             pending = [name for name in pending if name <= to]
     newest, late = _late(applied_names, pending, on_out_of_order)
-    return UpPlan(pending, late=late, newest_applied=newest)
+    return UpPlan(pending, late=late, newest_applied=newest, drifted=drifted)
 
 
 def _applied_names(changelog: Changelog, files: Sequence[str], *, strict: bool,
-                   checksum: Checksum) -> set[str]:
+                   checksum: Checksum, drifted: list[str] | None = None) -> set[str]:
     """The applied names; under ``strict``, first every applied file's checksum against disk
-    (the first drift is ``CHECKSUM_MISMATCH``)."""
-    if not strict:
+    (the first drift is ``CHECKSUM_MISMATCH``); else, given ``drifted``, the drifted names are
+    appended to it (one read either way: ``status`` compares the same way)."""
+    if not strict and drifted is None:
         return set(changelog.applied_names())
     applied = changelog.applied()
     on_disk = set(files)  # a set: one lookup per applied record, not a scan of the files
@@ -229,11 +235,28 @@ def _applied_names(changelog: Changelog, files: Sequence[str], *, strict: bool,
         actual = checksum(name)
         expected = record.get("checksum")
         if actual is not None and expected and actual != expected:
-            raise ChecksumMismatchError(
-                f"Checksum mismatch for {name}",
-                {"name": name, "expected": expected, "actual": actual},
-            )
+            if not strict and drifted is not None:
+                drifted.append(name)
+                continue
+            raise checksum_mismatch(name, expected, actual)
     return {r["name"] for r in applied}
+
+
+def checksum_mismatch(name: str, expected: Any, actual: str | None) -> ChecksumMismatchError:
+    """``CHECKSUM_MISMATCH`` for an applied file edited since, saying what to do next."""
+    return ChecksumMismatchError(
+        f"Checksum mismatch for {name}: the file changed after it was applied. "
+        + drift_advice(name),
+        {"name": name, "expected": expected, "actual": actual},
+    )
+
+
+def drift_advice(name: str) -> str:
+    """What to do about an applied migration whose file changed (the warning of ``up`` and the
+    error under ``strict`` say the same)."""
+    return ("Restore the file as it was applied (e.g. `git checkout`) and put the change in a new "
+            f"migration (`migronaut create NAME`); or run it again as edited with `migronaut up "
+            f"{name} --force`")
 
 
 def _late(applied_names: Collection[str], pending: Sequence[str],

@@ -94,6 +94,9 @@ class Project:
         self._checksums = ChecksumCache()
         #: Problems that did not stop a command (e.g. a config file skipped by ``create``).
         self.warnings: list[str] = []
+        #: A short read-only command (the CLI's ``status``, ``audit`` …): unless configured,
+        #: server selection gives up after 3 s instead of 10 s.
+        self.quick_connect = False
 
     @property
     def config(self) -> Config:

@@ -223,8 +223,10 @@ def write_config(
     uri: str | None = None,
     db_name: str | None = None,
     migrations_dir: str | None = None,
-) -> tuple[Path, list[str]]:
-    """Write ``migronaut.toml`` or ``migronaut_config.py``; returns the path and warnings."""
+) -> tuple[Path, Path | None, list[str]]:
+    """Write ``migronaut.toml`` or ``migronaut_config.py`` and make the migrations directory it
+    names; returns the file, the directory when it was made (``None``: it existed) and
+    warnings."""
     if fmt not in ("toml", "py"):
         raise ConfigInvalidError(
             f"--format must be 'toml' or 'py' (got {fmt!r})", {"option": "format"}
@@ -256,5 +258,21 @@ def write_config(
             f"Config file already exists: {path.name} (use --force to overwrite)",
             {"path": str(path)},
         )
+    created = _make_directory(directory / (migrations_dir or "./migrations"))
     path.write_text(text, encoding="utf-8")
-    return path, warnings
+    return path, created, warnings
+
+
+def _make_directory(directory: Path) -> Path | None:
+    """The migrations directory ``init`` names, made when missing (its path then, else
+    ``None``): every command after ``init`` — ``status``, ``up``, ``audit`` — can run at once,
+    also for a project that declares collections and has no migration yet."""
+    if directory.is_dir():
+        return None
+    try:
+        directory.mkdir(parents=True)
+    except (FileExistsError, NotADirectoryError) as error:  # a file where a directory should be
+        raise unusable_directory(directory, "migronaut init") from error
+    except OSError as error:
+        raise directory_os_error(directory, "cannot be created", error) from error
+    return directory

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, quote, urlencode
 
-from migronaut.errors import ConfigInvalidError, MigronautError
+from migronaut.errors import ConfigInvalidError, ExtraMissingError, MigronautError
 
 try:
     from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -26,11 +26,7 @@ try:
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
 except ImportError as missing:  # pragma: no cover - exercised without the extra
-    raise ConfigInvalidError(
-        f"the dashboard needs the 'dashboard' extra ({missing.name} is missing): "
-        "pip install 'migronaut[dashboard]'",
-        {"extra": "dashboard"},
-    ) from missing
+    raise ExtraMissingError.of("dashboard", "the dashboard", missing) from missing
 
 from migronaut.dashboard.board import CONTROLS, Board
 from migronaut.dashboard.guard import (

@@ -10,12 +10,12 @@ only for a definition with no issue; every issue is gathered with its path, none
 from __future__ import annotations
 
 import copy
-import difflib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from migronaut._names import OWN_PREFIX
+from migronaut._suggest import suggest
 from migronaut.declared.indexes import (
     MAX_DECLARED,
     MAX_INDEXES,
@@ -212,8 +212,7 @@ def _unknown_key(key: Any, style: Style) -> str:
         if key == written:
             hint = DEFINITION_KEYS[style][internal]
     if hint is None:
-        close = difflib.get_close_matches(str(key), expected, n=1)
-        hint = close[0] if close else None
+        hint = suggest(str(key), expected)
     suggestion = f" — did you mean '{hint}'?" if hint else ""
     return ("is not a definition key (expected one of " + ", ".join(expected) + ")"
             + suggestion)

@@ -11,6 +11,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from migronaut._suggest import suggest
 from migronaut.errors import ConfigInvalidError
 
 __all__ = ["MESSAGE", "Issues", "invalid_definitions"]
@@ -34,10 +35,13 @@ class Issues:
     def refuse_unknown(
         self, raw: Iterable[Any], allowed: Collection[str], path: str, message: str
     ) -> None:
-        """An issue ``<path>.<key>: <message>`` for each key of ``raw`` not in ``allowed``."""
+        """An issue ``<path>.<key>: <message>`` for each key of ``raw`` not in ``allowed``, with
+        the allowed key it most likely meant (``uniqe`` — did you mean 'unique'?)."""
         for key in raw:
             if key not in allowed:
-                self.add(f"{path}.{key}", message)
+                close = suggest(key, allowed)
+                self.add(f"{path}.{key}",
+                         message + (f" — did you mean '{close}'?" if close else ""))
 
     def extend(self, other: Issues) -> None:
         self.found.extend(other.found)

@@ -24,16 +24,22 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Self
 
-from beanie import Document, WriteRules
-from beanie.odm.actions import EventTypes, wrap_with_actions
-from beanie.odm.queries.find import FindMany, FindOne
-from beanie.odm.queries.update import UpdateMany, UpdateOne
-from beanie.odm.utils.dump import get_dict
-from beanie.odm.utils.encoder import Encoder
-from beanie.odm.utils.self_validation import validate_self_before
-from beanie.odm.utils.state import save_state_after
-from pydantic import Field, PrivateAttr, create_model, model_validator
-from pymongo.results import InsertManyResult
+from migronaut.errors import ExtraMissingError
+
+try:
+    from beanie import Document, WriteRules
+    from beanie.odm.actions import EventTypes, wrap_with_actions
+    from beanie.odm.queries.find import FindMany, FindOne
+    from beanie.odm.queries.update import UpdateMany, UpdateOne
+    from beanie.odm.utils.dump import get_dict
+    from beanie.odm.utils.encoder import Encoder
+    from beanie.odm.utils.self_validation import validate_self_before
+    from beanie.odm.utils.state import save_state_after
+    from pydantic import Field, PrivateAttr, create_model, model_validator
+    from pymongo.results import InsertManyResult
+except ImportError as missing:  # without the extra: say which one to install
+    raise ExtraMissingError.of("beanie", "migronaut.integrations.beanie",
+                               missing) from missing
 
 from migronaut.integrations._common import Contract, merge_updates
 from migronaut.versioning.shapes import Shapes

@@ -19,8 +19,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mongoengine import Document, IntField, QuerySet, signals
-from mongoengine.queryset import transform
+from migronaut.errors import ExtraMissingError
+
+try:
+    from mongoengine import Document, IntField, QuerySet, signals
+    from mongoengine.queryset import transform
+except ImportError as missing:  # without the extra: say which one to install
+    raise ExtraMissingError.of("mongoengine", "migronaut.integrations.mongoengine",
+                               missing) from missing
 
 from migronaut.integrations._common import REVISION, VERSION, Contract
 from migronaut.versioning.shapes import Shapes

@@ -49,5 +49,6 @@ def audit(session: Session) -> int:
         render=render_report,
         to_json=lambda report: report.to_dict(),
         exit_code=_verdict,
+        read_only=True,
         connects=False,
     )

@@ -70,7 +70,7 @@ def converge(
     rebuild_unique: bool, reason: str | None, history: bool, limit: str | None, yes: bool,
     wait_search: bool | None, no_lock: bool,
 ) -> int:
-    from migronaut.cli.render_converge import render_history, render_plan
+    from migronaut.cli.render_converge import drift_line, render_history, render_plan
     from migronaut.commands.converge_options import (
         ConvergeOptions,
         validate_converge_options,
@@ -88,7 +88,7 @@ def converge(
     if history:
         count = check_limit(parse_int(limit, "--limit") if limit is not None else 20)
         return session.run(lambda migrator: migrator.converge_history(count),
-                           render=render_history, to_json=list)
+                           render=render_history, to_json=list, read_only=True)
     validate_converge_options(ConvergeOptions(prune=prune, ordered=ordered, reason=reason,
                                               rebuild_unique=rebuild_unique, no_lock=no_lock,
                                               dry_run=dry_run or check,
@@ -98,13 +98,18 @@ def converge(
         def exit_code(result: ConvergeResult, out: Output) -> int:
             failed = any(entry.get("status") == "FAILED"
                          for entry in (result.search or {}).get("notReady") or ())
-            return DRIFT if check and (failed or not result.in_sync) else 0
+            if not check or not (failed or not result.in_sync):
+                return 0
+            out.error(drift_line(result) if not result.in_sync else
+                      "✖ COLLECTIONS_DRIFT: a search index failed to build (status FAILED) — "
+                      "`migronaut converge --dry-run` lists it")
+            return DRIFT
 
         return session.run(
             lambda migrator: migrator.converge(dry_run=True, prune=prune,
                                                rebuild_unique=rebuild_unique),
             render=lambda result, out: render_plan(result, out, verbose=verbose),
-            to_json=lambda result: result.to_dict(), exit_code=exit_code)
+            to_json=lambda result: result.to_dict(), exit_code=exit_code, read_only=True)
 
     def apply(migrator: Migrator) -> ConvergeResult | None:
         if session.guard is not None:  # a stop waits for the step in flight (§2.3 step 8)

@@ -16,7 +16,7 @@ import click
 
 from migronaut.cli.app import command
 from migronaut.cli.session import Session, parse_int
-from migronaut.errors import ConfigInvalidError
+from migronaut.errors import ConfigInvalidError, ExtraMissingError
 
 if TYPE_CHECKING:
     from migronaut.api import Migrator
@@ -81,10 +81,7 @@ def dashboard(session: Session, host: str, port: str | None, allow_controls: boo
         try:
             import uvicorn
         except ImportError as missing:
-            raise ConfigInvalidError(
-                f"the dashboard needs the 'dashboard' extra ({missing.name} is missing): "
-                "pip install 'migronaut[dashboard]'", {"extra": "dashboard"},
-            ) from missing
+            raise ExtraMissingError.of("dashboard", "the dashboard", missing) from missing
 
         token = Guard.new_token()
         app = create_app(migrator, allow_controls=allow_controls, token=token)

@@ -109,9 +109,10 @@ def dev_server(
             on_progress=out.note,
         )
     except ConfigInvalidError as error:
-        if number is None and error.context.get("flag") == "--port":  # the default is taken
+        if error.context.get("flag") == "--port" and "port" in error.context:  # taken
+            other = "another --port N" if number is not None else "--port N"
             raise ConfigInvalidError(
-                f"{error.message} — is another MongoDB running there? Pass --port N, or "
+                f"{error.message} — is another MongoDB running there? Pass {other}, or "
                 "--port 0 for any free port (and use the URI it prints)",
                 error.context,
             ) from error

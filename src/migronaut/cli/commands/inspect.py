@@ -70,6 +70,7 @@ def status(session: Session, check: bool, pending: bool, limit: str | None) -> i
         render=status_table,
         to_json=rows_json,
         exit_code=verdict,
+        read_only=True,
     )
 
 
@@ -92,6 +93,7 @@ def list_(session: Session, pending: bool, applied: bool) -> int:
         lambda migrator: migrator.status(which),
         render=status_table,
         to_json=rows_json,
+        read_only=True,
     )
 
 
@@ -128,4 +130,5 @@ def dry_run(
         ),
         render=_render_preview,
         to_json=rows_json,
+        read_only=True,
     )

@@ -50,7 +50,7 @@ def _render_lock(status: LockStatus, out: Output) -> None:
 )
 def lock(session: Session) -> int:
     return session.run(lambda migrator: migrator.lock_status(), render=_render_lock,
-                       to_json=lambda status: status.to_dict())
+                       to_json=lambda status: status.to_dict(), read_only=True)
 
 
 @dataclass(frozen=True)

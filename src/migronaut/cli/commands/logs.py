@@ -69,6 +69,7 @@ def logs(
             lambda migrator: migrator.runs(count),
             render=render_runs,
             to_json=lambda runs: [run.to_dict() for run in runs],
+            read_only=True,
         )
     if limit is not None:
         raise ConfigInvalidError("--limit lists runs: it cannot be combined with RUN_ID or --last",
@@ -78,6 +79,7 @@ def logs(
         lambda migrator: migrator.run_log(run_id, migration=migration, level=level),
         render=render_run_log,
         to_json=run_log_json,
+        read_only=True,
     )
 
 

@@ -8,12 +8,12 @@ value is ``CONFIG_INVALID`` naming ``celery.<key>`` and where it came from (refe
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from migronaut._suggest import suggest
 from migronaut.errors import ConfigInvalidError
 
 __all__ = ["DEFAULT_QUEUE", "ENV", "NULLABLE", "RANGES", "CelerySettings", "resolve_settings"]
@@ -87,8 +87,8 @@ def _invalid(key: str, message: str, origin: str) -> ConfigInvalidError:
 
 def _checked(key: str, value: Any, origin: str) -> Any:
     if key not in _KEYS:
-        close = difflib.get_close_matches(key, sorted(_KEYS), n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        close = suggest(key, _KEYS)
+        hint = f" (did you mean '{close}'?)" if close else ""
         raise _invalid(key, f"is not a known option{hint}", origin)
     if value is None or (value is False and key in ("verify_interval_ms", "sync_interval_s")):
         if key not in NULLABLE:
