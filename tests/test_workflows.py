@@ -94,7 +94,8 @@ def marker_calls(node: ast.AST) -> set[str]:
 
 
 def test_every_declared_marker_has_its_skip_logic_in_conftest() -> None:
-    declared = {line.split(":")[0] for line in PYPROJECT["tool"]["pytest"]["ini_options"]["markers"]}
+    markers = PYPROJECT["tool"]["pytest"]["ini_options"]["markers"]
+    declared = {line.split(":")[0] for line in markers}
     tree = ast.parse((ROOT / "tests" / "conftest.py").read_text("utf-8"))
     by_server = strings_compared_to(function(tree, "_unserved"), "marker")
     by_interpreter = marker_calls(function(tree, "pytest_collection_modifyitems"))
