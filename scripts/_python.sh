@@ -12,7 +12,8 @@
 #   start_dev_server MIGRONAUT DIR
 #                             start `MIGRONAUT dev-server --port 0` (in memory) in the
 #                             background, its output in DIR; sets DEV_SERVER_PID and
-#                             DEV_SERVER_URI (the caller stops it: kill "$DEV_SERVER_PID")
+#                             DEV_SERVER_URI
+#   stop_dev_server           stop that server, if one was started (for an EXIT trap)
 #
 # Overrides: MIGRONAUT_PYTHON311 / MIGRONAUT_PYTHON313 name an interpreter to use as is;
 # MIGRONAUT_FORCE_INSTALL=1 reinstalls even when the stamp matches.
@@ -112,4 +113,12 @@ start_dev_server() {
   [ -s "$dir/.server.out" ] || { _log "the dev server printed no URI within 10 s"; return 1; }
   DEV_SERVER_URI=$(head -n 1 "$dir/.server.out")
   export DEV_SERVER_PID DEV_SERVER_URI
+}
+
+stop_dev_server() {
+  if [ -n "${DEV_SERVER_PID:-}" ]; then
+    kill "$DEV_SERVER_PID" 2>/dev/null || true
+    wait "$DEV_SERVER_PID" 2>/dev/null || true
+    DEV_SERVER_PID=""
+  fi
 }

@@ -17,12 +17,8 @@ source scripts/_python.sh
 ensure_venv .venv-3.13 "$(find_python 3.13)" embedded,dev
 bin="$PWD/.venv-3.13/bin"
 work=$(mktemp -d)
-DEV_SERVER_PID=""
 cleanup() {
-  if [ -n "$DEV_SERVER_PID" ]; then
-    kill "$DEV_SERVER_PID" 2>/dev/null || true
-    wait "$DEV_SERVER_PID" 2>/dev/null || true
-  fi
+  stop_dev_server
   rm -rf "$work"
 }
 trap cleanup EXIT

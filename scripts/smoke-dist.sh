@@ -52,12 +52,8 @@ wheel=${wheels[0]}
 version=$(basename "$wheel" | cut -d- -f2)
 
 work=$(mktemp -d)
-DEV_SERVER_PID=""
 cleanup() {
-  if [ -n "$DEV_SERVER_PID" ]; then
-    kill "$DEV_SERVER_PID" 2>/dev/null || true
-    wait "$DEV_SERVER_PID" 2>/dev/null || true
-  fi
+  stop_dev_server
   rm -rf "$work"
 }
 trap cleanup EXIT
