@@ -246,8 +246,10 @@ def test_the_version_comes_from_one_place() -> None:
 
 
 @pytest.mark.parametrize("name", ["ci.yml", "release.yml"])
-def test_every_action_is_pinned_to_a_version(name: str) -> None:
+def test_every_action_is_pinned_to_a_version_and_every_script_fails_on_a_pipe(name: str) -> None:
     pinned = re.compile(r"^[\w.-]+/[\w./-]+@(v\d+(\.\d+){0,2}|[0-9a-f]{40})$")
     found = re.findall(r"uses:\s*(\S+)", (WORKFLOWS / name).read_text("utf-8"))
     assert found
     assert [action for action in found if not pinned.match(action)] == []
+    # an explicit `shell: bash` is `bash -eo pipefail`; the implicit default has no pipefail
+    assert workflow(name)["defaults"] == {"run": {"shell": "bash"}}
