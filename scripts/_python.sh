@@ -9,6 +9,11 @@
 #                             skipped when a stamp in DIR says nothing changed since last time
 #                             (pyproject.toml, the extras, the interpreter version)
 #   venv_python DIR           print DIR's python
+#   start_dev_server MIGRONAUT DIR
+#                             start `MIGRONAUT dev-server --port 0` (in memory) in the
+#                             background, its output in DIR; sets DEV_SERVER_PID and
+#                             DEV_SERVER_URI
+#   stop_dev_server           stop that server, if one was started (for an EXIT trap)
 #
 # Overrides: MIGRONAUT_PYTHON311 / MIGRONAUT_PYTHON313 name an interpreter to use as is;
 # MIGRONAUT_FORCE_INSTALL=1 reinstalls even when the stamp matches.
@@ -65,6 +70,7 @@ find_python() {
       return 0
     fi
   done
+  # shellcheck disable=SC2016 # the backquotes are literal: a command to type
   printf 'error: no Python %s found (tried %s, pyenv versions under %s); install it (e.g. `pyenv install %s`) or set %s\n' \
     "$want" "${candidates[*]}" "${root:-?}" "$want" "$var" >&2
   return 1
@@ -93,4 +99,26 @@ ensure_venv() {
   rm -f "$stamp"
   "$py" -m pip install --quiet -e ".[$extras]"
   printf '%s\n' "$want" >"$stamp"
+}
+
+start_dev_server() {
+  local migronaut=$1 dir=$2
+  "$migronaut" dev-server --port 0 >"$dir/.server.out" 2>"$dir/.server.err" &
+  DEV_SERVER_PID=$!
+  for _ in $(seq 1 100); do
+    [ -s "$dir/.server.out" ] && break
+    kill -0 "$DEV_SERVER_PID" 2>/dev/null || { cat "$dir/.server.err" >&2; return 1; }
+    sleep 0.1
+  done
+  [ -s "$dir/.server.out" ] || { _log "the dev server printed no URI within 10 s"; return 1; }
+  DEV_SERVER_URI=$(head -n 1 "$dir/.server.out")
+  export DEV_SERVER_PID DEV_SERVER_URI
+}
+
+stop_dev_server() {
+  if [ -n "${DEV_SERVER_PID:-}" ]; then
+    kill "$DEV_SERVER_PID" 2>/dev/null || true
+    wait "$DEV_SERVER_PID" 2>/dev/null || true
+    DEV_SERVER_PID=""
+  fi
 }

@@ -17,9 +17,8 @@ source scripts/_python.sh
 ensure_venv .venv-3.13 "$(find_python 3.13)" embedded,dev
 bin="$PWD/.venv-3.13/bin"
 work=$(mktemp -d)
-server_pid=""
 cleanup() {
-  if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+  stop_dev_server
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -27,15 +26,8 @@ cp -r examples/demo/. "$work/"
 
 if [ -z "${MIGRONAUT_URI:-}" ]; then
   _log "starting the embedded dev server"
-  "$bin/migronaut" dev-server --port 0 >"$work/.server.out" 2>"$work/.server.err" &
-  server_pid=$!
-  for _ in $(seq 1 100); do
-    [ -s "$work/.server.out" ] && break
-    kill -0 "$server_pid" 2>/dev/null || { cat "$work/.server.err" >&2; exit 1; }
-    sleep 0.1
-  done
-  MIGRONAUT_URI=$(head -n 1 "$work/.server.out")
-  export MIGRONAUT_URI
+  start_dev_server "$bin/migronaut" "$work"
+  export MIGRONAUT_URI=$DEV_SERVER_URI
 fi
 export MIGRONAUT_DB="${MIGRONAUT_DB:-migronaut_demo}"
 cd "$work"

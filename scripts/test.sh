@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test suite: lint, type-check, then pytest on Python 3.13 and again on Python 3.11.
+# The test suite: lint, type-check, lint the CI workflows and shell scripts, then pytest on
+# Python 3.13 and again on Python 3.11.
 #
 #   bash scripts/test.sh [PYTEST ARGS...]
 #
@@ -42,6 +43,12 @@ _log "ruff check ${lint_paths[*]}"
 "$v313" -m ruff check "${lint_paths[@]}"
 _log "mypy"
 "$v313" -m mypy
+# the workflows (.github/workflows: ci.yml, release.yml), their `run:` scripts through shellcheck,
+# and the shell scripts themselves; both binaries come with the dev extra
+bin313="$PWD/$(dirname "$v313")"
+_log "actionlint; shellcheck scripts/*.sh .ci/run"
+PATH="$bin313:$PATH" "$bin313/actionlint"
+"$bin313/shellcheck" scripts/*.sh .ci/run
 
 _log "pytest on Python 3.13"
 "$v313" -m pytest --durations=25 "$@"

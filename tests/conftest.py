@@ -30,7 +30,11 @@ leaks into a test; ``project`` then sets ``MIGRONAUT_URI``/``MIGRONAUT_DB`` to t
 
 Markers (declared in ``pyproject.toml``): ``real_mongodb`` tests are skipped unless
 ``MIGRONAUT_TEST_URI`` is set; ``replica_set`` tests are skipped when ``hello`` has no ``setName``;
-``sharded_cluster`` tests are skipped unless ``MIGRONAUT_TEST_URI`` is a real mongos.
+``sharded_cluster`` tests are skipped unless ``MIGRONAUT_TEST_URI`` is a real mongos;
+``standalone`` tests (a server without change streams) are skipped on a replica set or a mongos.
+CI names the server behind each job in ``MIGRONAUT_TEST_TOPOLOGY`` (:data:`MARKER_SERVERS`): a
+test whose marker that server must serve fails instead of skipping, so no job passes by skipping
+what it exists to run (``tests/test_workflows.py`` checks that every marker has such a job).
 """
 
 from __future__ import annotations
@@ -64,10 +68,22 @@ TEST_URI_VARIABLE = "MIGRONAUT_TEST_URI"
 SECOND_INTERPRETER_VARIABLE = "MIGRONAUT_TEST_SECOND_INTERPRETER"
 #: Variables of the harness itself, kept when the developer's ``MIGRONAUT_*`` are stripped
 #: (``MIGRONAUT_TEST_REQUIRE_TOOLS``: see ``helpers/tools.py``).
+#: Set by CI: the server the job runs against (a key of :data:`TOPOLOGIES`).
+TOPOLOGY_VARIABLE = "MIGRONAUT_TEST_TOPOLOGY"
 HARNESS_VARIABLES = frozenset(
     {TEST_URI_VARIABLE, "MIGRONAUT_DEVSERVER_PYTHON", "MIGRONAUT_TEST_REQUIRE_TOOLS",
-     SECOND_INTERPRETER_VARIABLE}
+     SECOND_INTERPRETER_VARIABLE, TOPOLOGY_VARIABLE}
 )
+#: The markers that depend on the server, and the servers (``MIGRONAUT_TEST_TOPOLOGY`` values)
+#: that run them: ``dev_server`` is the embedded dev server (no ``MIGRONAUT_TEST_URI``),
+#: ``replica_set`` and ``sharded_cluster`` a real MongoDB of that topology.
+MARKER_SERVERS: dict[str, frozenset[str]] = {
+    "real_mongodb": frozenset({"replica_set", "sharded_cluster"}),
+    "replica_set": frozenset({"replica_set"}),
+    "sharded_cluster": frozenset({"sharded_cluster"}),
+    "standalone": frozenset({"dev_server"}),
+}
+TOPOLOGIES = frozenset().union(*MARKER_SERVERS.values())
 
 #: Environment overrides: a string sets the variable, ``None`` removes it.
 EnvOverrides = Mapping[str, "str | None"]
@@ -239,21 +255,41 @@ def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
+def _unserved(marker: str, request: pytest.FixtureRequest) -> str | None:
+    """Why the current server cannot serve a test marked ``marker``, or ``None`` when it can."""
+    real = bool(os.environ.get(TEST_URI_VARIABLE, "").strip())
+    if marker == "real_mongodb" and not real:
+        return f"needs a real MongoDB: set {TEST_URI_VARIABLE} (the dev server is not one)"
+    if marker == "sharded_cluster" and not real:
+        return f"needs a real sharded cluster: set {TEST_URI_VARIABLE} to a mongos"
+    hello: dict[str, Any] = request.getfixturevalue("server_hello")
+    if marker == "replica_set" and not hello.get("setName"):
+        return "needs a replica set: the server's hello reports no setName"
+    if marker == "sharded_cluster" and hello.get("msg") != "isdbgrid":
+        return f"needs a real sharded cluster: {TEST_URI_VARIABLE} is not a mongos"
+    if marker == "standalone" and (hello.get("setName") or hello.get("msg") == "isdbgrid"):
+        return "needs a server without change streams (the dev server, a standalone mongod)"
+    return None
+
+
 @pytest.fixture(autouse=True)
 def _server_requirements(request: pytest.FixtureRequest) -> None:
-    """Skip ``real_mongodb`` / ``replica_set`` / ``sharded_cluster`` tests the current server
-    cannot serve."""
-    if request.node.get_closest_marker("real_mongodb") and not os.environ.get(TEST_URI_VARIABLE):
-        pytest.skip(f"needs a real MongoDB: set {TEST_URI_VARIABLE} (the dev server is not one)")
-    if request.node.get_closest_marker("replica_set"):
-        hello: dict[str, Any] = request.getfixturevalue("server_hello")
-        if not hello.get("setName"):
-            pytest.skip("needs a replica set: the server's hello reports no setName")
-    if request.node.get_closest_marker("sharded_cluster"):
-        if not os.environ.get(TEST_URI_VARIABLE):
-            pytest.skip(f"needs a real sharded cluster: set {TEST_URI_VARIABLE} to a mongos")
-        if request.getfixturevalue("server_hello").get("msg") != "isdbgrid":
-            pytest.skip(f"needs a real sharded cluster: {TEST_URI_VARIABLE} is not a mongos")
+    """Skip the tests of :data:`MARKER_SERVERS` the current server cannot serve — or fail them
+    where ``MIGRONAUT_TEST_TOPOLOGY`` says this server exists to serve them."""
+    topology = os.environ.get(TOPOLOGY_VARIABLE, "").strip()
+    if topology and topology not in TOPOLOGIES:
+        pytest.fail(f"{TOPOLOGY_VARIABLE}={topology!r} is none of {sorted(TOPOLOGIES)}",
+                    pytrace=False)
+    for marker, servers in MARKER_SERVERS.items():
+        if not request.node.get_closest_marker(marker):
+            continue
+        reason = _unserved(marker, request)
+        if reason is None:
+            continue
+        if topology in servers:
+            pytest.fail(f"{reason} ({TOPOLOGY_VARIABLE}={topology} promises this server "
+                        f"runs every {marker!r} test)", pytrace=False)
+        pytest.skip(reason)
 
 
 # ----------------------------------------------------------------------------------- project

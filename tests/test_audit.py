@@ -231,14 +231,14 @@ def test_an_injected_client_is_used_and_not_closed(project: Any, client: Any) ->
 
 @pytest.fixture(scope="module")
 def standalone() -> Iterator[Any]:
-    if os.environ.get("MIGRONAUT_TEST_URI"):
-        pytest.skip("starts its own dev server")
     from migronaut.devserver import start_subprocess
 
     with start_subprocess(standalone=True) as server:
         yield server
 
 
+@pytest.mark.skipif(bool(os.environ.get("MIGRONAUT_TEST_URI")),
+                    reason="starts its own dev server (--standalone)")
 def test_a_standalone_warns_and_fails_with_use_transaction_on(
     cli: Any, project: Any, standalone: Any
 ) -> None:

@@ -138,12 +138,6 @@ def harness(db: Database[dict[str, Any]], tmp_path: Path) -> Iterator[Harness]:
         yield box[0]
 
 
-@pytest.fixture
-def standalone(server_hello: dict[str, Any]) -> None:
-    if server_hello.get("setName") or server_hello.get("msg") == "isdbgrid":
-        pytest.skip("the server has change streams: the standalone refusal cannot be observed")
-
-
 def watch_locks(db: Database[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(db[LOCKS].find({"_id": {"$regex": "^watch:"}}))
 
@@ -218,7 +212,7 @@ def test_options_are_validated_before_connecting(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------ standalone
 
 
-@pytest.mark.usefixtures("standalone")
+@pytest.mark.standalone
 def test_a_standalone_is_refused_before_anything_happens(harness: Harness) -> None:
     harness.complete(V1_TO_V2)
 
@@ -235,7 +229,7 @@ def test_a_standalone_is_refused_before_anything_happens(harness: Harness) -> No
     assert not any(t.name.startswith("migronaut-watch") for t in threading.enumerate())
 
 
-@pytest.mark.usefixtures("standalone")
+@pytest.mark.standalone
 def test_a_standalone_is_refused_by_start_and_the_context_manager(harness: Harness) -> None:
     watcher = Watcher(harness.engine, refresh_ms=100)
     with pytest.raises(ConfigInvalidError):

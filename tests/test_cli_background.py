@@ -536,9 +536,8 @@ def test_a_declared_version_floor_at_or_above_to_is_not_drift(
                                        "action": "reported"}]
 
 
-def test_watch_refuses_a_server_without_change_streams(cli: Any, server_hello: Any) -> None:
-    if server_hello.get("setName"):
-        pytest.skip("a replica set has change streams")
+@pytest.mark.standalone
+def test_watch_refuses_a_server_without_change_streams(cli: Any) -> None:
     result = cli("background", "watch", "--json")
     assert result.exit_code == 6, result.stderr
     assert result.json["error"]["code"] == "CONFIG_INVALID"

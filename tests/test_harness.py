@@ -15,7 +15,7 @@ import pytest
 from pymongo import MongoClient
 from pymongo.database import Database
 
-from conftest import CliProcess, CliResult, CliRunner, Project
+from conftest import TOPOLOGY_VARIABLE, CliProcess, CliResult, CliRunner, Project
 from helpers.node_clients import NODE_HINT, ensure_node_clients
 from helpers.tools import REQUIRE_TOOLS_VARIABLE, require_tool
 
@@ -28,12 +28,15 @@ addopts = -p no:cacheprovider --strict-markers
 markers =
     replica_set: needs a replica set
     real_mongodb: needs a real MongoDB
+    standalone: needs a server without change streams
 """
 
 
 @pytest.fixture
-def inner(pytester: pytest.Pytester) -> pytest.Pytester:
-    """A scratch pytest project using this very conftest."""
+def inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """A scratch pytest project using this very conftest (without CI's server promise: the
+    scratch tests set ``MIGRONAUT_TEST_TOPOLOGY`` themselves where they test it)."""
+    monkeypatch.delenv(TOPOLOGY_VARIABLE, raising=False)
     pytester.makeconftest(CONFTEST.read_text(encoding="utf-8"))
     pytester.makeini(INNER_INI)
     return pytester
@@ -164,6 +167,52 @@ def test_replica_set_tests_skip_when_hello_has_no_set_name(
         result.stdout.fnmatch_lines(
             ["*needs a replica set: the server's hello reports no setName*"]
         )
+
+
+def test_a_server_that_must_run_a_marker_fails_its_tests_instead_of_skipping_them(
+    inner: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    mongo_uri: str,
+    server_hello: dict[str, Any],
+) -> None:
+    """CI names each job's server in ``MIGRONAUT_TEST_TOPOLOGY``: a test marked for it that would
+    skip there fails, so a job on the wrong server cannot pass by skipping."""
+    monkeypatch.setenv("MIGRONAUT_TEST_URI", mongo_uri)
+    monkeypatch.setenv(TOPOLOGY_VARIABLE, "replica_set")
+    inner.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.replica_set
+        def test_needs_a_replica_set(db):
+            pass
+
+        @pytest.mark.standalone
+        def test_needs_no_change_streams(db):
+            pass
+        """
+    )
+
+    result = inner.runpytest("-rEs")
+
+    if server_hello.get("setName"):
+        result.assert_outcomes(passed=1, skipped=1)  # replica_set runs no standalone test
+    else:
+        result.assert_outcomes(errors=1, passed=1)  # failed in the fixture that decides
+        result.stdout.fnmatch_lines(["*needs a replica set*MIGRONAUT_TEST_TOPOLOGY=replica_set "
+                                     "promises this server runs every 'replica_set' test*"])
+
+
+def test_an_unknown_topology_fails_every_test_it_would_judge(
+    inner: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(TOPOLOGY_VARIABLE, "replicaset")
+    inner.makepyfile("def test_anything():\n    pass\n")
+
+    result = inner.runpytest()
+
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*MIGRONAUT_TEST_TOPOLOGY='replicaset' is none of*"])
 
 
 # ------------------------------------------------------------------------------ project, CLI

@@ -1,7 +1,9 @@
 """What ``pip install migronaut`` gets: the sdist and the wheel, built with the project's backend.
 
-Both are built offline with hatchling (the ``[build-system]`` backend, in the ``dev`` extra) from
-the working tree, and the wheel again from the sdist, as pip would from the package index:
+Both are built as the release workflow builds them (``python -m build``: the sdist, then the wheel
+from the sdist; offline here, ``--no-isolation`` with the ``dev`` extra's hatchling, the
+``[build-system]`` backend), pass ``twine check``, and the wheel equals the one hatchling builds
+from the working tree:
 
 * the wheel holds every module of ``src/migronaut``, ``py.typed``, the licence and the metadata
   (``License-Expression``, ``[project.urls]``, the console script and the pytest plugin);
@@ -29,6 +31,11 @@ JUNK = ("tests/", "bench/", "scripts/", "examples/", ".venv", "__pycache__", ".p
         ".mypy_cache", ".ruff_cache", "site/", ".ci/")
 
 
+#: The release's build command (``.github/workflows/release.yml``; ``tests/test_workflows.py``
+#: checks it runs exactly ``python -m build``), without the isolated environment it would fetch.
+RELEASE_BUILD = ("-m", "build", "--no-isolation")
+
+
 def build(source: Path, out: Path, *targets: str) -> None:
     args = [arg for target in targets for arg in ("-t", target)]
     subprocess.run([sys.executable, "-m", "hatchling", "build", *args, "-d", str(out)],
@@ -38,8 +45,17 @@ def build(source: Path, out: Path, *targets: str) -> None:
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
-    build(ROOT, out, "sdist", "wheel")
+    subprocess.run([sys.executable, *RELEASE_BUILD, "--outdir", str(out)], cwd=ROOT, check=True,
+                   capture_output=True, text=True, timeout=300)
     return out
+
+
+def test_twine_accepts_both_distributions(dist: Path) -> None:
+    files = [str(only(dist, "*.whl")), str(only(dist, "*.tar.gz"))]
+    result = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", *files],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("PASSED") == 2, result.stdout
 
 
 def only(directory: Path, pattern: str) -> Path:
@@ -98,9 +114,12 @@ def test_the_sdist_holds_what_builds_the_wheel_and_no_more(dist: Path, tmp_path:
     assert_no_junk(names)
     assert not [name for name in names if name.startswith("docs/")]
 
-    # pip installs from an sdist by building a wheel from it: the same wheel as from the tree
-    rebuilt = tmp_path / "rebuilt"
-    build(only(tmp_path, "migronaut-*"), rebuilt, "wheel")
-    with zipfile.ZipFile(only(rebuilt, "*.whl")) as again, \
-            zipfile.ZipFile(only(dist, "*.whl")) as first:
-        assert sorted(again.namelist()) == sorted(first.namelist())
+    # the release's wheel is built from the sdist, as pip builds one from an sdist: the same
+    # files as hatchling builds from the working tree
+    from_tree = tmp_path / "from-tree"
+    build(ROOT, from_tree, "wheel")
+    with zipfile.ZipFile(only(from_tree, "*.whl")) as tree, \
+            zipfile.ZipFile(only(dist, "*.whl")) as released:
+        assert sorted(tree.namelist()) == sorted(released.namelist())
+        assert {name: tree.read(name) for name in tree.namelist() if "RECORD" not in name} == {
+            name: released.read(name) for name in released.namelist() if "RECORD" not in name}

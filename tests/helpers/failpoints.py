@@ -2,7 +2,8 @@
 
 The same call works on the dev server started with ``--enable-test-commands`` and on a real
 ``mongod`` started with ``--setParameter enableTestCommands=1``; a server that refuses the
-command (a production mongod, Atlas) skips the test instead of failing it.
+command (a production mongod, Atlas) skips the test instead of failing it — except in CI
+(``MIGRONAUT_TEST_REQUIRE_TOOLS``), whose servers are started with test commands.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import pytest
 from pymongo.errors import OperationFailure
+
+from helpers.tools import tool_unavailable
 
 #: Codes of a server that does not let us set failpoints (unknown command, not authorized).
 REFUSED = frozenset({59, 13, 8000})
@@ -41,7 +43,8 @@ def fail_command(client: Any, commands: list[str], *, times: int, error_code: in
         configure(client, {"times": times}, data)
     except OperationFailure as error:
         if error.code in REFUSED:
-            pytest.skip(f"this server does not serve configureFailPoint: {error}")
+            tool_unavailable(f"this server does not serve configureFailPoint (start mongod "
+                             f"with --setParameter enableTestCommands=1): {error}")
         raise
     try:
         yield
