@@ -224,7 +224,7 @@ def test_without_the_token_the_control_is_refused_and_nothing_changes(
 def test_at_phone_width_the_page_does_not_scroll_sideways(
         browser: Any, project: Any, cli: Any, db: Any) -> None:
     """At 390 px the page was 823 px wide with its tables cut: tables now scroll inside their
-    own box and the cards wrap."""
+    own box and the cards wrap. Dark mode follows ``prefers-color-scheme``."""
     name = register(project, cli, db, docs=300)
     assert cli("background", "run", name, "--once").exit_code == 0
     browser.set_window_size(390, 844)
@@ -238,3 +238,12 @@ def test_at_phone_width_the_page_does_not_scroll_sideways(
             assert viewport <= 420, viewport  # the window really is phone-sized
             assert width <= viewport, (path, width, viewport)
             shoot(browser, shot, text, NAME)
+        # the system's dark mode: dark page, light text
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {
+            "features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+        browser.get(f"{served.base}/background/{NAME}")
+        background, colour = browser.execute_script(
+            "const s = getComputedStyle(document.body); return [s.backgroundColor, s.color];")
+        assert background == "rgb(13, 17, 23)" and colour == "rgb(216, 222, 233)", \
+            (background, colour)
+        shoot(browser, "dashboard-narrow-dark", "Throughput", NAME)
