@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, quote, urlencode
 
 import pymongo
-from pymongo.errors import PyMongoError
+from pymongo.errors import ConnectionFailure, PyMongoError
 
 from migronaut.errors import (
     ConfigInvalidError,
@@ -57,9 +57,9 @@ STATUS_OF = {"NOT_APPLIED": 404, "BACKGROUND_CONFLICT": 409, "CONFIG_INVALID": 4
              "CONNECTION_FAILED": 503}
 #: Page size limits of ``?limit=`` (the CLI's ``logs --limit`` bounds).
 MAX_LIMIT = 1000
-#: Seconds a request may spend on MongoDB (server selection included) before it is a 503
-#: "database unreachable": a page answers quickly when the database dropped, not after the
-#: client's 10 s server-selection timeout.
+#: Seconds a request may spend on MongoDB (server selection included) while the driver sees no
+#: primary, before it is a 503 "database unreachable": a page answers quickly when the database
+#: dropped, not after the client's 10 s server-selection timeout.
 PAGE_TIMEOUT_S = 3.0
 #: The largest control form read (a CSRF value, a name and a reason).
 MAX_FORM = 16_384
@@ -159,9 +159,12 @@ class Dashboard:
                                             "printed at start-up", page=page)
             try:
                 try:
-                    with pymongo.timeout(PAGE_TIMEOUT_S):
+                    with (contextlib.nullcontext() if self.reachable()
+                          else pymongo.timeout(PAGE_TIMEOUT_S)):
                         response = handler(request)
                 except PyMongoError as lost:
+                    if not isinstance(lost, ConnectionFailure) and not lost.timeout:
+                        raise
                     raise ConnectionFailedError(
                         "database unreachable: "
                         + describe_exception(lost).split(", Topology Description:")[0],
@@ -178,6 +181,14 @@ class Dashboard:
             return response
 
         return endpoint
+
+    def reachable(self) -> bool:
+        """Whether the driver last saw a primary (no I/O). When it did not — never connected,
+        or its monitor lost the server — the request runs under :data:`PAGE_TIMEOUT_S`, so a
+        page answers "database unreachable" quickly; when it did, no timeout cuts a long read
+        (an audit of a big database) short."""
+        migrator = self.board.migrator
+        return migrator.connected and migrator.client.topology_description.has_readable_server()
 
     def hand_over(self, request: Request, response: Response) -> Response:
         """A ``?token=`` visit: the token goes into an HttpOnly SameSite=Strict cookie and the
