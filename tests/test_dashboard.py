@@ -25,6 +25,10 @@ from migronaut import Migrator
 from migronaut.dashboard import create_app
 from migronaut.errors import ConfigInvalidError
 
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from prometheus_client.parser import text_string_to_metric_families
+
 SECRET = "S3cretPw"
 EVIL = "<script>alert(\"x'\")</script>"
 CHATTY = f"""
@@ -56,6 +60,23 @@ def migrator(project: Any) -> Iterator[Migrator]:
 
 def client_of(migrator: Migrator, **options: Any) -> TestClient:
     return TestClient(create_app(migrator, **options), follow_redirects=False)
+
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape(client: TestClient) -> Samples:
+    """``/metrics`` parsed by prometheus_client's own parser: ``(name, labels) → value``."""
+    response = client.get("/metrics")
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/plain")
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(response.text)
+            for s in family.samples}
+
+
+def at(samples: Samples, name: str, **labels: str) -> float:
+    return samples[(name, frozenset(labels.items()))]
 
 
 # ------------------------------------------------------------------------- pages, endpoints
@@ -322,20 +343,39 @@ def test_a_poll_is_one_small_query_round_whatever_the_partitions(
 
 def test_metrics_expose_documents_lanes_failures_and_pending(settled: str, migrator: Migrator,
                                                            cli: Any) -> None:
-    text = TestClient(create_app(migrator)).get("/metrics")
-    assert text.status_code == 200 and text.headers["content-type"].startswith("text/plain")
-    samples = dict(re.findall(r"^(\S+) (\S+)$", text.text, re.MULTILINE))
+    client = TestClient(create_app(migrator))
+    samples = scrape(client)
     view = cli("background", "status", NAME, "--json").json["background"][0]
-    label = f'migration="{NAME}"'
-    assert float(samples[f'migronaut_background_documents_total{{{label},counter="migrated"}}']) \
-        == view["totals"]["migrated"] > 0
-    assert samples[f"migronaut_background_lanes{{{label}}}"] == "0"
-    assert samples[f"migronaut_background_max_parallel{{{label}}}"] == "2"
-    assert samples[f'migronaut_background_status{{{label},status="running"}}'] == "1"
-    assert samples[f"migronaut_background_failed_documents{{{label}}}"] == "0"
-    assert samples["migronaut_migrations_pending"] == "0"
-    assert samples['migronaut_migrations{status="applied"}'] == "2"
-    assert "# TYPE migronaut_background_documents_total counter" in text.text
+    assert at(samples, "migronaut_background_documents_total", migration=NAME,
+              counter="migrated") == view["totals"]["migrated"] > 0
+    assert at(samples, "migronaut_background_lanes", migration=NAME) == 0
+    assert at(samples, "migronaut_background_max_parallel", migration=NAME) == 2
+    assert at(samples, "migronaut_background_status", migration=NAME, status="running") == 1
+    assert at(samples, "migronaut_background_failed_documents", migration=NAME) == 0
+    assert at(samples, "migronaut_migrations_pending") == 0
+    assert at(samples, "migronaut_migrations", status="applied") == 2
+    text = client.get("/metrics").text
+    assert "# TYPE migronaut_background_documents_total counter" in text
+    # OpenMetrics for a scraper that asks for it, with its terminator
+    open_metrics = client.get("/metrics", headers={
+        "Accept": "application/openmetrics-text; version=1.0.0"})
+    assert open_metrics.headers["content-type"].startswith("application/openmetrics-text")
+    assert open_metrics.text.endswith("# EOF\n")
+    assert "# TYPE migronaut_background_documents counter" in open_metrics.text
+
+
+def test_two_applications_keep_their_metrics_apart(settled: str, project: Any, db_name: str,
+                                                    db: Any, migrator: Migrator) -> None:
+    """Each application scrapes its own database: no collector lands in a registry shared by
+    the process (the second would be refused, or both would report the first's figures)."""
+    other_db = f"{db_name}_other"
+    first = scrape(TestClient(create_app(migrator)))
+    with Migrator(cwd=project.path, db_name=other_db) as elsewhere:
+        second = scrape(TestClient(create_app(elsewhere)))
+    db.client.drop_database(other_db)
+    assert at(first, "migronaut_background_status", migration=NAME, status="running") == 1
+    assert not any(labels and dict(labels).get("migration") == NAME for _, labels in second)
+    assert at(second, "migronaut_migrations", status="applied") == 0
 
 
 @pytest.mark.parametrize(("path", "field", "junk"), [
@@ -371,15 +411,11 @@ def test_one_junk_state_shows_as_invalid_and_the_rest_normally(
         assert page.status_code == 200, page.text[:500]
         assert "STATE_INVALID: " + message in page.text
         assert f'data-migration="{other}"' in page.text
-        metrics = client.get("/metrics")
-        assert metrics.status_code == 200, metrics.text
-        samples = dict(re.findall(r"^(\S+) (\S+)$", metrics.text, re.MULTILINE))
-        assert samples[f'migronaut_background_status{{migration="{NAME}",status="invalid"}}'] \
-            == "1"
-        assert samples[f'migronaut_background_status{{migration="{other}",status="pending"}}'] \
-            == "1"
-        assert samples[f'migronaut_background_status{{migration="{other}",status="invalid"}}'] \
-            == "0"
+        samples = scrape(client)
+        status = "migronaut_background_status"
+        assert at(samples, status, migration=NAME, status="invalid") == 1
+        assert at(samples, status, migration=other, status="pending") == 1
+        assert at(samples, status, migration=other, status="invalid") == 0
         for url in (f"/api/background/{NAME}", f"/background/{NAME}"):
             one = client.get(url)
             assert one.status_code == 500 and "STATE_INVALID" in one.text, (url, one.text)
@@ -423,11 +459,14 @@ def test_the_cli_warns_off_loopback_and_refuses_bad_flags(cli_process: Any, cli:
     process = cli_process.start("dashboard", "--host", "0.0.0.0", "--port", "0")
     try:
         assert process.stdout is not None
-        assert process.stdout.readline().startswith("http://0.0.0.0:")
+        url = process.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), url  # a browser cannot open 0.0.0.0
+        assert httpx.get(url).status_code == 303
     finally:
         err = _stop(process)
     assert process.returncode == 0, err
     assert "⚠ Listening on 0.0.0.0, not on loopback" in err
+    assert "Listening on all interfaces (0.0.0.0): from another machine use http://" in err
     bad = cli("dashboard", "--port", "70000")
     assert bad.exit_code == 6
     assert "--port must be between 0 and 65535 (got '70000')" in bad.stderr
@@ -512,7 +551,117 @@ def test_a_migration_in_doubt_shows_on_the_overview_and_in_the_metrics(
     assert "migronaut resolve FILE" in page.text
     rows = {row["file"]: row for row in client.get("/api/status").json()}
     assert rows["0001_a.py"]["status"] == "in-doubt" and rows["0001_a.py"]["runId"] == "gone"
-    samples = dict(re.findall(r"^(\S+) (\S+)$", client.get("/metrics").text, re.MULTILINE))
-    assert samples["migronaut_migrations_in_doubt"] == "1"
-    assert samples['migronaut_migrations{status="in-doubt"}'] == "1"
-    assert samples["migronaut_migrations_pending"] == "1"
+    samples = scrape(client)
+    assert at(samples, "migronaut_migrations_in_doubt") == 1
+    assert at(samples, "migronaut_migrations", status="in-doubt") == 1
+    assert at(samples, "migronaut_migrations_pending") == 1
+
+
+def test_an_unreachable_database_fails_at_start_not_on_every_page(cli: Any) -> None:
+    uri = "mongodb://alice:hunter2@127.0.0.1:1/?serverSelectionTimeoutMS=200"
+    result = cli("dashboard", "--port", "0", "--uri", uri)
+    assert result.exit_code == 5, result.stderr  # CONNECTION_FAILED
+    assert "✖ CONNECTION_FAILED:" in result.stderr
+    assert "Dashboard ready" not in result.stderr and result.stdout == ""
+    assert "hunter2" not in result.stderr
+
+
+def test_a_page_answers_database_unreachable_within_its_own_timeout(project: Any) -> None:
+    """The client waits 10 minutes to select a server; a page gives up after PAGE_TIMEOUT_S
+    (without it this test runs into pytest's timeout) and says the database is unreachable."""
+    uri = "mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=600000"
+    with Migrator(cwd=project.path, uri=uri) as unreachable:
+        client = client_of(unreachable)
+        page = client.get("/")
+        assert page.status_code == 503
+        assert "Database unreachable" in page.text and 'role="alert"' in page.text
+        live = client.get("/api/live")
+        assert live.status_code == 503
+        assert live.json()["error"]["code"] == "CONNECTION_FAILED"
+
+
+def test_two_dashboards_on_one_host_keep_their_cookies_apart(settled: str,
+                                                             migrator: Migrator) -> None:
+    """Cookies are per host, not per port: the same cookie name would let one dashboard's
+    token overwrite the other's, and each would then refuse the other's pages."""
+    jar = httpx.Cookies()
+    clients = []
+    for token in ("first-token-" + "a" * 30, "second-token-" + "b" * 30):
+        client = client_of(migrator, allow_controls=True, token=token)
+        handed = client.get(f"/?token={token}")
+        assert handed.status_code == 303
+        jar.update(handed.cookies)
+        client.cookies = dict(handed.cookies)
+        jar.update(client.get("/").cookies)  # the session cookie of the controls
+        clients.append(client)
+    names = sorted(jar.keys())
+    assert len(names) == 4, names  # a token and a session cookie per dashboard
+    assert all(n.startswith(("migronaut_token_", "migronaut_session_")) for n in names)
+    for client in clients:  # a browser sends both dashboards' cookies to each
+        client.cookies = dict(jar)
+        assert client.get("/api/live").status_code == 200
+
+
+def _set_plan(db: Any, **fields: Any) -> None:
+    db[STATES].update_one({"_id": NAME}, {"$set": {f"plan.{k}": v for k, v in fields.items()}})
+
+
+def test_a_lower_bound_estimate_shows_at_least_and_no_percentage_or_eta(
+        settled: str, migrator: Migrator, db: Any) -> None:
+    """``background progress`` prints ``done/≥N`` for such a plan; the page said 42 % and an
+    ETA against N, then 100 % while still running."""
+    _set_plan(db, estimate=100, atLeast=True)
+    client = client_of(migrator)
+    view = client.get(f"/api/live/{NAME}").json()["background"][0]
+    progress = view["progress"]
+    assert progress["atLeast"] is True and progress["estimate"] == 100
+    assert progress["percent"] is None and progress["etaSeconds"] is None
+    assert progress["partitionPercent"] is not None  # the share it does know, labelled
+    for page in ("/", f"/background/{NAME}"):
+        text = client.get(page).text
+        assert '<span data-field="estimate" title="a lower bound' in text
+        assert "≥100</span>" in text and "% of partitions" in text
+    _set_plan(db, estimate=10, atLeast=False)  # an estimate the reads went past
+    progress = client.get(f"/api/live/{NAME}").json()["background"][0]["progress"]
+    assert progress["done"] > 10 and progress["percent"] is None
+    assert progress["etaSeconds"] is None
+
+
+def test_failed_documents_show_live_and_metrics_agree(settled: str, migrator: Migrator,
+                                                      db: Any) -> None:
+    """Before the generation is rolled up its failures sit on the partitions: the page, the
+    live poll and both metrics show them, not 0 and "No errors"."""
+    generation = db[STATES].find_one({"_id": NAME})["generation"]
+    db[PARTITIONS].update_one(
+        {"background": NAME, "generation": generation},
+        {"$set": {"counters.failed": 3, "badIds": ["id-1", "id-2", "id-3"],
+                  "lastDocErrors": [{"reason": "transform", "error": "cannot migrate this one"}]}})
+    client = client_of(migrator)
+    assert client.get(f"/api/live/{NAME}").json()["background"][0]["failedDocuments"] == 3
+    overview = client.get("/").text
+    assert '<td class="num" data-field="failed">3</td>' in overview
+    page = client.get(f"/background/{NAME}").text
+    assert "cannot migrate this one" in page and "No errors." not in page
+    assert "<code>id-2</code>" in page
+    samples = scrape(client)
+    assert at(samples, "migronaut_background_failed_documents", migration=NAME) == 3
+    assert at(samples, "migronaut_background_documents_total", migration=NAME,
+              counter="failed") == 3
+
+
+def test_the_favicon_is_an_svg_and_pages_link_it(settled: str, migrator: Migrator) -> None:
+    client = client_of(migrator)
+    icon = client.get("/static/favicon.svg")
+    assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
+    assert icon.text.startswith("<svg")
+    assert 'rel="icon" type="image/svg+xml"' in client.get("/").text
+
+
+def test_the_throughput_chart_has_axes_times_and_units(settled: str, migrator: Migrator) -> None:
+    page = client_of(migrator).get(f"/background/{NAME}").text
+    chart = page[page.index('<figure class="chart-box">'):page.index("</figure>")]
+    assert chart.count('class="axis"') == 2 and ">docs/s</text>" in chart
+    assert re.search(r">\d\d:\d\d:\d\d UTC</text>", chart)
+    assert "Documents read per second" in chart and "average since the start" in chart
+    cells = re.findall(r'<div class="cell [^"]*"[^>]*>', page)
+    assert cells and all('tabindex="0"' in c and 'aria-label="Partition ' in c for c in cells)

@@ -2,7 +2,8 @@
 progress advances without a reload while lanes work, a pause from the migration's page (with
 the token, confirmed) lands in MongoDB, and without the token the control is refused.
 
-Screenshots go to ``$MIGRONAUT_TEST_ARTIFACTS`` (default ``.artifacts/`` at the repo root).
+Every screenshot is checked (the page shows the expected text, the image is not blank) and
+saved to ``$MIGRONAUT_TEST_ARTIFACTS`` (default ``.artifacts/`` at the repo root).
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import struct
 import threading
 import time
 import warnings
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,31 @@ def artifacts() -> Path:
     where = Path(os.environ.get("MIGRONAUT_TEST_ARTIFACTS") or ROOT / ".artifacts")
     where.mkdir(parents=True, exist_ok=True)
     return where
+
+
+def _varied(png: bytes) -> bool:
+    """Whether a PNG shows something: its filtered scanlines hold more than a handful of byte
+    values (a blank or single-colour page filters down to almost nothing)."""
+    assert png[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    data, at = b"", 8
+    while at < len(png):
+        (length,) = struct.unpack(">I", png[at:at + 4])
+        kind = png[at + 4:at + 8]
+        if kind == b"IDAT":
+            data += png[at + 8:at + 8 + length]
+        at += 12 + length
+    return len(set(zlib.decompress(data))) > 32
+
+
+def shoot(browser: Any, name: str, *expected: str) -> None:
+    """Check the page (its text holds ``expected``; the screenshot is not blank), then save the
+    screenshot under :func:`artifacts`."""
+    shown = browser.find_element("tag name", "body").text
+    for text in expected:
+        assert text in shown, (text, shown[:500])
+    png = browser.get_screenshot_as_png()
+    assert _varied(png), f"{name}: the screenshot is blank"
+    (artifacts() / f"{name}.png").write_bytes(png)
 
 
 def _free_port() -> int:
@@ -142,14 +170,23 @@ def test_progress_advances_without_a_reload_and_pause_lands_in_mongodb(
         _until(lambda: _done(browser) > first, "the progress to advance")
         assert browser.execute_script("return window.__sameDocument === true;")
         bar = browser.find_element("css selector", f'tr[data-migration="{NAME}"] progress')
-        assert float(bar.get_attribute("value") or 0) > 0
-        browser.save_screenshot(str(artifacts() / "dashboard-overview.png"))
+        # a single-partition plan of 600 documents estimates a lower bound (≥50): the bar is
+        # indeterminate and the estimate says ≥ — no percentage the dashboard cannot know
+        row = f'tr[data-migration="{NAME}"] '
+        estimate = browser.find_element("css selector", row + "[data-field=estimate]").text
+        if estimate.startswith("≥"):
+            assert browser.execute_script("return arguments[0].matches(':indeterminate');", bar)
+            assert browser.find_element("css selector", row + "[data-field=eta]").text == "—"
+        else:
+            assert float(bar.get_attribute("value") or 0) > 0
+        assert "documents read" in (bar.get_attribute("aria-label") or "")
+        shoot(browser, "dashboard-overview", "Background migrations", NAME, "running")
 
         browser.find_element("link text", NAME).click()
         _until(lambda: browser.find_elements("css selector", "#partition-map .cell"),
                "the partition map")
         browser.find_element("css selector", "#actor").send_keys("browser-test")
-        browser.save_screenshot(str(artifacts() / "dashboard-migration.png"))
+        shoot(browser, "dashboard-migration", "Partitions", "Throughput", "Pause")
         browser.find_element("css selector", 'form[data-action="pause"] button').click()
         alert = browser.switch_to.alert
         assert alert.text == f"Pause {NAME}?"
@@ -160,7 +197,7 @@ def test_progress_advances_without_a_reload_and_pause_lands_in_mongodb(
         _until(lambda: browser.find_element(
             "css selector", f'tr[data-migration="{NAME}"] [data-field=status]').text == "paused",
             "the page to show paused")
-        browser.save_screenshot(str(artifacts() / "dashboard-paused.png"))
+        shoot(browser, "dashboard-paused", "paused")
 
 
 def test_without_the_token_the_control_is_refused_and_nothing_changes(
@@ -179,6 +216,34 @@ def test_without_the_token_the_control_is_refused_and_nothing_changes(
             "{'Content-Type': 'application/x-www-form-urlencoded'}, body: 'csrf=x'})"
             ".then(r => done(r.status));")
         assert status == 403
-        browser.save_screenshot(str(artifacts() / "dashboard-refused.png"))
+        shoot(browser, "dashboard-refused", "FORBIDDEN")
         state = db[STATES].find_one({"_id": name})
         assert state["status"] == "running" and len(state["history"]) == history
+
+
+def test_at_phone_width_the_page_does_not_scroll_sideways(
+        browser: Any, project: Any, cli: Any, db: Any) -> None:
+    """At 390 px the page was 823 px wide with its tables cut: tables now scroll inside their
+    own box and the cards wrap. Dark mode follows ``prefers-color-scheme``."""
+    name = register(project, cli, db, docs=300)
+    assert cli("background", "run", name, "--once").exit_code == 0
+    browser.set_window_size(390, 844)
+    with Migrator(cwd=project.path) as migrator, Served(create_app(migrator)) as served:
+        for path, shot, text in (("/", "dashboard-narrow-overview", "Background migrations"),
+                                 (f"/background/{NAME}", "dashboard-narrow-migration",
+                                  "Throughput")):
+            browser.get(served.base + path)
+            width, viewport = browser.execute_script(
+                "return [document.documentElement.scrollWidth, window.innerWidth];")
+            assert viewport <= 420, viewport  # the window really is phone-sized
+            assert width <= viewport, (path, width, viewport)
+            shoot(browser, shot, text, NAME)
+        # the system's dark mode: dark page, light text
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {
+            "features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+        browser.get(f"{served.base}/background/{NAME}")
+        background, colour = browser.execute_script(
+            "const s = getComputedStyle(document.body); return [s.backgroundColor, s.color];")
+        assert background == "rgb(13, 17, 23)" and colour == "rgb(216, 222, 233)", \
+            (background, colour)
+        shoot(browser, "dashboard-narrow-dark", "Throughput", NAME)

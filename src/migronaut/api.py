@@ -141,6 +141,11 @@ class Migrator:
         return self._ws.connection.client
 
     @property
+    def connected(self) -> bool:
+        """Whether :meth:`connect` succeeded (and :meth:`close` has not run since); no I/O."""
+        return self._ws.connection.connected
+
+    @property
     def db(self) -> Database[dict[str, Any]]:
         """The database migrations work on (``ctx.db``), with the URI's read preference."""
         return self._ws.connection.db

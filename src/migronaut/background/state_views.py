@@ -133,6 +133,10 @@ class StateViews:
                 row["throttle"] = partition["throttle"]
             if partition.get("lastError"):
                 row["lastError"] = partition["lastError"]
+            # failures of a generation not rolled up yet (the dashboard shows them live)
+            for key in ("badIds", "lastDocErrors"):
+                if partition.get(key):
+                    row[key] = list(partition[key])
             for when in ("startedAt", "doneAt", "updatedAt"):  # throughput over time
                 if partition.get(when) is not None:
                     row[when] = partition[when]

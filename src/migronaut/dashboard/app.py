@@ -15,27 +15,32 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, quote, urlencode
 
-from migronaut.errors import ConfigInvalidError, ExtraMissingError, MigronautError
+import pymongo
+from pymongo.errors import ConnectionFailure, PyMongoError
+
+from migronaut.errors import (
+    ConfigInvalidError,
+    ConnectionFailedError,
+    ExtraMissingError,
+    MigronautError,
+    describe_exception,
+)
 
 try:
+    import prometheus_client  # noqa: F401  (/metrics)
     from jinja2 import Environment, FileSystemLoader, select_autoescape
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
     from starlette.requests import Request
-    from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+    from starlette.responses import HTMLResponse, RedirectResponse, Response
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
 except ImportError as missing:  # pragma: no cover - exercised without the extra
     raise ExtraMissingError.of("dashboard", "the dashboard", missing) from missing
 
 from migronaut.dashboard.board import CONTROLS, Board
-from migronaut.dashboard.guard import (
-    CSRF_FIELD,
-    SESSION_COOKIE,
-    TOKEN_COOKIE,
-    Guard,
-)
-from migronaut.dashboard.metrics import exposition
+from migronaut.dashboard.guard import CSRF_FIELD, Guard
+from migronaut.dashboard.metrics import exposition, registry_of
 
 if TYPE_CHECKING:
     from migronaut.api import Migrator
@@ -49,6 +54,10 @@ STATUS_OF = {"NOT_APPLIED": 404, "BACKGROUND_CONFLICT": 409, "CONFIG_INVALID": 4
              "CONNECTION_FAILED": 503}
 #: Page size limits of ``?limit=`` (the CLI's ``logs --limit`` bounds).
 MAX_LIMIT = 1000
+#: Seconds a request may spend on MongoDB (server selection included) while the driver sees no
+#: primary, before it is a 503 "database unreachable": a page answers quickly when the database
+#: dropped, not after the client's 10 s server-selection timeout.
+PAGE_TIMEOUT_S = 3.0
 #: The largest control form read (a CSRF value, a name and a reason).
 MAX_FORM = 16_384
 #: Response headers of every page: no framing, no sniffing, scripts only from here.
@@ -131,6 +140,7 @@ class Dashboard:
 
     def __init__(self, migrator: Migrator, guard: Guard, allow_controls: bool) -> None:
         self.board = Board(migrator)
+        self.registry = registry_of(self.board)
         self.guard = guard
         self.allow_controls = allow_controls
         self.templates = _templates()
@@ -145,7 +155,17 @@ class Dashboard:
                 return self.refuse(request, "this dashboard needs its token: open the URL "
                                             "printed at start-up", page=page)
             try:
-                response = handler(request)
+                try:
+                    with (contextlib.nullcontext() if self.reachable()
+                          else pymongo.timeout(PAGE_TIMEOUT_S)):
+                        response = handler(request)
+                except PyMongoError as lost:
+                    if not isinstance(lost, ConnectionFailure) and not lost.timeout:
+                        raise
+                    raise ConnectionFailedError(
+                        "database unreachable: "
+                        + describe_exception(lost).split(", Topology Description:")[0],
+                        {"timeoutSeconds": PAGE_TIMEOUT_S}) from lost
             except MigronautError as error:
                 status = STATUS_OF.get(error.code, 500)
                 if page:
@@ -159,6 +179,14 @@ class Dashboard:
 
         return endpoint
 
+    def reachable(self) -> bool:
+        """Whether the driver last saw a primary (no I/O). When it did not — never connected,
+        or its monitor lost the server — the request runs under :data:`PAGE_TIMEOUT_S`, so a
+        page answers "database unreachable" quickly; when it did, no timeout cuts a long read
+        (an audit of a big database) short."""
+        migrator = self.board.migrator
+        return migrator.connected and migrator.client.topology_description.has_readable_server()
+
     def hand_over(self, request: Request, response: Response) -> Response:
         """A ``?token=`` visit: the token goes into an HttpOnly SameSite=Strict cookie and the
         browser is sent to the same URL without it (out of the address bar and history)."""
@@ -167,7 +195,7 @@ class Dashboard:
                                if k != "token"])
             response = RedirectResponse(request.url.path + (f"?{query}" if query else ""),
                                         status_code=303)
-        response.set_cookie(TOKEN_COOKIE, self.guard.token or "", httponly=True,
+        response.set_cookie(self.guard.token_cookie, self.guard.token or "", httponly=True,
                             samesite="strict", path=self.root(request))
         return response
 
@@ -183,15 +211,15 @@ class Dashboard:
 
     def render(self, template: str, request: Request, *, status: int = 200,
                **context: Any) -> Response:
-        session = request.cookies.get(SESSION_COOKIE) or Guard.new_session()
+        session = request.cookies.get(self.guard.session_cookie) or Guard.new_session()
         html = self.templates.get_template(template).render(
             root=self.root(request).rstrip("/"), allow_controls=self.allow_controls,
             csrf=self.guard.csrf_value(session) if self.allow_controls else "",
             csrf_field=CSRF_FIELD, **context)
         response = HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
-        if self.allow_controls and not request.cookies.get(SESSION_COOKIE):
-            response.set_cookie(SESSION_COOKIE, session, httponly=True, samesite="strict",
-                                path=self.root(request))
+        if self.allow_controls and not request.cookies.get(self.guard.session_cookie):
+            response.set_cookie(self.guard.session_cookie, session, httponly=True,
+                                samesite="strict", path=self.root(request))
         return response
 
     # -- pages ------------------------------------------------------------------------------
@@ -249,6 +277,11 @@ class Dashboard:
         return await run_in_threadpool(self.guarded(lambda _: apply(), page=not wants_json),
                                        request)
 
+    def metrics(self, request: Request) -> Response:
+        """The Prometheus scrape, OpenMetrics when the ``Accept`` header asks for it."""
+        body, content_type = exposition(self.registry, request.headers.get("accept"))
+        return Response(body, media_type=content_type, headers=SECURITY_HEADERS)
+
     # -- JSON -------------------------------------------------------------------------------
     def routes(self) -> list[Any]:
         board = self.board
@@ -278,8 +311,7 @@ class Dashboard:
             Route("/runs/{run_id}", self.guarded(self.run_page, page=True), methods=["GET"]),
             Route("/audit", self.guarded(self.audit_page, page=True), methods=["GET"]),
             Route("/drift", self.guarded(self.drift_page, page=True), methods=["GET"]),
-            Route("/metrics", self.guarded(lambda r: PlainTextResponse(
-                exposition(board), media_type="text/plain; version=0.0.4")), methods=["GET"]),
+            Route("/metrics", self.guarded(self.metrics), methods=["GET"]),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ]
         return routes

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from migronaut.api import Migrator
     from migronaut.core.results import StatusRow
 
-__all__ = ["CONTROLS", "Board", "derived_progress", "migration_counts", "throughput"]
+__all__ = ["CONTROLS", "Board", "derived_progress", "failed_documents", "migration_counts",
+           "throughput"]
 
 #: The controls the dashboard offers (reference background §2.5), and the statuses each applies
 #: from (a button is shown only where it would change something).
@@ -54,6 +55,15 @@ def _parse(value: Any) -> dt.datetime | None:
     return None
 
 
+def failed_documents(view: Mapping[str, Any]) -> int:
+    """Documents that failed so far: the distinct bad ids rolled up into the state, or — while
+    the generation runs and they still sit on its partitions — the live ``failed`` counter of
+    the partitions (what ``background status`` sums into ``totals``), whichever is larger. The
+    page and ``/metrics`` both read this, so they cannot disagree."""
+    return max(number(view.get("failedDocuments")),
+               number((view.get("totals") or {}).get("failed")))
+
+
 def derived_progress(view: Mapping[str, Any], now: dt.datetime) -> dict[str, Any]:
     """Progress bar, documents per second and ETA of one ``BackgroundStatus`` view.
 
@@ -61,15 +71,26 @@ def derived_progress(view: Mapping[str, Any], now: dt.datetime) -> dict[str, Any
     generation included) against the current plan's estimate. The rate is the average since the
     migration started (``startedAt`` to ``lastProgressAt``, or now while it runs) — stored times
     only; the page's script replaces it with the rate between its own polls once it has two.
+
+    An estimate that is a lower bound (``plan.atLeast``, as ``background progress`` prints
+    ``≥N``), or one the reads have already passed, gives no percentage and no document ETA: the
+    share is then the partitions done of the plan's (``partitionPercent``), labelled as such.
     """
     totals = view.get("totals") or {}
     done = number(totals.get("scanned")) + number(totals.get("processed"))
-    estimate = number((view.get("plan") or {}).get("estimate"))
+    plan = view.get("plan") or {}
+    estimate = number(plan.get("estimate"))
+    at_least = bool(plan.get("atLeast"))
     status = str(view.get("status"))
+    known = bool(estimate) and not at_least and done <= estimate
     if status == "completed":
         percent: float | None = 100.0
     else:
-        percent = round(min(100.0, 100.0 * done / estimate), 1) if estimate else None
+        percent = round(100.0 * done / estimate, 1) if known else None
+    counts = view.get("partitions") or {}
+    parts_total = number(counts.get("total"))
+    partition_percent = (round(100.0 * number(counts.get("done")) / parts_total, 1)
+                         if parts_total and percent is None else None)
     started = _parse(view.get("startedAt"))
     until = _parse(view.get("completedAt")) or (now if status == "running" else
                                                 _parse(view.get("lastProgressAt")))
@@ -77,10 +98,11 @@ def derived_progress(view: Mapping[str, Any], now: dt.datetime) -> dict[str, Any
     if started and until and until > started and done:
         rate = round(done / (until - started).total_seconds(), 1)
     eta = None
-    if status == "running" and rate and estimate and done < estimate:
+    if status == "running" and rate and known and done < estimate:
         eta = round((estimate - done) / rate, 1)
-    return {"done": done, "estimate": estimate, "percent": percent, "rate": rate,
-            "etaSeconds": eta, "migrated": number(totals.get("migrated"))}
+    return {"done": done, "estimate": estimate, "atLeast": at_least, "percent": percent,
+            "partitionPercent": partition_percent, "rate": rate, "etaSeconds": eta,
+            "migrated": number(totals.get("migrated")), "failed": failed_documents(view)}
 
 
 def throughput(partitions: Sequence[Mapping[str, Any]], bars: int = THROUGHPUT_BARS,
@@ -90,7 +112,8 @@ def throughput(partitions: Sequence[Mapping[str, Any]], bars: int = THROUGHPUT_B
     Each partition's read count (``counters.scanned`` + ``processed``) is spread evenly over the
     time it was worked, ``startedAt`` to ``doneAt`` (still open: to its last checkpoint,
     ``updatedAt``); the spread is summed into ``bars`` equal spans from the first start to the
-    last end. ``[{at (end of the span), documents, rate (documents per second)}]``; empty until
+    last end. ``[{start, at (end of the span), seconds, documents, rate (documents per
+    second)}]``; empty until
     something was read. Pauses inside a partition's interval are smoothed over — the stored
     counters have no finer grain.
     """
@@ -118,9 +141,21 @@ def throughput(partitions: Sequence[Mapping[str, Any]], bars: int = THROUGHPUT_B
             overlap = min(high, index + 1) - max(low, index)
             if overlap > 0:
                 buckets[index] += read * overlap / (high - low)
-    return [{"at": iso(first + dt.timedelta(seconds=span * (i + 1))),
+    return [{"start": iso(first + dt.timedelta(seconds=span * i)),
+             "at": iso(first + dt.timedelta(seconds=span * (i + 1))), "seconds": round(span, 3),
              "documents": round(documents, 1), "rate": round(documents / span, 1)}
             for i, documents in enumerate(buckets)]
+
+
+def _union(lists: Sequence[Sequence[Any]]) -> list[Any]:
+    """The items of ``lists`` in order, each once."""
+    seen: set[str] = set()
+    out = []
+    for item in (i for items in lists for i in items):
+        if repr(item) not in seen:
+            seen.add(repr(item))
+            out.append(item)
+    return out
 
 
 def migration_counts(rows: Sequence[StatusRow]) -> dict[str, int]:
@@ -207,6 +242,7 @@ class Board:
         views = self.background(name)["background"]
         for view in views:
             view["progress"] = derived_progress(view, now)
+            view["failedDocuments"] = view["progress"]["failed"]
             view["controls"] = [action for action, allowed in CONTROLS.items()
                                 if view.get("status") in allowed]
         return {"at": iso(now), "background": views,
@@ -222,17 +258,21 @@ class Board:
         state = json_document(self.migrator.background.state(name) or {})
         spec = state.get("spec") or {}
         plan = state.get("plan") or {}
-        bad_ids = state.get("badIds") or []
         current = [p for p in partitions if p.get("generation") == view.get("generation")]
+        unrolled = [p for p in current
+                    if number(state.get("rolledGeneration")) < number(p.get("generation"))]
+        bad_ids = _union([state.get("badIds") or [], *(p.get("badIds") or [] for p in unrolled)])
+        errors = [*(state.get("docErrors") or []),
+                  *(e for p in unrolled for e in p.get("lastDocErrors") or [])]
         return {
             **live, "view": view, "name": name, "partitions": current,
             "older": len(partitions) - len(current),
             "throughput": throughput(partitions),
-            "errors": list(state.get("docErrors") or [])[::-1],
+            "errors": errors[::-1],
             "partitionErrors": [p for p in partitions if p.get("lastError")],
             "badIds": [str(i) for i in bad_ids[:BAD_IDS_SHOWN]], "badIdCount": len(bad_ids),
             "budget": {
-                "failedDocuments": view.get("failedDocuments", 0),
+                "failedDocuments": max(number(view.get("failedDocuments")), len(bad_ids)),
                 "maxDocumentErrors": number(spec.get("maxDocumentErrors")),
                 "pass": view.get("pass", 0), "maxPasses": number(spec.get("maxPasses")),
                 "lanes": view.get("liveLeases", 0), "maxParallel": view.get("maxParallel", 1),

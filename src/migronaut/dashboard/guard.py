@@ -24,8 +24,9 @@ from urllib.parse import urlsplit
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-__all__ = ["CSRF_FIELD", "SESSION_COOKIE", "TOKEN_COOKIE", "TOKEN_HEADER", "Guard", "Refusal"]
+__all__ = ["CSRF_FIELD", "TOKEN_HEADER", "Guard", "Refusal"]
 
+#: Cookie names, each followed by ``_`` and the instance's tag (see :attr:`Guard.tag`).
 TOKEN_COOKIE = "migronaut_token"
 SESSION_COOKIE = "migronaut_session"
 TOKEN_HEADER = "x-migronaut-token"
@@ -45,6 +46,12 @@ class Guard:
 
     def __init__(self, token: str | None) -> None:
         self.token = token
+        # Cookies are per host, not per port: two dashboards on one host sharing a cookie name
+        # and path would overwrite each other's token (each then 403s the other). The tag — a
+        # digest of this instance's token, which says nothing about it — keeps them apart.
+        self.tag = hashlib.sha256((token or "").encode()).hexdigest()[:12]
+        self.token_cookie = f"{TOKEN_COOKIE}_{self.tag}"
+        self.session_cookie = f"{SESSION_COOKIE}_{self.tag}"
 
     @staticmethod
     def new_token() -> str:
@@ -68,7 +75,7 @@ class Guard:
             return "header"
         if self._matches(request.query_params.get("token")):
             return "query"
-        if self._matches(request.cookies.get(TOKEN_COOKIE)):
+        if self._matches(request.cookies.get(self.token_cookie)):
             return "cookie"
         return None
 
@@ -88,7 +95,7 @@ class Guard:
             return None  # a cross-site page cannot set a custom header
         if not _same_origin(request):
             return Refusal("cross-site request refused: Origin/Referer is not this host")
-        session = request.cookies.get(SESSION_COOKIE)
+        session = request.cookies.get(self.session_cookie)
         given = submitted_csrf or request.headers.get(CSRF_HEADER)
         if not session or not given or not hmac.compare_digest(given, self.csrf_value(session)):
             return Refusal("missing or wrong CSRF value: reload the page and try again")

@@ -35,6 +35,24 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def is_wildcard(host: str) -> bool:
+    """Whether ``host`` means every interface (``0.0.0.0``, ``::``): no browser can open it."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:
+        return False
+
+
+def link_host(host: str) -> str:
+    """The host of the printed URL: on every interface, the loopback address of the same
+    family (this machine can open it; others use its name); else ``host`` as given, an IPv6
+    address in brackets."""
+    bare = host.strip("[]")
+    if is_wildcard(bare):
+        bare = "::1" if ":" in bare else "127.0.0.1"
+    return f"[{bare}]" if ":" in bare else bare
+
+
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on ``host``:``port``; a refusal is ``CONFIG_INVALID`` naming the flag."""
     bare = host.strip("[]")
@@ -83,6 +101,9 @@ def dashboard(session: Session, host: str, port: str | None, allow_controls: boo
         except ImportError as missing:
             raise ExtraMissingError.of("dashboard", "the dashboard", missing) from missing
 
+        # an unreachable database fails here (CONNECTION_FAILED, its exit code), not with a
+        # "ready" server whose every page is a 503
+        migrator.connect()
         token = Guard.new_token()
         app = create_app(migrator, allow_controls=allow_controls, token=token)
         sock = bind(host, DEFAULT_PORT if number is None else number)
@@ -111,8 +132,10 @@ def dashboard(session: Session, host: str, port: str | None, allow_controls: boo
 
     def _announce(host: str, port: int, token: str) -> str:
         """Warn off loopback, print the URL (stdout's one line), say it is ready."""
-        shown = f"[{host.strip('[]')}]" if ":" in host.strip("[]") else host
-        url = f"http://{shown}:{port}/?token={token}"
+        url = f"http://{link_host(host)}:{port}/?token={token}"
+        if is_wildcard(host):
+            out.note(f"Listening on all interfaces ({host}): from another machine use "
+                     f"http://{socket.gethostname()}:{port}/ with the same token")
         if not is_loopback(host):
             out.warn(f"⚠ Listening on {host}, not on loopback: anyone who can reach this host "
                      "and has the token can read the dashboard"

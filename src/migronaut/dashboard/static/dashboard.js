@@ -41,13 +41,21 @@
     if (prev && now > prev.at && p.done >= prev.done && view.status === "running") {
       var instant = (p.done - prev.done) / ((now - prev.at) / 1000);
       rate = prev.rate == null ? instant : SMOOTHING * instant + (1 - SMOOTHING) * prev.rate;
-      eta = rate > 0 && p.estimate > p.done ? (p.estimate - p.done) / rate : null;
+      // no ETA against an estimate that is only a lower bound (or already passed)
+      eta = rate > 0 && p.percent != null && p.estimate > p.done ? (p.estimate - p.done) / rate : null;
     }
     last[view.migration] = {at: now, done: p.done, rate: view.status === "running" ? rate : null};
     var bar = row.querySelector("[data-field=bar]");
-    if (bar) { bar.value = p.percent || 0; }
-    text(row.querySelector("[data-field=percent]"), p.percent == null ? "?" : p.percent + "%");
+    var total = (p.atLeast ? "≥" : "") + (p.estimate || "?");
+    if (bar) {
+      if (p.percent == null) { bar.removeAttribute("value"); } else { bar.value = p.percent; }
+      bar.setAttribute("aria-label", view.migration + " progress: " + p.done + " of " + total +
+                       " documents read" + (p.percent == null ? "" : ", " + p.percent + "%"));
+    }
+    text(row.querySelector("[data-field=percent]"), p.percent != null ? p.percent + "%" :
+         p.partitionPercent != null ? p.partitionPercent + "% of partitions" : "?");
     text(row.querySelector("[data-field=done]"), String(p.done));
+    text(row.querySelector("[data-field=estimate]"), total);
     text(row.querySelector("[data-field=rate]"),
          rate == null || view.status !== "running" ? "—" : (Math.round(rate * 10) / 10) + "/s");
     text(row.querySelector("[data-field=eta]"), view.status === "running" ? duration(eta) : "—");
@@ -62,6 +70,13 @@
     return true;
   }
 
+  function cellLabel(p) {  // the same words as the template's aria-label
+    var c = p.counters || {};
+    return "Partition " + p.seq + ", " + p.status +
+      (p.lease ? ", lane " + p.lease.slot : "") + ", " + ((c.scanned || 0) + (c.processed || 0)) +
+      " of " + (p.estimate || "?") + " documents read";
+  }
+
   function updateMap(rows) {
     var map = document.getElementById("partition-map");
     if (!map) { return; }
@@ -71,6 +86,7 @@
       var cell = cells[String(p.seq)];
       if (!cell) { return; }
       cell.className = "cell s-" + p.status;
+      cell.setAttribute("aria-label", cellLabel(p));
       text(cell.querySelector(".lane"), p.lease ? "L" + p.lease.slot : "");
     });
   }
@@ -91,8 +107,9 @@
         fetchJson(partitionsUrl).then(function (d) { updateMap(d.partitions || []); });
       }
       window.setTimeout(poll, POLL_MS);
-    }).catch(function () {
-      text(document.getElementById("live-state"), "offline — retrying");
+    }).catch(function (error) {
+      text(document.getElementById("live-state"), String(error.message) === "503" ?
+           "database unreachable — retrying" : "offline — retrying");
       window.setTimeout(poll, POLL_MS * 5);
     });
   }
