@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 
 from migronaut.dashboard.board import derived_progress, throughput
-from migronaut.dashboard.metrics import _labels
 
 T0 = dt.datetime(2026, 12, 1, 12, 0, 0, tzinfo=dt.UTC)
 
@@ -41,7 +40,8 @@ def test_progress_rate_and_eta_come_from_stored_times() -> None:
             "plan": {"estimate": 1200}, "startedAt": at(0)}
     progress = derived_progress(view, T0 + dt.timedelta(seconds=60))
     assert progress == {"done": 300, "estimate": 1200, "percent": 25.0, "rate": 5.0,
-                        "etaSeconds": 180.0, "migrated": 290}
+                        "etaSeconds": 180.0, "migrated": 290, "atLeast": False, "failed": 0,
+                        "partitionPercent": None}
     paused = derived_progress({**view, "status": "paused", "lastProgressAt": at(30)},
                               T0 + dt.timedelta(seconds=600))
     assert (paused["rate"], paused["etaSeconds"]) == (10.0, None)
@@ -50,7 +50,3 @@ def test_progress_rate_and_eta_come_from_stored_times() -> None:
     assert (done["percent"], done["rate"], done["etaSeconds"]) == (100.0, 3.0, None)
     assert derived_progress({"status": "pending"}, T0)["percent"] is None
 
-
-def test_prometheus_label_values_are_escaped() -> None:
-    assert _labels({"migration": 'a"b\\c\nd'}) == '{migration="a\\"b\\\\c\\nd"}'
-    assert _labels({}) == ""
