@@ -510,7 +510,8 @@ def test_without_the_extra_the_command_says_how_to_install_it(
     result = cli("dashboard", "--port", "0", "--json")
     assert result.exit_code == 6, result.stderr
     error = result.json["error"]
-    assert error["code"] == "CONFIG_INVALID" and error["context"] == {"extra": "dashboard"}
+    assert error["code"] == "CONFIG_INVALID" and error["context"]["extra"] == "dashboard"
+    assert error["context"]["missing"] == missing
     assert "pip install 'migronaut[dashboard]'" in error["message"]
     assert missing.split(".")[0] in error["message"]
 
