@@ -18,6 +18,7 @@ import pytest
 from pymongo import monitoring
 
 from helpers.engine import make_migrator, write_simple
+from helpers.markers import needs_embedded
 
 # ------------------------------------------------------------------------------------- init
 
@@ -175,6 +176,7 @@ def test_a_refused_local_connection_suggests_the_dev_server_and_fails_fast(
     assert remote.exit_code == 5 and "dev-server" not in remote.stderr
 
 
+@needs_embedded
 def test_a_dev_server_port_in_use_says_to_pick_another(tmp_path: Path) -> None:
     import socket
 

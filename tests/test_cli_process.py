@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -15,6 +14,7 @@ import pytest
 from pymongo import MongoClient
 
 from helpers.engine import LOCKS, applied, hold_lock, records, wait_until, write_simple
+from helpers.markers import needs_embedded
 
 SLOW = '''"""Takes two seconds, marking its start and its end."""
 
@@ -35,12 +35,6 @@ STOP_LINE = (
     "⚠ {sig} received — finishing the current migration, then stopping. "
     "Press again to exit immediately."
 )
-
-has_embedded = sys.version_info >= (3, 13) and importlib.util.find_spec("mongoeco") is not None
-needs_embedded = pytest.mark.skipif(
-    not has_embedded, reason="dev-server needs Python 3.13+ with migronaut[embedded]"
-)
-
 
 def started(db: Any) -> Any:
     return db["progress"].find_one({"at": "start"})

@@ -7,12 +7,10 @@ skipped when the suite runs against ``MIGRONAUT_TEST_URI``.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,16 +19,13 @@ import pytest
 from bson import ObjectId
 from pymongo import MongoClient
 
+from helpers.markers import needs_embedded
 from migronaut.devserver import DevServerProcess, default_python, start_subprocess
 from migronaut.devserver.seed import MAX_FILE_DOCUMENTS, order_batches, parse_seeds
 from migronaut.errors import EXIT_CODES, ConfigInvalidError
 
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get("MIGRONAUT_TEST_URI")), reason="starts its own dev servers"
-)
-needs_embedded = pytest.mark.skipif(
-    sys.version_info < (3, 13) or importlib.util.find_spec("mongoeco") is None,
-    reason="the CLI runs the dev server in its own interpreter: Python 3.13+ with mongoeco",
 )
 
 CONFIG_INVALID = EXIT_CODES[ConfigInvalidError.code]

@@ -8,8 +8,6 @@ over the wire is checked against a reference in ``test_devserver_equivalence.py`
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,10 +18,9 @@ from bson.objectid import ObjectId
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-pytestmark = pytest.mark.skipif(
-    sys.version_info < (3, 13) or importlib.util.find_spec("mongoeco") is None,
-    reason="the dev server's engine needs Python 3.13+ with mongoeco (the 'embedded' extra)",
-)
+from helpers.markers import needs_embedded
+
+pytestmark = needs_embedded
 
 SIZE = 2_000
 #: What a lookup may read: the document itself, and one more where mongoeco reads a document

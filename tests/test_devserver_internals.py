@@ -26,12 +26,10 @@ from typing import Any
 
 import pytest
 
+from helpers.markers import needs_embedded
 from migronaut.errors import EXIT_CODES, ConfigInvalidError
 
-pytestmark = pytest.mark.skipif(
-    sys.version_info < (3, 13) or importlib.util.find_spec("mongoeco") is None,
-    reason="needs mongoeco (the 'embedded' extra, Python 3.13+): these are its internals",
-)
+pytestmark = needs_embedded
 
 ANY_VERSION = "MIGRONAUT_DEVSERVER_ANY_MONGOECO"
 
