@@ -1,8 +1,9 @@
 """The import graph of ``src/migronaut``: no new cycle, and no lower layer importing a higher one.
 
 Layers, low to high: ``errors``/``_redact``/``_version``/``_names``/``_suggest`` → ``core`` and
-``observability`` (one level: a DAG of modules) → ``background`` → ``commands`` → ``api``/``aio``
-→ everything else (``cli``, ``testing``, the dev server package ``devserver``, the package's lazy
+``observability`` (one level: a DAG of modules; ``fleet.config``, the ``[fleet]`` table the
+configuration parses, is of it) → ``background`` → ``commands`` → ``api``/``aio`` → everything
+else (``cli``, ``testing``, ``fleet``, the dev server package ``devserver``, the package's lazy
 ``__init__``). Every import counts: inside functions and under ``TYPE_CHECKING`` too: there are
 none upward, and none may come. The dev server imports nothing of ours but ``errors``,
 ``_redact`` and ``_names`` (MongoDB's name rules), and only ``devserver/mongoeco_internals.py``
@@ -18,7 +19,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 
 LAYERS = (
     ("migronaut.errors", 0), ("migronaut._redact", 0), ("migronaut._version", 0),
-    ("migronaut._names", 0), ("migronaut._suggest", 0),
+    ("migronaut._names", 0), ("migronaut._suggest", 0), ("migronaut.fleet.config", 1),
     ("migronaut.core", 1), ("migronaut.declared", 1),
     ("migronaut.observability", 1), ("migronaut.versioning", 1),
     ("migronaut.background", 2), ("migronaut.commands", 3), ("migronaut.api", 4),

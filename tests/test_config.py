@@ -608,7 +608,7 @@ def test_env_var_names_follow_the_naming_rule() -> None:
         "lock_ttl_seconds": "MIGRONAUT_LOCK_TTL",
     }
     for spec in KEYS:
-        if spec.kind in ("code", "mapping", "extensions", "definitions"):
+        if spec.kind in ("code", "mapping", "extensions", "definitions", "fleet"):
             assert spec.env is None, spec.name
         elif spec.name in shortened:
             assert spec.env == shortened[spec.name]

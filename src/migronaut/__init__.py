@@ -22,6 +22,8 @@ from migronaut.errors import (
     ConfigInvalidError,
     ConnectionFailedError,
     ConvergeFailedError,
+    FleetInvalidError,
+    FleetPartialError,
     HookFailedError,
     ImportTargetNotEmptyError,
     IrreversibleMigrationError,
@@ -68,9 +70,12 @@ if TYPE_CHECKING:
         RunResult,
         StatusRow,
     )
+    from migronaut.fleet.api import AsyncFleet, Fleet
+    from migronaut.fleet.status import FleetStatus, TenantStatus
 
 __all__ = [
     "EXIT_CODES",
+    "AsyncFleet",
     "AsyncMigrator",
     "AuditCheck",
     "AuditReport",
@@ -86,6 +91,10 @@ __all__ = [
     "ConfigInvalidError",
     "ConnectionFailedError",
     "ConvergeFailedError",
+    "Fleet",
+    "FleetInvalidError",
+    "FleetPartialError",
+    "FleetStatus",
     "HookFailedError",
     "Hooks",
     "ImportResult",
@@ -122,6 +131,7 @@ __all__ = [
     "ShapeVersionError",
     "StateInvalidError",
     "StatusRow",
+    "TenantStatus",
     "TransactionsUnsupportedError",
     "__version__",
     "arun_migrations",
@@ -154,6 +164,10 @@ _LAZY = {
     "MigrationSummary": "migronaut.core.results",
     "RunResult": "migronaut.core.results",
     "StatusRow": "migronaut.core.results",
+    "Fleet": "migronaut.fleet.api",
+    "AsyncFleet": "migronaut.fleet.api",
+    "FleetStatus": "migronaut.fleet.status",
+    "TenantStatus": "migronaut.fleet.status",
 }
 
 

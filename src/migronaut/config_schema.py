@@ -27,6 +27,7 @@ from migronaut.declared.indexes import DIRECTIONS, INDEX_KEYS
 from migronaut.declared.search import SEARCH_INDEX_KEYS, SEARCH_TYPES
 from migronaut.declared.versioning import KEYS as VERSIONING_KEYS
 from migronaut.executors.celery.settings import ENV, NULLABLE, RANGES, CelerySettings
+from migronaut.fleet import config as fleet_config
 
 __all__ = ["SCHEMA_ID", "config_schema", "schema_text"]
 
@@ -67,6 +68,8 @@ DESCRIPTIONS: dict[str, str] = {
     "client_options": "Keyword arguments for pymongo.MongoClient (they win over every other "
                       "key).",
     "celery": "The Celery executor's settings.",
+    "fleet": "A fleet of tenant databases (migronaut fleet …): one tenant source — names, "
+             "pattern, regex, registry or callable — or clusters, and the policy of its runs.",
     "collections": "Inline collection definitions that converge applies.",
     "collections_dir": "A directory of collection definition files (.py, .json).",
     "converge_after_up": "A bulk up converges the declared collections after its migrations, "
@@ -108,6 +111,7 @@ CELERY_DESCRIPTIONS: dict[str, str] = {
                             "comes back.",
 }
 
+_URI_PATTERN = r"^\s*[mM][oO][nN][gG][oO][dD][bB](\+[sS][rR][vV])?://"
 _COLLECTION_NAME = {"type": "string", "minLength": 1, "pattern": r"^[^$\u0000]+$",
                     "not": {"pattern": r"(^\.|\.\.|\.$|^system\.)"}}
 
@@ -129,7 +133,7 @@ def _key_schema(spec: KeySpec) -> dict[str, Any]:
     elif kind in ("str", "uri", "dbname"):
         schema = {"type": "string", "minLength": 1}
         if kind == "uri":
-            schema["pattern"] = r"^\s*[mM][oO][nN][gG][oO][dD][bB](\+[sS][rR][vV])?://"
+            schema["pattern"] = _URI_PATTERN
         if kind == "dbname":
             schema.update({"maxLength": 63, "pattern": f"^[^{_class(DB_NAME_FORBIDDEN)}]+$"})
     elif kind == "collection":
@@ -145,11 +149,13 @@ def _key_schema(spec: KeySpec) -> dict[str, Any]:
         schema = {"type": "array", "items": _definition_schema()}
     elif spec.name == "celery":
         schema = _celery_schema()
+    elif kind == "fleet":
+        schema = _fleet_schema()
     else:  # client_options: pymongo's keyword arguments
         schema = {"type": "object"}
     schema["description"] = DESCRIPTIONS[spec.name] + (
         f" Environment variable: {spec.env}." if spec.env else "")
-    if spec.default is not None and kind not in ("definitions", "mapping"):
+    if spec.default is not None and kind not in ("definitions", "mapping", "fleet"):
         schema["default"] = list(spec.default) if isinstance(spec.default, tuple) \
             else spec.default
     return schema
@@ -175,6 +181,81 @@ def _celery_schema() -> dict[str, Any]:
             value["default"] = field.default
         properties[name] = value
     return {"type": "object", "properties": properties, "additionalProperties": False}
+
+
+FLEET_DESCRIPTIONS: dict[str, str] = {
+    "names": "The tenants: an explicit list of database names.",
+    "pattern": "The tenants: every database listDatabases shows whose name matches this glob "
+               "(tenant_*).",
+    "regex": "The tenants: every database listDatabases shows whose name this regular "
+             "expression finds.",
+    "registry": "The tenants: the field of every document of db.collection matching filter.",
+    "callable": "The tenants: what module:function returns (a list of names; sync or async).",
+    "clusters": "More clusters: [fleet.clusters.NAME] with uri and its own tenant source.",
+    "admin_db": "The database fleet run records live in (on the first cluster).",
+    "runs_collection": "The collection of fleet run records in admin_db.",
+    "concurrency": "How many tenants run at once.",
+    "per_cluster_concurrency": "At most this many tenants of one cluster at once.",
+    "canary": "Run this many tenants first; the rest only if all of them succeed.",
+    "max_failures": "Stop starting tenants after this many failures (0: at the first).",
+    "order": "The order tenants start in: by name, by size (smallest first) or random.",
+    "on_lock": "A tenant whose lock is held: skip it (reported locked) or wait for it.",
+    "lock_wait_ms": "With on_lock = 'wait': how long one tenant may wait for its lock.",
+}
+
+
+def _fleet_source_schema() -> dict[str, Any]:
+    db_name = {"type": "string", "minLength": 1, "maxLength": 63,
+               "pattern": f"^[^{_class(DB_NAME_FORBIDDEN)}]+$"}
+    return {
+        "names": {"type": "array", "minItems": 1, "items": db_name},
+        "pattern": {"type": "string", "minLength": 1},
+        "regex": {"type": "string", "minLength": 1},
+        "registry": {"type": "object", "additionalProperties": False,
+                     "required": ["db", "collection", "field"],
+                     "properties": {"db": db_name, "collection": dict(_COLLECTION_NAME),
+                                    "field": {"type": "string", "minLength": 1},
+                                    "filter": {"type": "object"}}},
+        "callable": {"type": "string", "pattern": r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"},
+    }
+
+
+def _fleet_schema() -> dict[str, Any]:
+    sources = _fleet_source_schema()
+    one_source = {"oneOf": [{"required": [key]} for key in fleet_config.SOURCE_KEYS]}
+    policy: dict[str, Any] = {}
+    for key in fleet_config.POLICY_KEYS:
+        value: dict[str, Any]
+        if key in fleet_config.RANGES:
+            low, high = fleet_config.RANGES[key]
+            value = {"type": "integer", "minimum": low, "maximum": high}
+        elif key == "admin_db":
+            value = dict(sources["names"]["items"])
+        elif key == "runs_collection":
+            value = dict(_COLLECTION_NAME)
+        else:
+            value = {"enum": list(fleet_config.ORDERS if key == "order"
+                                  else fleet_config.ON_LOCK)}
+        policy[key] = value
+    cluster = {"type": "object", "additionalProperties": False, "required": ["uri"],
+               "properties": {"uri": {"type": "string", "pattern": _URI_PATTERN}, **sources},
+               **one_source}
+    properties = {**sources, **policy, "clusters": {
+        "type": "object", "minProperties": 1,
+        "propertyNames": {"pattern": "^[A-Za-z0-9_-]{1,64}$", "not": {"const": "default"}},
+        "additionalProperties": cluster}}
+    for key, value in properties.items():
+        value["description"] = FLEET_DESCRIPTIONS[key]
+    defaults = fleet_config.FleetConfig(clusters=())
+    for key in fleet_config.POLICY_KEYS:
+        default = getattr(defaults, key)
+        if default is not None:
+            properties[key]["default"] = default
+    return {"type": "object", "additionalProperties": False, "properties": properties,
+            "anyOf": [{"required": ["clusters"]}, *one_source["oneOf"]],
+            "not": {"anyOf": [{"required": [a, b]}
+                              for i, a in enumerate(fleet_config.SOURCE_KEYS)
+                              for b in fleet_config.SOURCE_KEYS[i + 1:]]}}
 
 
 def _closed(keys: Any, required: str, typed: dict[str, Any]) -> dict[str, Any]:

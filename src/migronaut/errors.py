@@ -39,14 +39,19 @@ original exception as ``__cause__``::
     ├── BackgroundConflictError        BACKGROUND_CONFLICT         33
     ├── SandboxRefusedError            SANDBOX_REFUSED             34
     ├── StateInvalidError              STATE_INVALID               35
-    └── MigrationInDoubtError          MIGRATION_IN_DOUBT          36
+    ├── MigrationInDoubtError          MIGRATION_IN_DOUBT          36
+    ├── FleetInvalidError              FLEET_INVALID               37
+    └── FleetPartialError              FLEET_PARTIAL               38
 
 ``STATE_INVALID`` and ``MIGRATION_IN_DOUBT`` are ours, not the original's. ``STATE_INVALID``:
 stored state migronaut did not write or does not understand (a changelog record with an unknown
 status, two records for one migration, …). No code of the original means "we cannot read what
 is stored", and none of them may stand for it: fail closed, never "pending".
 ``MIGRATION_IN_DOUBT``: a migration whose run ended without recording whether its body finished;
-only an operator can say (``migronaut resolve``).
+only an operator can say (``migronaut resolve``). ``FLEET_INVALID``: a fleet's tenants cannot be
+resolved (a bad name, a source matching nothing, a registry document or a callable returning
+junk), refused before any tenant runs; ``FLEET_PARTIAL``: a fleet run or ``fleet status --check``
+where some tenants did not succeed (each tenant's own error is in the result).
 
 Exit code ``2`` (``PENDING_MIGRATIONS``) is a CLI condition of ``status --check``, and ``28``
 (``COLLECTIONS_DRIFT``) one of ``converge --check``, not error classes; anything that is not a
@@ -73,6 +78,8 @@ __all__ = [
     "ConnectionFailedError",
     "ConvergeFailedError",
     "ExtraMissingError",
+    "FleetInvalidError",
+    "FleetPartialError",
     "HookFailedError",
     "ImportTargetNotEmptyError",
     "IrreversibleMigrationError",
@@ -138,6 +145,8 @@ EXIT_CODES: Mapping[str, int] = MappingProxyType(
         "SANDBOX_REFUSED": 34,
         "STATE_INVALID": 35,
         "MIGRATION_IN_DOUBT": 36,
+        "FLEET_INVALID": 37,
+        "FLEET_PARTIAL": 38,
     }
 )
 
@@ -422,3 +431,17 @@ class MigrationInDoubtError(MigronautError):
     resolve`` records the operator's decision."""
 
     code = "MIGRATION_IN_DOUBT"
+
+
+class FleetInvalidError(MigronautError):
+    """A fleet's tenants cannot be resolved: ``context`` names the tenant, cluster, source,
+    registry document or callable. Nothing has run."""
+
+    code = "FLEET_INVALID"
+
+
+class FleetPartialError(MigronautError):
+    """Some tenants of a fleet run failed, were skipped or are not up to date
+    (``context.tenants`` names them with their state and error)."""
+
+    code = "FLEET_PARTIAL"

@@ -23,6 +23,7 @@ from typing import Any, Literal
 from migronaut._names import validate_collection_name, validate_db_name
 from migronaut._suggest import suggest
 from migronaut.errors import ConfigInvalidError, MigronautError
+from migronaut.fleet.config import FleetConfig, parse_fleet
 
 __all__ = [
     "CONFIG_FILE_NAMES",
@@ -42,7 +43,7 @@ MAX_ENV_FILE_BYTES = 1024 * 1024
 
 Kind = Literal[
     "str", "uri", "dbname", "collection", "posint", "bool", "enum", "env_file", "extensions",
-    "mapping", "code", "definitions",
+    "mapping", "code", "definitions", "fleet",
 ]
 
 
@@ -90,6 +91,8 @@ KEYS: tuple[KeySpec, ...] = (
     _k("client_options", "mapping", None, None),
     # the Celery executor's table; its keys are checked by migronaut.executors.celery.settings
     _k("celery", "mapping", None, None),
+    # the fleet's table, parsed into a FleetConfig by migronaut.fleet.config
+    _k("fleet", "fleet", None, None),
     _k("client", "code", None, None),
     _k("hooks", "code", None, None),
     _k("logger", "code", None, None),
@@ -153,6 +156,8 @@ class Config:
     reload_migrations: bool = False
     client_options: Mapping[str, Any] | None = None
     celery: Mapping[str, Any] | None = None
+    #: The ``[fleet]`` table (:mod:`migronaut.fleet`), parsed; ``None`` when there is none.
+    fleet: FleetConfig | None = None
     client: Any = None
     hooks: Any = None
     logger: Any = DEFAULT_LOGGER
@@ -214,7 +219,8 @@ class Config:
                 if value is not None and value is not DEFAULT_LOGGER:
                     out[f.name] = "[injected]"
                 continue
-            out[f.name] = list(value) if isinstance(value, tuple) else value
+            out[f.name] = value.to_json() if isinstance(value, FleetConfig) \
+                else list(value) if isinstance(value, tuple) else value
         return out
 
 
@@ -389,6 +395,16 @@ def _layer(
             continue
         if spec.kind == "code" and not allow_code:
             issues.append(Issue(f"{key} ({where})", "can only be set in migronaut_config.py"))
+            continue
+        if spec.kind == "fleet":
+            if isinstance(value, FleetConfig):  # already parsed (with_overrides, the API)
+                out[key] = value
+                continue
+            fleet, problems = parse_fleet(value, allow_code=allow_code)
+            for path, message in problems:
+                issues.append(Issue(f"fleet{'.' + path if path else ''} ({where})", message))
+            if fleet is not None:
+                out[key] = fleet
             continue
         checked, problem = _check_value(spec, value, from_text=False)
         if problem:
