@@ -63,6 +63,7 @@ __all__ = [
     "lock_info",
     "lock_problems",
     "looks_alive",
+    "pid_alive",
     "read_lock_status",
     "reclaimable",
 ]
@@ -204,12 +205,13 @@ def looks_alive(status: LockStatus) -> str | None:
         return None
     if status.state == "held":
         return "its heartbeat is younger than its TTL"
-    if holder.host == socket.gethostname() and holder.pid is not None and _pid_alive(holder.pid):
+    if holder.host == socket.gethostname() and holder.pid is not None and pid_alive(holder.pid):
         return f"pid {holder.pid} is alive on this host"
     return None
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this host with that pid exists (unknown: assumed alive)."""
     if pid <= 0:
         return False
     try:

@@ -9,20 +9,36 @@ commands call it and only render.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
+import threading
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from migronaut.aio import _off_loop as off_loop
 from migronaut.api import Migrator
 from migronaut.core.config import Config, load_config, with_overrides
-from migronaut.errors import ConfigInvalidError, ConnectionFailedError
+from migronaut.errors import (
+    ConfigInvalidError,
+    ConnectionFailedError,
+    FleetInvalidError,
+    MigronautError,
+)
 from migronaut.fleet.clients import ClusterClients, SharedClientConnection
+from migronaut.fleet.config import check_policy_value
+from migronaut.fleet.runner import FleetResult, FleetRun, operation
+from migronaut.fleet.runs import FleetRunRecord, FleetRunStore
+from migronaut.fleet.schedule import FleetPolicy
 from migronaut.fleet.status import FleetStatus, TenantStatus, read_tenant_status
 from migronaut.fleet.tenants import Tenant, resolve_tenants
+from migronaut.observability.events import EventBus
+from migronaut.observability.telemetry import Telemetry, resolve_telemetry
 
 if TYPE_CHECKING:
     from migronaut.fleet.config import FleetConfig
+    from migronaut.observability.events import Listener
 
 __all__ = ["AsyncFleet", "Fleet"]
 
@@ -73,6 +89,9 @@ class Fleet:
         self._clients = ClusterClients(resolved, quick_connect=_quick_connect)
         self._tenants: list[Tenant] | None = None
         self._unreachable: dict[str, ConnectionFailedError] = {}
+        self._events = EventBus()
+        self._stop = threading.Event()
+        self._current: FleetRun | None = None
 
     @property
     def fleet_config(self) -> FleetConfig:
@@ -132,6 +151,139 @@ class Fleet:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="migronaut-fleet") as pool:
             return list(pool.map(fn, tenants))
 
+    # -- events ---------------------------------------------------------------------------------
+    def on(self, event: str, listener: Listener) -> Fleet:
+        """Listen to ``fleet:start``, ``fleet:tenant:start``, ``fleet:tenant:end``,
+        ``fleet:end`` (or ``*``)."""
+        self._events.on(event, listener)
+        return self
+
+    def off(self, event: str, listener: Listener) -> Fleet:
+        self._events.off(event, listener)
+        return self
+
+    # -- runs -----------------------------------------------------------------------------------
+    def policy(self, **overrides: Any) -> FleetPolicy:
+        """The config's ``[fleet]`` policy with ``overrides`` (``None`` values ignored), checked
+        like the config keys (``CONFIG_INVALID`` naming the option)."""
+        fleet = self.fleet_config
+        values: dict[str, Any] = {key: getattr(fleet, key) for key in (
+            "concurrency", "per_cluster_concurrency", "canary", "max_failures", "order",
+            "on_lock", "lock_wait_ms")}
+        for key, value in overrides.items():
+            if value is None:
+                continue
+            if key == "seed":
+                values[key] = value
+                continue
+            if key not in values:
+                raise ConfigInvalidError(f"Unknown fleet option {key!r}", {"option": key})
+            checked, problem = check_policy_value(key, value)
+            if problem:
+                raise ConfigInvalidError(f"Invalid fleet option {key}: {problem}",
+                                         {"option": key})
+            values[key] = checked
+        return FleetPolicy(**values)
+
+    def up(self, **policy: Any) -> FleetResult:
+        """``up`` in every tenant (an up-to-date tenant costs one status read)."""
+        return self._run("up", {}, policy)
+
+    def down(self, *, steps: int = 1, **policy: Any) -> FleetResult:
+        """``down --steps N`` in every tenant."""
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ConfigInvalidError(f"steps must be a positive integer (got {steps!r})",
+                                     {"option": "steps"})
+        return self._run("down", {"steps": steps}, policy)
+
+    def converge(self, **policy: Any) -> FleetResult:
+        """``converge`` (the declared collections) in every tenant."""
+        return self._run("converge", {}, policy)
+
+    def audit(self, **policy: Any) -> FleetResult:
+        """The read-only ``audit`` in every tenant; a tenant whose audit fails is ``failed``
+        (``AUDIT_FAILED`` with its report)."""
+        return self._run("audit", {}, policy)
+
+    def stop(self, reason: str = "Fleet run stopped by request") -> None:
+        """Start no more tenants; running ones finish their migration in flight and stop."""
+        self._stop.set()
+        run = self._current
+        if run is not None:
+            run.stop(reason)
+
+    def _run(self, command: str, arguments: dict[str, Any], overrides: dict[str, Any]
+             ) -> FleetResult:
+        policy = self.policy(**overrides)
+        tenants = self.tenants()
+        store = self.run_store()
+        run = FleetRun(
+            command=command, tenants=tenants, policy=policy,
+            work=operation(command, **arguments), migrator=self.migrator, store=store,
+            events=self._events, telemetry=self.telemetry,
+            options={**policy.to_json(), **arguments, "tenants": self._pattern},
+            sizes=self._sizes, stop=self._stop)
+        self._current = run
+        clock = time.monotonic()
+        try:
+            outcomes, started, ended = run.run()
+        finally:
+            self._current = None
+        result = FleetResult(run.run_id, command, policy, outcomes, started, ended,
+                             {name: error.to_dict() for name, error in self._unreachable.items()})
+        store.end(result.outcome)
+        self._events.emit("fleet:end", {
+            "runId": run.run_id, "command": command, "ok": result.ok,
+            "outcome": result.outcome, "counts": result.counts(),
+            "failed": [o.tenant.name for o in result.failed],
+            "durationMs": int((time.monotonic() - clock) * 1000)})
+        return result
+
+    def _sizes(self, tenants: list[Tenant]) -> dict[Tenant, int]:
+        """Each tenant's data size (``dbStats``) for ``order="size"``; unknown when its
+        cluster does not answer."""
+        from pymongo.errors import PyMongoError
+
+        out: dict[Tenant, int] = {}
+        for tenant in tenants:
+            try:
+                stats = self._clients.get(tenant.cluster)[tenant.name].command("dbStats")
+                out[tenant] = int(stats.get("dataSize", 0))
+            except (MigronautError, PyMongoError):
+                continue
+        return out
+
+    # -- run records ----------------------------------------------------------------------------
+    def run_store(self) -> FleetRunStore:
+        """The fleet run records, in ``admin_db`` on the ``default`` cluster (else the
+        first one)."""
+        from migronaut.core.reads import primary
+
+        fleet = self.fleet_config
+        cluster = fleet.clusters[0].name
+        client = self._clients.get(cluster)
+        return FleetRunStore(primary(client[fleet.admin_db])[fleet.runs_collection])
+
+    def runs(self, limit: int = 20) -> list[FleetRunRecord]:
+        """The newest fleet run records, newest first."""
+        return self.run_store().runs(limit)
+
+    def logs(self, run_id: str | None = None) -> FleetRunRecord:
+        """A fleet run record by id or unique prefix (``None``: the newest); a run that is
+        not found is ``FLEET_INVALID`` naming it."""
+        record = self.run_store().get(run_id)
+        if record is None:
+            raise FleetInvalidError(
+                f"No fleet run {run_id!r} in {self.fleet_config.admin_db}."
+                f"{self.fleet_config.runs_collection}" if run_id else
+                "No fleet run recorded yet", {"runId": run_id})
+        return record
+
+    @functools.cached_property
+    def telemetry(self) -> Telemetry:
+        """The ``telemetry`` config resolved (a span per tenant of a run)."""
+        return resolve_telemetry(self.config.telemetry, namespace=None)
+
     def close(self) -> None:
         """Close the clusters' clients (never a client injected through the config)."""
         self._clients.close()
@@ -169,11 +321,42 @@ class AsyncFleet:
         """The synchronous fleet underneath."""
         return self._fleet
 
+    def on(self, event: str, listener: Listener) -> AsyncFleet:
+        self._fleet.on(event, listener)
+        return self
+
+    def off(self, event: str, listener: Listener) -> AsyncFleet:
+        self._fleet.off(event, listener)
+        return self
+
     async def tenants(self) -> list[Tenant]:
         return await asyncio.to_thread(self._fleet.tenants)
 
     async def status(self, *, concurrency: int | None = None) -> FleetStatus:
         return await asyncio.to_thread(lambda: self._fleet.status(concurrency=concurrency))
+
+    async def up(self, **policy: Any) -> FleetResult:
+        """``Fleet.up``; cancelling the awaiting task stops the run (running tenants finish
+        their migration in flight) and re-raises once it has ended."""
+        return await off_loop(self._fleet.stop, lambda: self._fleet.up(**policy))
+
+    async def down(self, *, steps: int = 1, **policy: Any) -> FleetResult:
+        return await off_loop(self._fleet.stop, lambda: self._fleet.down(steps=steps, **policy))
+
+    async def converge(self, **policy: Any) -> FleetResult:
+        return await off_loop(self._fleet.stop, lambda: self._fleet.converge(**policy))
+
+    async def audit(self, **policy: Any) -> FleetResult:
+        return await off_loop(self._fleet.stop, lambda: self._fleet.audit(**policy))
+
+    async def runs(self, limit: int = 20) -> list[FleetRunRecord]:
+        return await asyncio.to_thread(lambda: self._fleet.runs(limit))
+
+    async def logs(self, run_id: str | None = None) -> FleetRunRecord:
+        return await asyncio.to_thread(lambda: self._fleet.logs(run_id))
+
+    def stop(self, reason: str = "Fleet run stopped by request") -> None:
+        self._fleet.stop(reason)
 
     async def close(self) -> None:
         await asyncio.to_thread(self._fleet.close)

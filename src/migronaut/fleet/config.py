@@ -29,6 +29,7 @@ __all__ = [
     "FleetConfig",
     "RegistrySource",
     "TenantSource",
+    "check_policy_value",
     "parse_fleet",
 ]
 
@@ -190,6 +191,11 @@ def parse_fleet(value: Any, *, allow_code: bool = False) -> tuple[FleetConfig | 
 def _unknown(key: object, known: tuple[str, ...]) -> str:
     close = suggest(key, known)
     return "unknown key" + (f" (did you mean '{close}'?)" if close else "")
+
+
+def check_policy_value(key: str, value: Any) -> tuple[Any, str | None]:
+    """A policy key's value checked (a flag or API argument overriding the config's)."""
+    return _policy_value(key, value)
 
 
 def _policy_value(key: str, value: Any) -> tuple[Any, str | None]:

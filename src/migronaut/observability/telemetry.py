@@ -68,6 +68,7 @@ HISTOGRAMS: Mapping[str, str] = {
     "migronaut.background.slice.duration": "Duration of one background slice (one held lease)",
     "migronaut.background.batch.duration": "Work latency of one background batch "
                                            "(read, transforms, writes)",
+    "migronaut.fleet.tenant.duration": "Duration of one tenant of a fleet run",
 }
 #: Counters: name -> (unit, description).
 COUNTERS: Mapping[str, tuple[str, str]] = {
@@ -457,6 +458,17 @@ class Telemetry:
             "migronaut.run.id": run_id,
         }, histogram="migronaut.background.slice.duration",
             metric_attributes={"migronaut.background.slice.outcome": "error"})  # until set
+
+    def fleet_tenant(self, tenant: str, cluster: str, command: str, run_id: str) -> Scope:
+        """``migronaut.fleet.tenant``: one per tenant of a fleet run, current around the
+        tenant's ordinary command (its ``migronaut.run`` span is a child)."""
+        if not self.enabled:
+            return _NO_SCOPE
+        return _LiveScope(self, "migronaut.fleet.tenant", {
+            "db.namespace": tenant, "migronaut.fleet.cluster": cluster,
+            "migronaut.fleet.command": command, "migronaut.fleet.run.id": run_id,
+        }, histogram="migronaut.fleet.tenant.duration",
+            metric_attributes={"migronaut.fleet.command": command})
 
     def background_coordinate(self, name: str, *, driver: str) -> Scope:
         """``migronaut.background.coordinate``: one per step that held the coordinator lock."""

@@ -1,0 +1,182 @@
+"""Fleet runs through the API over the wire: up/down/converge/audit over six tenants, canary,
+failure budget, held locks, the run record and the events, each checked against what every
+tenant's database holds."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pymongo import MongoClient
+
+from conftest import Project
+from migronaut import Fleet, Migrator
+from migronaut.errors import ConfigInvalidError, FleetInvalidError, StateInvalidError
+from migronaut.fleet.runner import (
+    FAILED,
+    SKIPPED_BUDGET,
+    SKIPPED_CANARY,
+    SKIPPED_LOCKED,
+    SUCCEEDED,
+    UP_TO_DATE,
+)
+
+BODY = """
+def up(ctx):
+    if ctx.db.name.endswith("{fail}"):
+        raise RuntimeError("this tenant refuses")
+    ctx.db.counter.update_one({{"_id": "{name}"}}, {{"$inc": {{"n": 1}}}}, upsert=True)
+
+def down(ctx):
+    ctx.db.counter.update_one({{"_id": "{name}"}}, {{"$inc": {{"n": -1}}}})
+"""
+
+
+@pytest.fixture
+def prefix(client: MongoClient[dict[str, Any]]) -> Iterator[str]:
+    name = f"r{uuid.uuid4().hex[:8]}_"
+    yield name
+    client.drop_database(f"{name}admin")
+    for db in client.list_database_names():
+        if db.startswith(name):
+            client.drop_database(db)
+
+
+def fleet_project(project: Project, prefix: str, *, tenants: int = 6, fail: str = "-none-",
+                  extra: str = "") -> list[str]:
+    names = [f"{prefix}{chr(ord('a') + i)}" for i in range(tenants)]
+    for i in (1, 2):
+        project.write_migration(f"2026010100000{i}_m{i}", BODY.format(name=f"m{i}", fail=fail))
+    project.write("migronaut.toml",
+                  f'[fleet]\nnames = {names!r}\nadmin_db = "{prefix}admin"\n{extra}\n')
+    return names
+
+
+def counters(client: MongoClient[dict[str, Any]], name: str) -> dict[str, int]:
+    return {doc["_id"]: doc["n"] for doc in client[name].counter.find()}
+
+
+def test_up_down_converge_and_audit_over_six_tenants(
+        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
+    names = fleet_project(project, prefix)
+    seen: list[tuple[str, Any]] = []
+    with Fleet(cwd=project.path) as fleet:
+        fleet.on("*", lambda payload: seen.append((payload.get("runId"), payload)))
+        result = fleet.up(concurrency=3)
+        assert result.ok and result.counts()[SUCCEEDED] == 6, result.to_json()
+        assert all(counters(client, n) == {"m1": 1, "m2": 1} for n in names)
+        assert all(o.changed == 2 and [r["status"] for r in o.result] == ["applied"] * 2
+                   for o in result.outcomes)
+        again = fleet.up()
+        assert again.counts()[UP_TO_DATE] == 6 and all(o.result == [] for o in again.outcomes)
+        down = fleet.down(steps=1)
+        assert down.ok and all(counters(client, n) == {"m1": 1, "m2": 0} for n in names)
+        assert fleet.status().counts()["pending"] == 6
+        assert fleet.converge().ok
+        audit = fleet.audit()
+        assert {o.state for o in audit.outcomes} <= {SUCCEEDED, FAILED}
+        record = fleet.logs(result.run_id)
+        assert (record.command, record.outcome, record.total) == ("up", "succeeded", 6)
+        assert [(e.name, e.state, e.changed) for e in record.tenants] == \
+            [(n, SUCCEEDED, 2) for n in names]
+        assert fleet.logs(result.run_id[:8]).run_id == result.run_id
+        assert [r.command for r in fleet.runs()] == ["audit", "converge", "down", "up", "up"]
+    ids = {run_id for run_id, _ in seen}
+    assert result.run_id in ids and len(ids) == 5  # one per run
+    kinds = [p for rid, p in seen if rid == result.run_id]
+    assert len(kinds) == 1 + 6 + 6 + 1  # fleet:start, 6 starts, 6 ends, fleet:end
+
+
+def test_a_canary_failure_leaves_every_other_tenant_untouched(
+        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
+    names = fleet_project(project, prefix, fail="_b")
+    with Fleet(cwd=project.path) as fleet:
+        result = fleet.up(canary=2, concurrency=4)
+    states = {o.tenant.name: o.state for o in result.outcomes}
+    assert states == {names[0]: SUCCEEDED, names[1]: FAILED,
+                      **{n: SKIPPED_CANARY for n in names[2:]}}
+    for name in names[2:]:
+        assert client[name].list_collection_names() == []  # not even a changelog
+    error = result.error()
+    assert error is not None and (error.code, error.exit_code) == ("FLEET_PARTIAL", 38)
+    assert names[1] in error.message
+    failed = next(t for t in error.context["tenants"] if t["tenant"] == names[1])
+    assert failed["error"]["code"] == "MIGRATION_EXECUTION_FAILED"
+
+
+def test_max_failures_zero_stops_new_tenants_and_a_budget_lets_the_rest_complete(
+        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
+    names = fleet_project(project, prefix, fail="_c")
+    with Fleet(cwd=project.path) as fleet:
+        stopped = fleet.up(max_failures=0, concurrency=1)
+    assert [o.state for o in stopped.outcomes] == \
+        [SUCCEEDED, SUCCEEDED, FAILED, SKIPPED_BUDGET, SKIPPED_BUDGET, SKIPPED_BUDGET]
+    assert all(client[n].list_collection_names() == [] for n in names[3:])
+    with Fleet(cwd=project.path) as fleet:
+        budget = fleet.up(max_failures=1, concurrency=2)
+    assert {o.tenant.name: o.state for o in budget.outcomes} == {
+        names[0]: UP_TO_DATE, names[1]: UP_TO_DATE, names[2]: FAILED,
+        **{n: SUCCEEDED for n in names[3:]}}
+    assert budget.to_json()["failed"] == [names[2]]
+    assert all(counters(client, n) == {"m1": 1, "m2": 1} for n in names if n != names[2])
+
+
+def test_a_locked_tenant_is_skipped_and_never_run_twice(
+        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
+    names = fleet_project(project, prefix, tenants=3)
+    client[names[1]]["_migronaut_locks"].insert_one({
+        "_id": "migronaut_lock", "lockedAt": __import__("datetime").datetime.now(),
+        "owner": "someone-else", "host": "elsewhere", "pid": 1, "ttlMs": 600_000,
+        "heartbeatAt": __import__("datetime").datetime.now()})
+    with Fleet(cwd=project.path) as fleet:
+        assert {s.tenant.name: s.state for s in fleet.status().tenants}[names[1]] == "locked"
+        result = fleet.up()
+    states = {o.tenant.name: o.state for o in result.outcomes}
+    assert states == {names[0]: SUCCEEDED, names[1]: SKIPPED_LOCKED, names[2]: SUCCEEDED}
+    assert counters(client, names[1]) == {}
+
+
+def test_bad_policy_options_are_refused_before_anything_runs(
+        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
+    names = fleet_project(project, prefix, tenants=2)
+    with Fleet(cwd=project.path) as fleet:
+        for options, says in (({"concurrency": 0}, "concurrency"), ({"order": "x"}, "order"),
+                              ({"on_lock": "block"}, "on_lock"), ({"canary": -1}, "canary"),
+                              ({"speed": 1}, "speed")):
+            with pytest.raises(ConfigInvalidError, match=says):
+                fleet.up(**options)
+        with pytest.raises(ConfigInvalidError, match="steps"):
+            fleet.down(steps=0)
+        with pytest.raises(FleetInvalidError, match="No fleet run"):
+            fleet.logs("nope")
+    assert not any(client[n].list_collection_names() for n in names)
+
+
+def test_a_record_we_did_not_write_is_state_invalid(
+        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
+    fleet_project(project, prefix, tenants=1)
+    runs = client[f"{prefix}admin"].fleet_runs
+    runs.insert_one({"_id": "x1", "v": 2})
+    with Fleet(cwd=project.path) as fleet, pytest.raises(StateInvalidError, match=r"'x1'.* v"):
+        fleet.logs("x1")
+    runs.replace_one({"_id": "x1"}, {"v": 1, "command": "up", "outcome": "running",
+                                     "host": "h", "pid": 1, "startedAt": 3})
+    with Fleet(cwd=project.path) as fleet, pytest.raises(StateInvalidError,
+                                                         match="startedAt") as raised:
+        fleet.logs("x1")
+    assert (raised.value.code, raised.value.exit_code) == ("STATE_INVALID", 35)
+
+
+def test_the_ordinary_migrator_and_the_fleet_see_the_same_truth(
+        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
+    names = fleet_project(project, prefix, tenants=2)
+    with Migrator(cwd=project.path, db_name=names[0]) as migrator:
+        migrator.up()
+    with Fleet(cwd=project.path) as fleet:
+        result = fleet.up(order="size")
+    assert {o.tenant.name: o.state for o in result.outcomes} == {
+        names[0]: UP_TO_DATE, names[1]: SUCCEEDED}
+    with Migrator(cwd=project.path, db_name=names[1]) as migrator:
+        assert [r.status for r in migrator.status()] == ["applied", "applied"]
