@@ -15,11 +15,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from migronaut.aio import _off_loop as off_loop
 from migronaut.api import Migrator
-from migronaut.core.config import Config, load_config, with_overrides
+from migronaut.core.config import DEFAULT_LOGGER, Config, load_config, with_overrides
 from migronaut.errors import (
     ConfigInvalidError,
     ConnectionFailedError,
@@ -57,6 +58,8 @@ class Fleet:
     ``config`` is a resolved :class:`~migronaut.core.config.Config` or a mapping of config keys
     (the flags tier); when ``None`` the configuration is loaded the ordinary way (flags >
     ``MIGRONAUT_*`` > config file). ``tenants`` is a glob narrowing the fleet (``--tenants``).
+    ``tenant_logger`` replaces the configured logger in the tenants' migrators (``None``
+    silences them: the CLI reports each tenant's outcome itself).
     Use it as a context manager, or call :meth:`close`::
 
         with Fleet(tenants="tenant_0*") as fleet:
@@ -70,10 +73,12 @@ class Fleet:
         tenants: str | None = None,
         config_path: str | os.PathLike[str] | None = None,
         cwd: str | os.PathLike[str] | None = None,
+        tenant_logger: Any = DEFAULT_LOGGER,
         _quick_connect: bool = False,
         _flags_origin: Literal["flag", "argument"] = "argument",
         **overrides: Any,
     ) -> None:
+        self._tenant_logger = tenant_logger
         if isinstance(config, Config):
             resolved = with_overrides(config, **overrides) if overrides else config
         else:
@@ -122,7 +127,10 @@ class Fleet:
         """The tenant's ordinary :class:`~migronaut.api.Migrator` — what ``migronaut --db
         TENANT`` works with — on its cluster's shared client (``CONNECTION_FAILED`` when the
         cluster does not answer). Close it after use (the shared client stays open)."""
-        return TenantMigrator(self._clients.tenant_config(tenant.cluster, tenant.name))
+        config = self._clients.tenant_config(tenant.cluster, tenant.name)
+        if self._tenant_logger is not DEFAULT_LOGGER:
+            config = replace(config, logger=self._tenant_logger)
+        return TenantMigrator(config)
 
     def tenant_status(self, tenant: Tenant) -> TenantStatus:
         """One tenant's status (the ordinary ``status`` over its database)."""
