@@ -180,3 +180,87 @@ def test_the_ordinary_migrator_and_the_fleet_see_the_same_truth(
         names[0]: UP_TO_DATE, names[1]: SUCCEEDED}
     with Migrator(cwd=project.path, db_name=names[1]) as migrator:
         assert [r.status for r in migrator.status()] == ["applied", "applied"]
+
+
+DEAD_URI = "mongodb://127.0.0.1:9/?serverSelectionTimeoutMS=300&connectTimeoutMS=300"
+
+
+def test_an_unreachable_cluster_fails_its_tenants_and_the_rest_go_on(
+        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
+    names = fleet_project(project, prefix, tenants=2,
+                          extra=f'[fleet.clusters.dead]\nuri = "{DEAD_URI}"\n'
+                                f'names = ["{prefix}x", "{prefix}y"]')
+    with Fleet(cwd=project.path) as fleet:
+        result = fleet.up()
+    states = {o.tenant.name: (o.state, (o.error or {}).get("code")) for o in result.outcomes}
+    assert states == {names[0]: (SUCCEEDED, None), names[1]: (SUCCEEDED, None),
+                      f"{prefix}x": (FAILED, "CONNECTION_FAILED"),
+                      f"{prefix}y": (FAILED, "CONNECTION_FAILED")}
+    assert all(counters(client, n) == {"m1": 1, "m2": 1} for n in names)
+
+
+def test_an_in_doubt_tenant_is_refused_and_reported(
+        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
+    names = fleet_project(project, prefix, tenants=2)
+    client[names[0]]["_migronaut_migrations"].insert_one({
+        "name": "20260101000001_m1.py", "status": "running",
+        "intent": {"runId": "r", "lockOwner": "o", "host": "h", "pid": 1, "direction": "up",
+                   "previous": "pending"}})
+    with Fleet(cwd=project.path) as fleet:
+        assert fleet.status().counts()["in-doubt"] == 1
+        result = fleet.up()
+    first = result.outcomes[0]
+    assert (first.state, first.error["code"]) == (FAILED, "MIGRATION_IN_DOUBT")
+    assert counters(client, names[0]) == {} and result.outcomes[1].state == SUCCEEDED
+
+
+def test_on_lock_wait_waits_a_bounded_time_then_reports_locked(
+        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
+    import datetime as dt
+
+    names = fleet_project(project, prefix, tenants=1)
+    now = dt.datetime.now(dt.UTC)
+    client[names[0]]["_migronaut_locks"].insert_one({
+        "_id": "migronaut_lock", "lockedAt": now, "owner": "someone-else", "host": "elsewhere",
+        "pid": 1, "ttlMs": 600_000, "heartbeatAt": now})
+    commands: list[str] = []
+    with Fleet(cwd=project.path) as fleet:
+        fleet.on("fleet:tenant:end", lambda payload: commands.append(payload["state"]))
+        result = fleet.up(on_lock="wait", lock_wait_ms=300)
+    assert [o.state for o in result.outcomes] == [SKIPPED_LOCKED] == commands
+    assert result.outcomes[0].error["code"] == "LOCK_ALREADY_HELD"
+    assert counters(client, names[0]) == {}
+
+
+def test_the_async_fleet_runs_and_each_tenant_gets_a_span(
+        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
+    import asyncio
+
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from migronaut import AsyncFleet
+
+    names = fleet_project(project, prefix, tenants=3, fail="_b")
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+
+    async def main() -> Any:
+        async with AsyncFleet(cwd=project.path,
+                              telemetry={"tracer": provider.get_tracer("t")}) as fleet:
+            return await fleet.up(concurrency=2)
+
+    result = asyncio.run(main())
+    assert [o.state for o in result.outcomes] == [SUCCEEDED, FAILED, SUCCEEDED]
+    spans = {dict(s.attributes or {})["db.namespace"]: s
+             for s in exporter.get_finished_spans() if s.name == "migronaut.fleet.tenant"}
+    assert set(spans) == set(names)
+    failed = spans[names[1]]
+    assert dict(failed.attributes or {})["error.type"] == "MIGRATION_EXECUTION_FAILED"
+    runs = [s for s in exporter.get_finished_spans() if s.name == "migronaut.run"]
+    assert {s.parent.span_id for s in runs if s.parent} <= {
+        s.context.span_id for s in spans.values()}
+    assert len(runs) == 3
