@@ -16,7 +16,7 @@ def test_orders_by_name_size_and_repeatable_random() -> None:
     assert [t.name for t in order_tenants(T, "size", sizes=sizes)] == \
         ["t_b", "t_c", "t_a", "t_d"]
     shuffled = order_tenants(T, "random", seed=7)
-    assert shuffled == order_tenants(T, "random", seed=7) and sorted(shuffled) == sorted(T)
+    assert shuffled == order_tenants(T, "random", seed=7) and set(shuffled) == set(T)
     with pytest.raises(ValueError, match="unknown order"):
         order_tenants(T, "alpha")
 
