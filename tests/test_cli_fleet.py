@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import signal
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,45 +13,13 @@ from pymongo import MongoClient
 
 from conftest import CliProcess, CliRunner, Project
 from helpers.engine import wait_until
-
-BODY = """
-def up(ctx):
-    if ctx.db.name.endswith("{fail}"):
-        raise RuntimeError("this tenant refuses")
-    ctx.db.counter.update_one({{"_id": "{name}"}}, {{"$inc": {{"n": 1}}}}, upsert=True)
-
-def down(ctx):
-    ctx.db.counter.update_one({{"_id": "{name}"}}, {{"$inc": {{"n": -1}}}})
-"""
-
-
-@pytest.fixture
-def prefix(client: MongoClient[dict[str, Any]]) -> Iterator[str]:
-    name = f"c{uuid.uuid4().hex[:8]}_"
-    yield name
-    for db in client.list_database_names():
-        if db.startswith(name):
-            client.drop_database(db)
-
-
-def fleet_project(project: Project, prefix: str, *, tenants: int = 6, fail: str = "-none-",
-                  extra: str = "") -> list[str]:
-    names = [f"{prefix}{chr(ord('a') + i)}" for i in range(tenants)]
-    for i in (1, 2):
-        project.write_migration(f"2026010100000{i}_m{i}", BODY.format(name=f"m{i}", fail=fail))
-    project.write("migronaut.toml",
-                  f'[fleet]\nnames = {names!r}\nadmin_db = "{prefix}admin"\n{extra}\n')
-    return names
-
-
-def counters(client: MongoClient[dict[str, Any]], name: str) -> dict[str, int]:
-    return {doc["_id"]: doc["n"] for doc in client[name].counter.find()}
+from helpers.fleet import COUNTING, counters, fleet_project
 
 
 def test_status_json_and_the_check_gate(
         cli: CliRunner, project: Project, client: MongoClient[dict[str, Any]],
-        prefix: str) -> None:
-    names = fleet_project(project, prefix, tenants=3)
+        tenant_prefix: str) -> None:
+    names = fleet_project(project, tenant_prefix, tenants=3)
     result = cli("fleet", "status", "--json", "--check")
     assert result.exit_code == 38, result.stderr
     assert result.json["counts"]["pending"] == 3 and result.json["upToDate"] is False
@@ -62,14 +28,14 @@ def test_status_json_and_the_check_gate(
     ok = cli("fleet", "status", "--check", "--all")
     assert ok.exit_code == 0, ok.stderr
     assert "3 up-to-date (100%)" in ok.stdout and names[2] in ok.stdout
-    narrowed = cli("fleet", "status", "--json", "--tenants", f"{prefix}[ab]")
+    narrowed = cli("fleet", "status", "--json", "--tenants", f"{tenant_prefix}[ab]")
     assert [t["tenant"] for t in narrowed.json["tenants"]] == names[:2]
 
 
 def test_a_failed_tenant_exits_38_and_the_json_names_it(
         cli: CliRunner, project: Project, client: MongoClient[dict[str, Any]],
-        prefix: str) -> None:
-    names = fleet_project(project, prefix, fail="_c")
+        tenant_prefix: str) -> None:
+    names = fleet_project(project, tenant_prefix, fail="_c")
     result = cli("fleet", "up", "--json", "--max-failures", "0", "--concurrency", "1")
     assert result.exit_code == 38, result.stderr
     doc = result.json
@@ -104,21 +70,21 @@ BAD_INPUT = [
 @pytest.mark.parametrize(("fleet", "flags", "code", "says"), BAD_INPUT,
                          ids=[f"{b[0]} {b[1]}" for b in BAD_INPUT])
 def test_bad_input_is_a_typed_error_and_nothing_starts(
-        cli: CliRunner, project: Project, client: MongoClient[dict[str, Any]], prefix: str,
+        cli: CliRunner, project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str,
         fleet: str, flags: list[str], code: int, says: str) -> None:
-    project.write_migration("20260101000001_m1", BODY.format(name="m1", fail="-"))
-    project.write("migronaut.toml", f'[fleet]\n{fleet}\nadmin_db = "{prefix}admin"\n')
+    project.write_migration("20260101000001_m1", COUNTING.format(name="m1", fail="-"))
+    project.write("migronaut.toml", f'[fleet]\n{fleet}\nadmin_db = "{tenant_prefix}admin"\n')
     result = cli("fleet", "up", "--json", *flags)
     assert result.exit_code == code, (result.stdout, result.stderr)
     assert says in result.json["error"]["message"]
     assert "ok" not in client.list_database_names()
-    assert f"{prefix}admin" not in client.list_database_names()  # no run record either
+    assert f"{tenant_prefix}admin" not in client.list_database_names()  # no run record either
 
 
 def test_fleet_down_and_converge_need_yes_with_json(
         cli: CliRunner, project: Project, client: MongoClient[dict[str, Any]],
-        prefix: str) -> None:
-    names = fleet_project(project, prefix, tenants=2)
+        tenant_prefix: str) -> None:
+    names = fleet_project(project, tenant_prefix, tenants=2)
     assert cli("fleet", "up").exit_code == 0
     assert cli("fleet", "down", "--steps", "2", "--json").json["counts"]["succeeded"] == 2
     assert all(counters(client, n) == {"m1": 0, "m2": 0} for n in names)
@@ -130,8 +96,8 @@ def test_fleet_down_and_converge_need_yes_with_json(
 @pytest.mark.slow
 def test_two_racing_fleet_ups_never_migrate_a_tenant_twice(
         cli_process: CliProcess, project: Project, client: MongoClient[dict[str, Any]],
-        prefix: str) -> None:
-    names = fleet_project(project, prefix)
+        tenant_prefix: str) -> None:
+    names = fleet_project(project, tenant_prefix)
     first = cli_process.start("fleet", "up", "--json", "--concurrency", "2")
     second = cli_process.start("fleet", "up", "--json", "--concurrency", "3",
                                "--order", "random")
@@ -155,8 +121,8 @@ def test_two_racing_fleet_ups_never_migrate_a_tenant_twice(
 @pytest.mark.slow
 def test_kill_9_mid_run_then_the_same_command_applies_everything_once(
         cli_process: CliProcess, project: Project, client: MongoClient[dict[str, Any]],
-        prefix: str) -> None:
-    names = fleet_project(project, prefix)
+        tenant_prefix: str) -> None:
+    names = fleet_project(project, tenant_prefix)
     # the third tenant's run holds in its after_all hook (its migrations recorded, its lock
     # held) until the process is killed there
     (project.path / "migronaut.toml").unlink()
@@ -170,7 +136,7 @@ def test_kill_9_mid_run_then_the_same_command_applies_everything_once(
             for _ in range(1200):
                 time.sleep(0.05)
 
-        config = {{"fleet": {{"names": {names!r}, "admin_db": "{prefix}admin"}},
+        config = {{"fleet": {{"names": {names!r}, "admin_db": "{tenant_prefix}admin"}},
                   "hooks": {{"after_all": after_all}}}}
         """)
     killed = cli_process.start("fleet", "up", "--json", "--concurrency", "1")

@@ -4,14 +4,13 @@ tenant's database holds."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from pymongo import MongoClient
 
 from conftest import Project
+from helpers.fleet import counters, fleet_project
 from migronaut import Fleet, Migrator
 from migronaut.errors import ConfigInvalidError, FleetInvalidError, StateInvalidError
 from migronaut.fleet.runner import (
@@ -23,44 +22,10 @@ from migronaut.fleet.runner import (
     UP_TO_DATE,
 )
 
-BODY = """
-def up(ctx):
-    if ctx.db.name.endswith("{fail}"):
-        raise RuntimeError("this tenant refuses")
-    ctx.db.counter.update_one({{"_id": "{name}"}}, {{"$inc": {{"n": 1}}}}, upsert=True)
-
-def down(ctx):
-    ctx.db.counter.update_one({{"_id": "{name}"}}, {{"$inc": {{"n": -1}}}})
-"""
-
-
-@pytest.fixture
-def prefix(client: MongoClient[dict[str, Any]]) -> Iterator[str]:
-    name = f"r{uuid.uuid4().hex[:8]}_"
-    yield name
-    client.drop_database(f"{name}admin")
-    for db in client.list_database_names():
-        if db.startswith(name):
-            client.drop_database(db)
-
-
-def fleet_project(project: Project, prefix: str, *, tenants: int = 6, fail: str = "-none-",
-                  extra: str = "") -> list[str]:
-    names = [f"{prefix}{chr(ord('a') + i)}" for i in range(tenants)]
-    for i in (1, 2):
-        project.write_migration(f"2026010100000{i}_m{i}", BODY.format(name=f"m{i}", fail=fail))
-    project.write("migronaut.toml",
-                  f'[fleet]\nnames = {names!r}\nadmin_db = "{prefix}admin"\n{extra}\n')
-    return names
-
-
-def counters(client: MongoClient[dict[str, Any]], name: str) -> dict[str, int]:
-    return {doc["_id"]: doc["n"] for doc in client[name].counter.find()}
-
 
 def test_up_down_converge_and_audit_over_six_tenants(
-        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
-    names = fleet_project(project, prefix)
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    names = fleet_project(project, tenant_prefix)
     seen: list[tuple[str, Any]] = []
     with Fleet(cwd=project.path) as fleet:
         fleet.on("*", lambda payload: seen.append((payload.get("runId"), payload)))
@@ -90,8 +55,8 @@ def test_up_down_converge_and_audit_over_six_tenants(
 
 
 def test_a_canary_failure_leaves_every_other_tenant_untouched(
-        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
-    names = fleet_project(project, prefix, fail="_b")
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    names = fleet_project(project, tenant_prefix, fail="_b")
     with Fleet(cwd=project.path) as fleet:
         result = fleet.up(canary=2, concurrency=4)
     states = {o.tenant.name: o.state for o in result.outcomes}
@@ -107,8 +72,8 @@ def test_a_canary_failure_leaves_every_other_tenant_untouched(
 
 
 def test_max_failures_zero_stops_new_tenants_and_a_budget_lets_the_rest_complete(
-        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
-    names = fleet_project(project, prefix, fail="_c")
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    names = fleet_project(project, tenant_prefix, fail="_c")
     with Fleet(cwd=project.path) as fleet:
         stopped = fleet.up(max_failures=0, concurrency=1)
     assert [o.state for o in stopped.outcomes] == \
@@ -124,8 +89,8 @@ def test_max_failures_zero_stops_new_tenants_and_a_budget_lets_the_rest_complete
 
 
 def test_a_locked_tenant_is_skipped_and_never_run_twice(
-        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
-    names = fleet_project(project, prefix, tenants=3)
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    names = fleet_project(project, tenant_prefix, tenants=3)
     client[names[1]]["_migronaut_locks"].insert_one({
         "_id": "migronaut_lock", "lockedAt": __import__("datetime").datetime.now(),
         "owner": "someone-else", "host": "elsewhere", "pid": 1, "ttlMs": 600_000,
@@ -139,8 +104,8 @@ def test_a_locked_tenant_is_skipped_and_never_run_twice(
 
 
 def test_bad_policy_options_are_refused_before_anything_runs(
-        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
-    names = fleet_project(project, prefix, tenants=2)
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    names = fleet_project(project, tenant_prefix, tenants=2)
     with Fleet(cwd=project.path) as fleet:
         for options, says in (({"concurrency": 0}, "concurrency"), ({"order": "x"}, "order"),
                               ({"on_lock": "block"}, "on_lock"), ({"canary": -1}, "canary"),
@@ -155,9 +120,9 @@ def test_bad_policy_options_are_refused_before_anything_runs(
 
 
 def test_a_record_we_did_not_write_is_state_invalid(
-        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
-    fleet_project(project, prefix, tenants=1)
-    runs = client[f"{prefix}admin"].fleet_runs
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    fleet_project(project, tenant_prefix, tenants=1)
+    runs = client[f"{tenant_prefix}admin"].fleet_runs
     runs.insert_one({"_id": "x1", "v": 2})
     with Fleet(cwd=project.path) as fleet, pytest.raises(StateInvalidError, match=r"'x1'.* v"):
         fleet.logs("x1")
@@ -170,8 +135,8 @@ def test_a_record_we_did_not_write_is_state_invalid(
 
 
 def test_the_ordinary_migrator_and_the_fleet_see_the_same_truth(
-        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
-    names = fleet_project(project, prefix, tenants=2)
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    names = fleet_project(project, tenant_prefix, tenants=2)
     with Migrator(cwd=project.path, db_name=names[0]) as migrator:
         migrator.up()
     with Fleet(cwd=project.path) as fleet:
@@ -186,22 +151,22 @@ DEAD_URI = "mongodb://127.0.0.1:9/?serverSelectionTimeoutMS=300&connectTimeoutMS
 
 
 def test_an_unreachable_cluster_fails_its_tenants_and_the_rest_go_on(
-        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
-    names = fleet_project(project, prefix, tenants=2,
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    names = fleet_project(project, tenant_prefix, tenants=2,
                           extra=f'[fleet.clusters.dead]\nuri = "{DEAD_URI}"\n'
-                                f'names = ["{prefix}x", "{prefix}y"]')
+                                f'names = ["{tenant_prefix}x", "{tenant_prefix}y"]')
     with Fleet(cwd=project.path) as fleet:
         result = fleet.up()
     states = {o.tenant.name: (o.state, (o.error or {}).get("code")) for o in result.outcomes}
     assert states == {names[0]: (SUCCEEDED, None), names[1]: (SUCCEEDED, None),
-                      f"{prefix}x": (FAILED, "CONNECTION_FAILED"),
-                      f"{prefix}y": (FAILED, "CONNECTION_FAILED")}
+                      f"{tenant_prefix}x": (FAILED, "CONNECTION_FAILED"),
+                      f"{tenant_prefix}y": (FAILED, "CONNECTION_FAILED")}
     assert all(counters(client, n) == {"m1": 1, "m2": 1} for n in names)
 
 
 def test_an_in_doubt_tenant_is_refused_and_reported(
-        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
-    names = fleet_project(project, prefix, tenants=2)
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    names = fleet_project(project, tenant_prefix, tenants=2)
     client[names[0]]["_migronaut_migrations"].insert_one({
         "name": "20260101000001_m1.py", "status": "running",
         "intent": {"runId": "r", "lockOwner": "o", "host": "h", "pid": 1, "direction": "up",
@@ -215,10 +180,10 @@ def test_an_in_doubt_tenant_is_refused_and_reported(
 
 
 def test_on_lock_wait_waits_a_bounded_time_then_reports_locked(
-        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
     import datetime as dt
 
-    names = fleet_project(project, prefix, tenants=1)
+    names = fleet_project(project, tenant_prefix, tenants=1)
     now = dt.datetime.now(dt.UTC)
     client[names[0]]["_migronaut_locks"].insert_one({
         "_id": "migronaut_lock", "lockedAt": now, "owner": "someone-else", "host": "elsewhere",
@@ -233,7 +198,7 @@ def test_on_lock_wait_waits_a_bounded_time_then_reports_locked(
 
 
 def test_the_async_fleet_runs_and_each_tenant_gets_a_span(
-        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
     import asyncio
 
     pytest.importorskip("opentelemetry.sdk")
@@ -243,7 +208,7 @@ def test_the_async_fleet_runs_and_each_tenant_gets_a_span(
 
     from migronaut import AsyncFleet
 
-    names = fleet_project(project, prefix, tenants=3, fail="_b")
+    names = fleet_project(project, tenant_prefix, tenants=3, fail="_b")
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
