@@ -137,8 +137,8 @@ class FleetProgress:
         with self._lock:
             self._total = int(payload.get("tenants", 0))
             self._started = time.monotonic()
-            if self._tty:
-                self._open()
+        if self._tty:
+            self._open()  # outside the lock: the live view's thread reads the counts under it
 
     def _on_tenant_start(self, payload: dict[str, Any]) -> None:
         with self._lock:
