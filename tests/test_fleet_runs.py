@@ -229,3 +229,18 @@ def test_the_async_fleet_runs_and_each_tenant_gets_a_span(
     assert {s.parent.span_id for s in runs if s.parent} <= {
         s.context.span_id for s in spans.values()}
     assert len(runs) == 3
+
+
+def test_stop_starts_no_more_tenants_and_the_next_run_goes_on(
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    names = fleet_project(project, tenant_prefix, tenants=4)
+    with Fleet(cwd=project.path) as fleet:
+        fleet.on("fleet:tenant:end", lambda payload: fleet.stop("enough"))
+        stopped = fleet.up(concurrency=1)
+        assert [o.state for o in stopped.outcomes] == [SUCCEEDED] + ["skipped-stopped"] * 3
+        assert stopped.outcome == "stopped" and fleet.logs().outcome == "stopped"
+        assert all(client[n].list_collection_names() == [] for n in names[1:])
+    with Fleet(cwd=project.path) as fleet:
+        assert fleet.up().counts() == {**dict.fromkeys(
+            ("succeeded", "up-to-date", "failed", "skipped-locked", "skipped-budget",
+             "skipped-canary", "skipped-stopped"), 0), "succeeded": 3, "up-to-date": 1}

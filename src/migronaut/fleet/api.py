@@ -237,6 +237,7 @@ class Fleet:
             outcomes, started, ended = run.run()
         finally:
             self._current = None
+            self._stop.clear()  # a stop ends this run, not the fleet's next one
         result = FleetResult(run.run_id, command, policy, outcomes, started, ended,
                              {name: error.to_dict() for name, error in self._unreachable.items()})
         store.end(result.outcome)
