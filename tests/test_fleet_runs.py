@@ -244,3 +244,32 @@ def test_stop_starts_no_more_tenants_and_the_next_run_goes_on(
         assert fleet.up().counts() == {**dict.fromkeys(
             ("succeeded", "up-to-date", "failed", "skipped-locked", "skipped-budget",
              "skipped-canary", "skipped-stopped"), 0), "succeeded": 3, "up-to-date": 1}
+
+
+def test_the_run_record_is_written_once_per_scheduling_round(
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    from pymongo import monitoring
+
+    class Writes(monitoring.CommandListener):
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+
+        def started(self, event: monitoring.CommandStartedEvent) -> None:
+            if event.database_name == f"{tenant_prefix}admin":
+                self.seen.append(event.command_name)
+
+        def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+            pass
+
+        def failed(self, event: monitoring.CommandFailedEvent) -> None:
+            pass
+
+    names = fleet_project(project, tenant_prefix)
+    writes = Writes()
+    with Fleet(cwd=project.path, client_options={"event_listeners": [writes]}) as fleet:
+        result = fleet.up(concurrency=3)
+        record = fleet.logs(result.run_id)
+    # 12 state changes (6 starts, 6 ends) and the end of the run in at most 6 + 2 updates
+    assert writes.seen.count("insert") == 1
+    assert 2 <= writes.seen.count("update") <= len(names) + 2, writes.seen
+    assert {e.state for e in record.tenants} == {SUCCEEDED} and record.outcome == "succeeded"
