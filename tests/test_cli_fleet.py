@@ -159,3 +159,10 @@ def test_kill_9_mid_run_then_the_same_command_applies_everything_once(
         names[0]: "succeeded", names[1]: "succeeded", names[2]: "started"}
     assert old["counts"]["not-started"] == 3
     assert json.dumps(old)  # plain JSON
+
+
+def test_a_config_without_a_fleet_is_config_invalid(cli: CliRunner, project: Project) -> None:
+    project.write("migronaut.toml", 'migrations_dir = "migrations"\n')
+    result = cli("fleet", "status", "--json")
+    assert result.exit_code == 6
+    assert "no fleet is configured" in result.json["error"]["message"]
