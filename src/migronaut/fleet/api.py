@@ -134,14 +134,7 @@ class Fleet:
 
     def tenant_status(self, tenant: Tenant) -> TenantStatus:
         """One tenant's status (the ordinary ``status`` over its database)."""
-        try:
-            migrator = self.migrator(tenant)
-        except ConnectionFailedError as error:
-            from migronaut.fleet.status import UNREACHABLE
-
-            return TenantStatus(tenant, UNREACHABLE, 0, 0, error.to_dict())
-        with migrator:
-            return read_tenant_status(tenant, migrator)
+        return read_tenant_status(tenant, self.migrator)
 
     def status(self, *, concurrency: int | None = None) -> FleetStatus:
         """Every tenant's state, read ``concurrency`` tenants at a time (default: the fleet's
