@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from migronaut._suggest import suggest
 from migronaut.aio import _off_loop as off_loop
 from migronaut.api import Migrator
 from migronaut.core.config import DEFAULT_LOGGER, Config, load_config, with_overrides
@@ -28,7 +29,7 @@ from migronaut.errors import (
     MigronautError,
 )
 from migronaut.fleet.clients import ClusterClients, SharedClientConnection
-from migronaut.fleet.config import check_policy_value
+from migronaut.fleet.config import RUN_KEYS, check_policy_value
 from migronaut.fleet.runner import FleetResult, FleetRun, operation
 from migronaut.fleet.runs import FleetRunRecord, FleetRunStore
 from migronaut.fleet.schedule import FleetPolicy
@@ -168,9 +169,7 @@ class Fleet:
         """The config's ``[fleet]`` policy with ``overrides`` (``None`` values ignored), checked
         like the config keys (``CONFIG_INVALID`` naming the option)."""
         fleet = self.fleet_config
-        values: dict[str, Any] = {key: getattr(fleet, key) for key in (
-            "concurrency", "per_cluster_concurrency", "canary", "max_failures", "order",
-            "on_lock", "lock_wait_ms")}
+        values: dict[str, Any] = {key: getattr(fleet, key) for key in RUN_KEYS}
         for key, value in overrides.items():
             if value is None:
                 continue
@@ -178,7 +177,10 @@ class Fleet:
                 values[key] = value
                 continue
             if key not in values:
-                raise ConfigInvalidError(f"Unknown fleet option {key!r}", {"option": key})
+                close = suggest(key, RUN_KEYS)
+                raise ConfigInvalidError(
+                    f"Unknown fleet option {key!r}" + (f" (did you mean '{close}'?)"
+                                                       if close else ""), {"option": key})
             checked, problem = check_policy_value(key, value)
             if problem:
                 raise ConfigInvalidError(f"Invalid fleet option {key}: {problem}",

@@ -25,6 +25,7 @@ __all__ = [
     "DEFAULT_CLUSTER",
     "ON_LOCK",
     "ORDERS",
+    "RUN_KEYS",
     "ClusterConfig",
     "FleetConfig",
     "RegistrySource",
@@ -38,8 +39,10 @@ DEFAULT_CLUSTER = "default"
 ORDERS = ("name", "size", "random")
 ON_LOCK = ("skip", "wait")
 SOURCE_KEYS = ("names", "pattern", "regex", "registry", "callable")
-POLICY_KEYS = ("admin_db", "runs_collection", "concurrency", "per_cluster_concurrency", "canary",
-               "max_failures", "order", "on_lock", "lock_wait_ms")
+#: The keys of a run's policy (``FleetPolicy``): flags and API arguments override them per run.
+RUN_KEYS = ("concurrency", "per_cluster_concurrency", "canary", "max_failures", "order", "on_lock",
+            "lock_wait_ms")
+POLICY_KEYS = ("admin_db", "runs_collection", *RUN_KEYS)
 CLUSTER_KEYS = ("uri", *SOURCE_KEYS)
 REGISTRY_KEYS = ("db", "collection", "filter", "field")
 #: (minimum, maximum) of each integer policy key.
