@@ -168,15 +168,14 @@ class Fleet:
     def policy(self, **overrides: Any) -> FleetPolicy:
         """The config's ``[fleet]`` policy with ``overrides`` (``None`` values ignored), checked
         like the config keys (``CONFIG_INVALID`` naming the option)."""
-        fleet = self.fleet_config
-        values: dict[str, Any] = {key: getattr(fleet, key) for key in RUN_KEYS}
+        values: dict[str, Any] = {}
         for key, value in overrides.items():
             if value is None:
                 continue
             if key == "seed":
                 values[key] = value
                 continue
-            if key not in values:
+            if key not in RUN_KEYS:
                 close = suggest(key, RUN_KEYS)
                 raise ConfigInvalidError(
                     f"Unknown fleet option {key!r}" + (f" (did you mean '{close}'?)"
@@ -186,7 +185,7 @@ class Fleet:
                 raise ConfigInvalidError(f"Invalid fleet option {key}: {problem}",
                                          {"option": key})
             values[key] = checked
-        return FleetPolicy(**values)
+        return replace(self.fleet_config.policy(), **values)
 
     def up(self, **policy: Any) -> FleetResult:
         """``up`` in every tenant (an up-to-date tenant costs one status read)."""
