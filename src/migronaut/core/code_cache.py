@@ -30,6 +30,7 @@ __all__ = ["compile_cached"]
 _FORMAT = b"MGNTCODE"  # 8 bytes: what this file is, and the layout's version
 _DIGEST = 32  # bytes of a SHA-256 digest
 _HEADER = len(_FORMAT) + 2 * _DIGEST
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
 
 
 def _entry_path(filename: str) -> str | None:
@@ -79,9 +80,16 @@ def _write(entry: str, key: bytes, code: CodeType) -> None:
     blob = _FORMAT + key + hashlib.sha256(payload).digest() + payload
     temporary = f"{entry}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
     try:
-        os.makedirs(os.path.dirname(entry), exist_ok=True)
-        with open(temporary, "xb") as out:
-            out.write(blob)
+        try:
+            descriptor = os.open(temporary, _CREATE, 0o644)
+        except FileNotFoundError:  # the first entry of this directory
+            os.makedirs(os.path.dirname(entry), exist_ok=True)
+            descriptor = os.open(temporary, _CREATE, 0o644)
+        try:
+            if os.write(descriptor, blob) != len(blob):
+                raise OSError("short write")
+        finally:
+            os.close(descriptor)
         os.replace(temporary, entry)
     except OSError:
         try:
