@@ -24,7 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from migronaut.core.code_cache import compile_cached
+from migronaut.core.code_cache import compile_cached, read_file
 from migronaut.errors import (
     ConfigInvalidError,
     MigrationExecutionFailedError,
@@ -311,9 +311,7 @@ def _load_resolved(
         module = _new_module(module_name, os.fspath(path))
         sys.modules[module_name] = module
         try:
-            with open(path, "rb") as source:
-                stamp = os.fstat(source.fileno())
-                data = source.read()
+            stamp, data = read_file(path)
             digest, checksum = _digest_and_checksum(data)
             if checksums is not None:
                 checksums.remember(path, stamp, checksum)
