@@ -12,7 +12,9 @@ Entries live beside the file in ``__pycache__`` (``NAME.TAG.migronaut.pyc``: wha
 Python ``.gitignore`` already ignores), or under ``PYTHONPYCACHEPREFIX`` when it is set. Nothing
 is written when ``sys.dont_write_bytecode`` is set (``PYTHONDONTWRITEBYTECODE``, ``-B``); a
 directory that cannot be written is silently skipped (the file is compiled as without a cache).
-Writers never collide: each writes a temporary file and renames it over the entry.
+Writers never collide: each writes a temporary file and renames it over the entry. As with
+Python's own ``.pyc``, whoever can write the cache directory can choose the code that runs: the
+checks above catch damage and staleness, not a forged entry.
 """
 
 from __future__ import annotations
