@@ -158,7 +158,7 @@ def test_an_index_of_plain_keys_counts_no_brackets() -> None:
         index.at_positions([3])
 
 
-@pytest.mark.parametrize(("load", "group_load"), [(1, 1), (2, 1), (1, 3), (256, 64)])
+@pytest.mark.parametrize(("load", "group_load"), [(1, 1), (2, 1), (1, 3), (128, 32)])
 def test_chunks_and_groups_split_and_empty_in_key_order(load: int, group_load: int) -> None:
     """Keys in random order, then ascending (as ObjectIds and ordinals come), then most of
     them removed: every scan, positional read and lookup agrees with the sorted keys."""

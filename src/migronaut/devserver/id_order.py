@@ -143,7 +143,7 @@ class OrderedIds:
     __slots__ = ("_bracketed", "_group_load", "_groups", "_len", "_load", "_maxes", "_shared",
                  "_token", "_unordered")
 
-    def __init__(self, *, load: int = 256, group_load: int = 64,
+    def __init__(self, *, load: int = 128, group_load: int = 32,
                  bracketed: bool = True) -> None:
         self._load = load  # a chunk splits past twice this many entries
         self._group_load = group_load  # a group splits past twice this many chunks

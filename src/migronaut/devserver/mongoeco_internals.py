@@ -324,7 +324,7 @@ def _indexed_engine_type() -> type:
         a copy costs O(1), as mongoeco's does."""
 
         #: Entries per chunk and chunks per group of the two indexes (see ``OrderedIds``).
-        index_loads: ClassVar[tuple[int, int]] = (256, 64)
+        index_loads: ClassVar[tuple[int, int]] = (128, 32)
 
         def __init__(self, values: Any = ()) -> None:
             dict.__init__(self)
