@@ -61,6 +61,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -307,6 +308,9 @@ def run_driver(python: Path | str, scenario: str, uri: str, n: int, repeats: int
                 drop_database(uri, db_name)
             except Exception as error:  # a failed clean-up must not hide the figures
                 log(f"could not drop {db_name}: {error}")
+            # the compiled code of the scratch directory's files, kept under the pycache prefix
+            shutil.rmtree(Path(env["PYTHONPYCACHEPREFIX"], *Path(tmp).resolve().parts[1:]),
+                          ignore_errors=True)
         if done.returncode != 0 or not result_path.exists():
             return {"error": last_line(done.stderr)[:200] or f"exit {done.returncode}"}
         result = json.loads(result_path.read_text(encoding="utf-8"))
@@ -1179,8 +1183,10 @@ def run_scale(command: str, sizes: tuple[int, ...], repeats: int, markdown: bool
     return run_section("scale", command, markdown, measure)
 
 
-UP_VARIANTS = (("migronaut", "migronaut-up"), (RECORD_LOOP, "pymongo-up-record"),
-               ("pymongo loop", "pymongo-up"))
+#: "migronaut": the files loaded before by an earlier command (their code cached, the usual
+#: case); "migronaut, first load": files never loaded before, each compiled and its code cached.
+UP_VARIANTS = (("migronaut", "migronaut-up-warm"), ("migronaut, first load", "migronaut-up"),
+               (RECORD_LOOP, "pymongo-up-record"), ("pymongo loop", "pymongo-up"))
 
 
 def run_up(command: str, n: int, rounds: int, markdown: bool) -> int:
@@ -1194,14 +1200,16 @@ def run_up(command: str, n: int, rounds: int, markdown: bool) -> int:
         for _ in range(rounds):
             for label, scenario in UP_VARIANTS:
                 figures[label].append(run_driver(me, scenario, server.uri, n, 1, 900.0))
-            own.append(run_driver(me, "migronaut-up-own", server.uri, n, 1, 900.0))
+            own.append(run_driver(me, "migronaut-up-own", server.uri, n, 1, 900.0,
+                                  extra={"warm": True}))
         lines, notes = up_rounds_table(figures, n)
         measured = [o for o in own if "own_ms" in o]
         notes += [f"migronaut's own work: {o.get('error')}" for o in own if o not in measured]
         if measured:
             notes.append(
                 "migronaut's own client CPU per migration (bodies that do nothing, changelog "
-                "writes stubbed, slope between n/5 and n files, median of the rounds): "
+                "writes stubbed, files loaded before, slope between n/5 and n files, median "
+                "of the rounds): "
                 f"{statistics.median(o['own_ms'] for o in measured):.3f} ms, of which loading "
                 f"the files {statistics.median(o['loading_ms'] for o in measured):.3f} ms")
         headers = ("variant", "client CPU per migration", "wall per migration",

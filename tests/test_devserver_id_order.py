@@ -47,7 +47,8 @@ def test_strings_order_by_their_utf8_bytes() -> None:
 
 # -- the ordered index -----------------------------------------------------------------------
 
-_operations = st.lists(st.tuples(st.sampled_from(["add", "remove", "repoint", "copy", "scan"]),
+_operations = st.lists(st.tuples(st.sampled_from(["add", "remove", "repoint", "copy", "scan",
+                                                  "write the copy"]),
                                  numbers, numbers, st.booleans(), st.booleans()),
                        max_size=80)
 
@@ -75,9 +76,12 @@ class _Model:
 
 
 @settings(max_examples=150, deadline=None)
-@given(_operations, st.integers(1, 4))
-def test_the_ordered_index_behaves_as_a_sorted_list(operations: list[Any], load: int) -> None:
-    index, model = OrderedIds(load=load), _Model()  # tiny chunks: a split every few writes
+@given(_operations, st.integers(1, 4), st.integers(1, 3))
+def test_the_ordered_index_behaves_as_a_sorted_list(
+    operations: list[Any], load: int, group_load: int
+) -> None:
+    # tiny chunks and groups: a split every few writes, a group emptied by a few removes
+    index, model = OrderedIds(load=load, group_load=group_load), _Model()
     snapshots: list[tuple[OrderedIds, list[Any]]] = []
     for step, (operation, value, other, flag, reverse) in enumerate(operations):
         key, bound = sort_key(value), sort_key(other)
@@ -93,6 +97,22 @@ def test_the_ordered_index_behaves_as_a_sorted_list(operations: list[Any], load:
             model.add(key, ("repointed", step))
         elif operation == "copy":
             snapshots.append((index.copy(), list(model.entries)))
+        elif operation == "write the copy":  # the original must not see it
+            twin = index.copy()
+            twin.remove(key)
+            twin.add(sort_key(f"twin {step}"), "twin")
+            for entry_key, _ in model.entries[::3]:
+                twin.repoint(entry_key, "twin")
+            for number in range(4 * load):  # past a chunk: splits in the copy's groups
+                twin.add(sort_key(f"twin {step} {number}"), "twin")
+            twin_model = _Model()
+            repointed = [entry[0] for entry in model.entries[::3]]
+            twin_model.entries = [(k, "twin" if k in repointed else v)
+                                  for k, v in model.entries if k != key]
+            for number in range(-1, 4 * load):
+                twin_model.add(sort_key(f"twin {step}" + ("" if number < 0 else f" {number}")),
+                               "twin")
+            assert list(twin.scan()) == [storage for _, storage in twin_model.entries]
         elif operation == "scan":
             low, high = (key, bound) if key <= bound else (bound, key)
             running = index.scan(low, flag, None, True, reverse=reverse)
@@ -136,3 +156,33 @@ def test_an_index_of_plain_keys_counts_no_brackets() -> None:
     assert index.find(5) == "k5" and index.at_positions([2, 0]) == ["k5", "k1"]
     with pytest.raises(IndexError):
         index.at_positions([3])
+
+
+@pytest.mark.parametrize(("load", "group_load"), [(1, 1), (2, 1), (1, 3), (128, 32)])
+def test_chunks_and_groups_split_and_empty_in_key_order(load: int, group_load: int) -> None:
+    """Keys in random order, then ascending (as ObjectIds and ordinals come), then most of
+    them removed: every scan, positional read and lookup agrees with the sorted keys."""
+    import random
+
+    rng = random.Random(load * 10 + group_load)
+    shuffled = rng.sample(range(0, 3000, 2), 1500)
+    index = OrderedIds(load=load, group_load=group_load, bracketed=False)
+    expected: list[int] = []
+    for number in [*shuffled, *range(3001, 4000, 2)]:
+        index.add(number, f"v{number}")
+        expected.append(number)
+    expected.sort()
+    snapshot = index.copy()
+    for number in rng.sample(expected, 1800):
+        index.remove(number)
+        expected.remove(number)
+    assert list(index.scan()) == [f"v{n}" for n in expected]
+    assert list(index.scan(reverse=True)) == [f"v{n}" for n in reversed(expected)]
+    assert list(index.scan(101, False, 2501, True)) == [
+        f"v{n}" for n in expected if 101 < n <= 2501]
+    assert list(index.scan(101, True, 2501, False, reverse=True)) == [
+        f"v{n}" for n in reversed(expected) if 101 <= n < 2501]
+    positions = rng.sample(range(len(expected)), 50)
+    assert index.at_positions(positions) == [f"v{expected[p]}" for p in positions]
+    assert all(index.find(n) == f"v{n}" for n in expected[::7])
+    assert len(snapshot) == 2000 and list(snapshot.scan())[:3] == ["v0", "v2", "v4"]

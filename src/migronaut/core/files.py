@@ -11,7 +11,7 @@ CRLF line endings normalised, so a line-ending-only change is not drift.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
+import importlib.machinery
 import inspect
 import os
 import re
@@ -24,6 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from migronaut.core.code_cache import compile_cached, read_file
 from migronaut.errors import (
     ConfigInvalidError,
     MigrationExecutionFailedError,
@@ -205,6 +206,15 @@ def checksum_bytes(data: bytes) -> str:
     return hashlib.sha256(data.replace(b"\r\n", b"\n")).hexdigest()
 
 
+def _digest_and_checksum(data: bytes) -> tuple[bytes, str]:
+    """The SHA-256 of ``data`` as read and its checksum: one hash of the bytes for both when
+    there is no BOM or CRLF to normalise (the usual case)."""
+    digest = hashlib.sha256(data).digest()
+    if data.startswith(_BOM) or b"\r\n" in data:
+        return digest, checksum_bytes(data)
+    return digest, digest.hex()
+
+
 class ChecksumCache:
     """Checksums keyed by path, re-hashed only when the file's mtime or size changes (keys are
     the path's text: a hot lookup, once per migration of a run, costs a ``stat``)."""
@@ -258,13 +268,28 @@ def _module_name(path: Path) -> str:
 def load_module(path: Path, name: str | None = None, *, reload: bool = False) -> ModuleType:
     """Execute a Python file by path (no package import needed) and cache it per path.
 
-    The source is compiled from the file every time, never from a ``__pycache__`` ``.pyc``: a
-    bytecode cache is judged fresh by the source's whole-second mtime and size, so a file edited
-    within the same second to the same length (``VALUE = 1`` → ``VALUE = 2``) would run the old
-    code — and the code that runs must be the one whose checksum was recorded. Nothing is written
-    into the user's migrations directory either.
+    The source is read every time and its compiled code is looked up by the SHA-256 of those
+    exact bytes (:mod:`migronaut.core.code_cache`), never from Python's own ``.pyc``: that is
+    judged fresh by the source's whole-second mtime and size, so a file edited within the same
+    second to the same length (``VALUE = 1`` → ``VALUE = 2``) would run the old code — and the
+    code that runs must be the one whose checksum was recorded.
     """
     return _load_resolved(path.resolve(), name, reload=reload)
+
+
+def _new_module(name: str, filename: str) -> ModuleType:
+    """An empty module for the source file ``filename``, with the attributes an import gives
+    it (``__file__``, ``__spec__``, a source loader for ``linecache``/``inspect``): what
+    ``importlib.util.module_from_spec`` makes, without deriving a ``.pyc`` path nobody uses."""
+    loader = importlib.machinery.SourceFileLoader(name, filename)
+    spec = importlib.machinery.ModuleSpec(name, loader, origin=filename)
+    spec.has_location = True
+    module = ModuleType(name)
+    module.__spec__ = spec
+    module.__loader__ = loader
+    module.__package__ = ""
+    module.__file__ = filename
+    return module
 
 
 def _load_resolved(
@@ -283,20 +308,14 @@ def _load_resolved(
             if current == cached[1]:
                 return cached[0]
         module_name = name or _module_name(path)
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        if spec is None or spec.loader is None:
-            raise MigrationInvalidExportError(
-                f"Cannot load {path.name}: not a Python module", {"filepath": str(path)}
-            )
-        module = importlib.util.module_from_spec(spec)
+        module = _new_module(module_name, os.fspath(path))
         sys.modules[module_name] = module
         try:
-            with open(path, "rb") as source:
-                stamp = os.fstat(source.fileno())
-                data = source.read()
+            stamp, data = read_file(path)
+            digest, checksum = _digest_and_checksum(data)
             if checksums is not None:
-                checksums.remember(path, stamp, checksum_bytes(data))
-            code = compile(data, str(path), "exec", dont_inherit=True)
+                checksums.remember(path, stamp, checksum)
+            code = compile_cached(data, path, digest)
             exec(code, module.__dict__)
         except BaseException:
             sys.modules.pop(module_name, None)

@@ -14,7 +14,7 @@ Invariants:
   ranges and sorts over them are left to mongoeco.
 * :class:`OrderedIds` holds at most one entry per key, in key order. A copy costs O(1) and
   shares everything with its original until either is written; a write costs O(chunk +
-  chunks), never O(entries).
+  chunks of a group + groups), never O(entries).
 
 Nothing here imports mongoeco: the module knows BSON values (pymongo's ``bson``), not storage.
 """
@@ -107,46 +107,65 @@ def _number(value: float | Decimal) -> SortKey:
     return (NUMBER, 0) if nan else (NUMBER, 1, value)
 
 
+class _Group:
+    """One stretch of an index's entries: its chunks (``keys[i]`` and ``values[i]``, tuples
+    never changed in place), ``maxes[i]`` the last key of chunk ``i``, ``size`` entries in all.
+    Only the index whose token is ``owner`` changes the three lists in place; any other copies
+    the group first."""
+
+    __slots__ = ("keys", "maxes", "owner", "size", "values")
+
+    def __init__(self, keys: list[tuple[Any, ...]], values: list[tuple[Any, ...]],
+                 maxes: list[Any], size: int, owner: object) -> None:
+        self.keys, self.values, self.maxes, self.size, self.owner = (
+            keys, values, maxes, size, owner)
+
+    def copy_for(self, owner: object) -> _Group:
+        return _Group(list(self.keys), list(self.values), list(self.maxes), self.size, owner)
+
+
 class OrderedIds:
     """``(key, value)`` entries in key order, at most one per key: the collection's ``_id``
     sort keys, each with its document's insertion ordinal, or (``bracketed=False``) those
     ordinals, each with the document's storage key.
 
-    Entries live in chunks of up to ``2 * load``, as two tuples side by side (``_keys[i]`` and
-    ``_values[i]``, never changed in place: a pair of tuples costs 16 bytes an entry, a tuple
-    per entry would cost 56 more); ``_maxes`` holds each chunk's last key. :meth:`copy` shares
-    the lists and marks them shared: the first write afterwards, to either copy, copies the
-    three lists (pointers only) and then the one chunk it changes. :meth:`scan` reads the lists
-    it started with, so a write during a scan does not disturb it.
+    Two levels, so that a write after a copy copies little: entries live in chunks of up to
+    ``2 * load``, as two tuples side by side (a pair of tuples costs 16 bytes an entry, a tuple
+    per entry would cost 56 more); chunks live in groups of up to ``2 * group_load``
+    (:class:`_Group`); the index holds the list of groups and each group's last key. :meth:`copy`
+    shares everything: the first write afterwards, to either copy, copies the list of groups
+    (pointers, a few dozen at a million entries), then the one group it changes (its lists of
+    chunks, pointers), then the one chunk. Ascending inserts (ObjectIds, ordinals) fill chunks
+    and groups before starting new ones. :meth:`scan` reads the groups it started with, so a
+    write during a scan does not disturb it.
     """
 
-    __slots__ = ("_bracketed", "_keys", "_len", "_load", "_maxes", "_shared", "_unordered",
-                 "_values")
+    __slots__ = ("_bracketed", "_group_load", "_groups", "_len", "_load", "_maxes", "_shared",
+                 "_token", "_unordered")
 
-    def __init__(self, state: tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[Any],
-                                    int, int] | None = None,
-                 *, load: int = 256, bracketed: bool = True) -> None:
+    def __init__(self, *, load: int = 128, group_load: int = 32,
+                 bracketed: bool = True) -> None:
         self._load = load  # a chunk splits past twice this many entries
+        self._group_load = group_load  # a group splits past twice this many chunks
         self._bracketed = bracketed  # keys are sort keys: count those outside ORDERED
-        if state is None:
-            self._keys: list[tuple[Any, ...]] = []
-            self._values: list[tuple[Any, ...]] = []
-            self._maxes: list[Any] = []
-            self._len = 0
-            self._unordered = 0  # entries outside ORDERED brackets
-            self._shared = False
-        else:
-            self._keys, self._values, self._maxes, self._len, self._unordered = state
-            self._shared = True
+        self._groups: list[_Group] = []
+        self._maxes: list[Any] = []  # each group's last key
+        self._len = 0
+        self._unordered = 0  # entries outside ORDERED brackets
+        self._shared = False  # the two lists above are shared with a copy or a scan
+        self._token = object()  # the groups whose owner this is are this index's alone
 
     def __len__(self) -> int:
         return self._len
 
     def copy(self) -> OrderedIds:
         """A copy that shares everything until either side is written."""
-        self._shared = True
-        return OrderedIds((self._keys, self._values, self._maxes, self._len, self._unordered),
-                          load=self._load, bracketed=self._bracketed)
+        self._release()
+        twin = OrderedIds(load=self._load, group_load=self._group_load,
+                          bracketed=self._bracketed)
+        twin._groups, twin._maxes = self._groups, self._maxes
+        twin._len, twin._unordered, twin._shared = self._len, self._unordered, True
+        return twin
 
     @property
     def all_ordered(self) -> bool:
@@ -155,62 +174,72 @@ class OrderedIds:
 
     def find(self, key: Any) -> Any | None:
         """The value of the entry whose key equals ``key``, or ``None``."""
-        at, position = self._locate(key)
-        return None if at < 0 else self._values[at][position]
+        group, at, position = self._locate(key)
+        return None if group < 0 else self._groups[group].values[at][position]
 
     def add(self, key: Any, value: Any) -> None:
         """Add an entry; the caller has made sure no entry has an equal key."""
-        self._own()
         self._len += 1
         if self._bracketed and key[0] not in ORDERED:
             self._unordered += 1
-        if not self._keys:
-            self._keys.append((key,))
-            self._values.append((value,))
+        if not self._groups:
+            self._own_top()
+            self._groups.append(_Group([(key,)], [(value,)], [key], 1, self._token))
             self._maxes.append(key)
             return
-        at = min(bisect_left(self._maxes, key), len(self._maxes) - 1)
-        keys, values = self._keys[at], self._values[at]
+        index = min(bisect_left(self._maxes, key), len(self._maxes) - 1)
+        group = self._own_group(index)
+        group.size += 1
+        at = min(bisect_left(group.maxes, key), len(group.maxes) - 1)
+        keys, values = group.keys[at], group.values[at]
         position = bisect_left(keys, key)
         keys = (*keys[:position], key, *keys[position:])
         values = (*values[:position], value, *values[position:])
         if len(keys) > 2 * self._load:
-            half = len(keys) // 2
-            self._keys[at:at + 1] = [keys[:half], keys[half:]]
-            self._values[at:at + 1] = [values[:half], values[half:]]
-            self._maxes[at:at + 1] = [keys[half - 1], keys[-1]]
+            appended = position == len(keys) - 1
+            cut = len(keys) - 1 if appended else len(keys) // 2  # ascending: keep chunks full
+            group.keys[at:at + 1] = [keys[:cut], keys[cut:]]
+            group.values[at:at + 1] = [values[:cut], values[cut:]]
+            group.maxes[at:at + 1] = [keys[cut - 1], keys[-1]]
+            if len(group.keys) > 2 * self._group_load:
+                self._split(index, group, appended and at + 1 == len(group.keys) - 1)
+                return
         else:
-            self._keys[at] = keys
-            self._values[at] = values
-            self._maxes[at] = keys[-1]
+            group.keys[at] = keys
+            group.values[at] = values
+            group.maxes[at] = keys[-1]
+        self._maxes[index] = group.maxes[-1]
 
     def remove(self, key: Any) -> None:
         """Remove the entry of ``key`` (nothing when there is none)."""
-        at, position = self._locate(key)
-        if at < 0:
+        index, at, position = self._locate(key)
+        if index < 0:
             return
-        self._own()
+        group = self._own_group(index)
+        group.size -= 1
         self._len -= 1
         if self._bracketed and key[0] not in ORDERED:
             self._unordered -= 1
-        keys, values = self._keys[at], self._values[at]
+        keys, values = group.keys[at], group.values[at]
         if len(keys) > 1:
-            self._keys[at] = (*keys[:position], *keys[position + 1:])
-            self._values[at] = (*values[:position], *values[position + 1:])
-            self._maxes[at] = self._keys[at][-1]
+            group.keys[at] = keys = (*keys[:position], *keys[position + 1:])
+            group.values[at] = (*values[:position], *values[position + 1:])
+            group.maxes[at] = keys[-1]
         else:
-            del self._keys[at]
-            del self._values[at]
-            del self._maxes[at]
+            del group.keys[at], group.values[at], group.maxes[at]
+        if group.keys:
+            self._maxes[index] = group.maxes[-1]
+        else:
+            del self._groups[index], self._maxes[index]
 
     def repoint(self, key: Any, value: Any) -> None:
         """Give the entry of ``key`` another value (the same ``_id``, retyped)."""
-        at, position = self._locate(key)
-        if at < 0:
+        index, at, position = self._locate(key)
+        if index < 0:
             return
-        self._own()
-        values = self._values[at]
-        self._values[at] = (*values[:position], value, *values[position + 1:])
+        group = self._own_group(index)
+        values = group.values[at]
+        group.values[at] = (*values[:position], value, *values[position + 1:])
 
     def scan(self, low: Any | None = None, low_inclusive: bool = True,
              high: Any | None = None, high_inclusive: bool = True, *,
@@ -218,85 +247,129 @@ class OrderedIds:
         """The values of the entries between the bounds (``None``: unbounded), in key order
         or, with ``reverse``, backwards; lazily, over the entries as they were when the scan
         started."""
-        self._shared = True  # the scan keeps reading these lists: a write copies them first
+        self._release()  # the scan keeps reading these: a write copies them first
         if reverse:
-            return _backwards(self._keys, self._values, self._maxes, low, low_inclusive, high,
+            return _backwards(self._groups, self._maxes, low, low_inclusive, high,
                               high_inclusive)
-        return _forwards(self._keys, self._values, self._maxes, low, low_inclusive, high,
-                         high_inclusive)
+        return _forwards(self._groups, self._maxes, low, low_inclusive, high, high_inclusive)
 
     def at_positions(self, positions: Iterable[int]) -> list[Any]:
         """The values of the entries at these positions (0 is the first in key order), in
-        the order given: one pass over the chunks' lengths, not over the entries."""
+        the order given: one pass over the groups' and chunks' sizes, not over the entries."""
         wanted = sorted(set(positions))
         found: dict[int, Any] = {}
-        chunk, start = 0, 0
+        groups = self._groups
+        index, group_start, at, start = 0, 0, 0, 0
         for position in wanted:
             if not 0 <= position < self._len:
                 raise IndexError(position)
-            while position >= start + len(self._keys[chunk]):
-                start += len(self._keys[chunk])
-                chunk += 1
-            found[position] = self._values[chunk][position - start]
+            while position >= group_start + groups[index].size:
+                group_start += groups[index].size
+                index, at, start = index + 1, 0, group_start
+            group = groups[index]
+            while position >= start + len(group.keys[at]):
+                start += len(group.keys[at])
+                at += 1
+            found[position] = group.values[at][position - start]
         return [found[position] for position in positions]
 
-    def _locate(self, key: Any) -> tuple[int, int]:
-        at = bisect_left(self._maxes, key)
-        if at == len(self._maxes):
-            return -1, -1
-        keys = self._keys[at]
+    def _locate(self, key: Any) -> tuple[int, int, int]:
+        index = bisect_left(self._maxes, key)
+        if index == len(self._maxes):
+            return -1, -1, -1
+        group = self._groups[index]
+        at = bisect_left(group.maxes, key)
+        keys = group.keys[at]
         position = bisect_left(keys, key)
         if position >= len(keys) or keys[position] != key:
-            return -1, -1
-        return at, position
+            return -1, -1, -1
+        return index, at, position
 
-    def _own(self) -> None:
+    def _release(self) -> None:
+        """Share everything built so far (with a copy or a scan): nothing is changed in place
+        any more, a write copies what it changes."""
+        self._shared = True
+        self._token = object()
+
+    def _own_top(self) -> None:
         if self._shared:
-            self._keys = list(self._keys)
-            self._values = list(self._values)
+            self._groups = list(self._groups)
             self._maxes = list(self._maxes)
             self._shared = False
 
+    def _own_group(self, index: int) -> _Group:
+        self._own_top()
+        group = self._groups[index]
+        if group.owner is not self._token:
+            group = self._groups[index] = group.copy_for(self._token)
+        return group
 
-def _forwards(chunks: list[tuple[Any, ...]], values: list[tuple[Any, ...]], maxes: list[Any],
-              low: Any | None, low_inclusive: bool, high: Any | None, high_inclusive: bool
-              ) -> Iterator[Any]:
-    at, position = 0, 0
+    def _split(self, index: int, group: _Group, appended: bool) -> None:
+        """Split an overfull group in two (after all but its last chunk when the entry that
+        overfilled it was appended at its end, so ascending inserts leave full groups)."""
+        cut = len(group.keys) - 1 if appended else len(group.keys) // 2
+        left_size = sum(len(chunk) for chunk in group.keys[:cut])
+        left = _Group(group.keys[:cut], group.values[:cut], group.maxes[:cut], left_size,
+                      self._token)
+        right = _Group(group.keys[cut:], group.values[cut:], group.maxes[cut:],
+                       group.size - left_size, self._token)
+        self._groups[index:index + 1] = [left, right]
+        self._maxes[index:index + 1] = [left.maxes[-1], right.maxes[-1]]
+
+
+def _forwards(groups: list[_Group], maxes: list[Any], low: Any | None, low_inclusive: bool,
+              high: Any | None, high_inclusive: bool) -> Iterator[Any]:
+    index, at, position = 0, 0, 0
     if low is not None:
-        at = (bisect_left if low_inclusive else bisect_right)(maxes, low)
-        if at < len(chunks):
-            position = (bisect_left if low_inclusive else bisect_right)(chunks[at], low)
-    while at < len(chunks):
-        chunk = chunks[at]
-        stop, last = len(chunk), False
-        if high is not None and (maxes[at] > high or (maxes[at] == high and not high_inclusive)):
-            stop = (bisect_right if high_inclusive else bisect_left)(chunk, high)
-            last = True
-        yield from values[at][position:stop]
-        if last:
-            return
-        at, position = at + 1, 0
+        find = bisect_left if low_inclusive else bisect_right
+        index = find(maxes, low)
+        if index < len(groups):
+            at = find(groups[index].maxes, low)
+            position = find(groups[index].keys[at], low)
+    while index < len(groups):
+        group = groups[index]
+        chunks, values, last_keys = group.keys, group.values, group.maxes
+        while at < len(chunks):
+            chunk = chunks[at]
+            stop, last = len(chunk), False
+            if high is not None and (last_keys[at] > high
+                                     or (last_keys[at] == high and not high_inclusive)):
+                stop = (bisect_right if high_inclusive else bisect_left)(chunk, high)
+                last = True
+            yield from values[at][position:stop]
+            if last:
+                return
+            at, position = at + 1, 0
+        index, at = index + 1, 0
 
 
-def _backwards(chunks: list[tuple[Any, ...]], values: list[tuple[Any, ...]], maxes: list[Any],
-               low: Any | None, low_inclusive: bool, high: Any | None, high_inclusive: bool
-               ) -> Iterator[Any]:
-    if not chunks:
+def _backwards(groups: list[_Group], maxes: list[Any], low: Any | None, low_inclusive: bool,
+               high: Any | None, high_inclusive: bool) -> Iterator[Any]:
+    if not groups:
         return
-    at = len(chunks) - 1
-    stop = len(chunks[at])
+    index = len(groups) - 1
+    at = len(groups[index].keys) - 1
+    stop = len(groups[index].keys[at])
     if high is not None:
-        at = min(bisect_left(maxes, high), len(chunks) - 1)
-        stop = (bisect_right if high_inclusive else bisect_left)(chunks[at], high)
-    while at >= 0:
-        chunk = chunks[at]
-        start, last = 0, False
-        if low is not None and (chunk[0] < low or (chunk[0] == low and not low_inclusive)):
-            start = (bisect_left if low_inclusive else bisect_right)(chunk, low)
-            last = True
-        yield from reversed(values[at][start:stop])
-        if last:
-            return
-        at -= 1
-        if at >= 0:
-            stop = len(chunks[at])
+        index = min(bisect_left(maxes, high), len(groups) - 1)
+        group = groups[index]
+        at = min(bisect_left(group.maxes, high), len(group.maxes) - 1)
+        stop = (bisect_right if high_inclusive else bisect_left)(group.keys[at], high)
+    while index >= 0:
+        group = groups[index]
+        while at >= 0:
+            chunk = group.keys[at]
+            start, last = 0, False
+            if low is not None and (chunk[0] < low or (chunk[0] == low and not low_inclusive)):
+                start = (bisect_left if low_inclusive else bisect_right)(chunk, low)
+                last = True
+            yield from reversed(group.values[at][start:stop])
+            if last:
+                return
+            at -= 1
+            if at >= 0:
+                stop = len(group.keys[at])
+        index -= 1
+        if index >= 0:
+            at = len(groups[index].keys) - 1
+            stop = len(groups[index].keys[at])

@@ -46,7 +46,7 @@ import os
 import random
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from migronaut.devserver.catalog import Refused
 from migronaut.errors import ConfigInvalidError
@@ -323,15 +323,23 @@ def _indexed_engine_type() -> type:
         bytes an entry. Every write, copy, snapshot and restore keeps the three together;
         a copy costs O(1), as mongoeco's does."""
 
+        #: Entries per chunk and chunks per group of the two indexes (see ``OrderedIds``).
+        index_loads: ClassVar[tuple[int, int]] = (128, 32)
+
         def __init__(self, values: Any = ()) -> None:
             dict.__init__(self)
             self._values = empty_map
-            self._ids = OrderedIds()  # _id sort key -> insertion ordinal
-            self._order = OrderedIds(bracketed=False)  # insertion ordinal -> storage key
+            self._new_indexes()
             self._next_ordinal = 0
             #: (storage key, ordinal) of the last insert: mongoeco asks for its ordinal next
             self._last: tuple[Any, int] | None = None
             self.update(values)
+
+        def _new_indexes(self) -> None:
+            load, group_load = self.index_loads
+            self._ids = OrderedIds(load=load, group_load=group_load)  # _id key -> ordinal
+            # insertion ordinal -> storage key: the natural order
+            self._order = OrderedIds(load=load, group_load=group_load, bracketed=False)
 
         def __setitem__(self, key: Any, value: Any) -> None:
             values = self._values
@@ -376,8 +384,7 @@ def _indexed_engine_type() -> type:
 
         def clear(self) -> None:
             self._values = empty_map
-            self._ids = OrderedIds()
-            self._order = OrderedIds(bracketed=False)
+            self._new_indexes()
             self._next_ordinal = 0
             self._last = None
 
