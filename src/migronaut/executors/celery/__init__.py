@@ -65,7 +65,12 @@ def install(
     ``celery`` table and the ``MIGRONAUT_CELERY_*`` variables. Unknown options are
     ``CONFIG_INVALID``.
     """
-    from migronaut.executors.celery import background_tasks, migration_tasks, signals
+    from migronaut.executors.celery import (
+        background_tasks,
+        fleet_tasks,
+        migration_tasks,
+        signals,
+    )
 
     source = _source(config, config_path, cwd)
     table = source.build().config.celery  # reads and checks the config; does not connect
@@ -73,6 +78,7 @@ def install(
     installed = MigronautCelery(app, settings, WorkerContext(source, settings))
     migration_tasks.register(installed, TASK_OPTIONS)
     background_tasks.register(installed, TASK_OPTIONS)
+    fleet_tasks.register(installed, TASK_OPTIONS)
     signals.connect(installed)
     return installed
 

@@ -1,0 +1,178 @@
+"""A fleet run fanned out on the Celery migration queue, on a real worker and the test's own
+Redis database: ``fleet enqueue up`` over four tenants, a redelivered tenant task, junk payloads,
+the canary stage and the failure budget — each checked against what every tenant's database and
+the fleet run record hold. The scheduling rules themselves are checked without a worker."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pymongo import MongoClient
+
+from conftest import Project
+from helpers.celery_worker import workers
+from helpers.queue_migrations import until
+from migronaut import Fleet
+from migronaut.errors import EXIT_CODES, StateInvalidError
+from migronaut.executors.celery.fleet_tasks import Plan, decide, read_plan
+from migronaut.fleet.runner import FAILED, SKIPPED_BUDGET, SKIPPED_CANARY, STARTED, SUCCEEDED
+from migronaut.fleet.runs import TenantEntry
+from migronaut.fleet.schedule import FleetPolicy
+from migronaut.fleet.tenants import Tenant
+
+BODY = """
+def up(ctx):
+    if ctx.db.name.endswith("{fail}"):
+        raise RuntimeError("this tenant refuses")
+    ctx.db.counter.update_one({{"_id": "{name}"}}, {{"$inc": {{"n": 1}}}}, upsert=True)
+
+def down(ctx):
+    ctx.db.counter.update_one({{"_id": "{name}"}}, {{"$inc": {{"n": -1}}}})
+"""
+
+
+@pytest.fixture
+def prefix(client: MongoClient[dict[str, Any]]) -> Iterator[str]:
+    name = f"q{uuid.uuid4().hex[:8]}_"
+    yield name
+    for db in client.list_database_names():
+        if db.startswith(name):
+            client.drop_database(db)
+
+
+def fleet_project(project: Project, prefix: str, *, fail: str = "-none-") -> list[str]:
+    names = [f"{prefix}{letter}" for letter in "abcd"]
+    for i in (1, 2):
+        project.write_migration(f"2026010100000{i}_m{i}", BODY.format(name=f"m{i}", fail=fail))
+    project.write("migronaut.toml", f'[fleet]\nnames = {names!r}\nadmin_db = "{prefix}admin"\n')
+    return names
+
+
+def counters(client: MongoClient[dict[str, Any]], name: str) -> dict[str, int]:
+    return {doc["_id"]: doc["n"] for doc in client[name].counter.find()}
+
+
+def finished(project: Project, run_id: str, timeout: float = 90.0) -> Any:
+    """The run's record once the coordinating steps ended it."""
+    with Fleet(cwd=project.path) as fleet:
+        until(lambda: fleet.logs(run_id).outcome != "running", timeout, "the fleet run to end")
+        return fleet.logs(run_id)
+
+
+def enqueue(cli: Any, *args: str) -> dict[str, Any]:
+    result = cli("fleet", "enqueue", "up", "--json", *args)
+    assert result.exit_code == 0, result.stderr
+    sent: dict[str, Any] = result.json
+    return sent
+
+
+def test_enqueue_up_runs_each_tenant_once_and_refuses_junk(
+        project: Project, celery_project: Any, client: MongoClient[dict[str, Any]],
+        prefix: str, cli: Any) -> None:
+    names = fleet_project(project, prefix)
+    with workers(celery_project.worker(concurrency=4)):
+        sent = enqueue(cli, "--canary", "1", "--concurrency", "2")
+        assert sent["total"] == 4 and sent["canary"] == [names[0]]
+        record = finished(project, sent["runId"])
+        assert (record.outcome, record.counts()[SUCCEEDED]) == ("succeeded", 4)
+        assert all(counters(client, n) == {"m1": 1, "m2": 1} for n in names)
+        assert {e.changed for e in record.tenants} == {2}
+        with Fleet(cwd=project.path) as fleet:
+            assert fleet.status().up_to_date
+        app, _ = celery_project.app()
+        payload = {"v": 1, "kind": "fleet-tenant", "runId": sent["runId"], "tenant": names[2],
+                   "cluster": "default", "command": "up"}
+        # a redelivered tenant task returns the recorded outcome and touches nothing
+        again = app.send_task("migronaut.fleet-tenant", args=(payload,),
+                              queue=celery_project.queue).get(timeout=60)
+        assert (again["state"], again["redelivered"]) == (SUCCEEDED, True)
+        assert counters(client, names[2]) == {"m1": 1, "m2": 1}
+        for junk, field in (({**payload, "tenant": "no/slash"}, "tenant"),
+                            ({**payload, "tenant": f"{prefix}zz"}, "tenant"),
+                            ({**payload, "command": "drop"}, "command"),
+                            ({**payload, "runId": "nobody"}, "runId"),
+                            ({**payload, "extra": 1}, "extra")):
+            refused = app.send_task("migronaut.fleet-tenant", args=(junk,),
+                                    queue=celery_project.queue)
+            with pytest.raises(Exception) as error:
+                refused.get(timeout=60)
+            assert getattr(error.value, "code", None) == "QUEUE_JOB_INVALID", error.value
+            assert field in str(error.value)
+            assert refused.state == "FAILURE"  # failed once, never retried
+        assert client[f"{prefix}zz"].list_collection_names() == []
+    assert finished(project, sent["runId"]).counts()[SUCCEEDED] == 4
+
+
+def test_a_failed_canary_leaves_the_other_tenants_untouched(
+        project: Project, celery_project: Any, client: MongoClient[dict[str, Any]],
+        prefix: str, cli: Any) -> None:
+    names = fleet_project(project, prefix, fail="_a")
+    with workers(celery_project.worker(concurrency=2)):
+        sent = enqueue(cli, "--canary", "1")
+        record = finished(project, sent["runId"])
+    states = {e.name: e.state for e in record.tenants}
+    assert states == {names[0]: FAILED, **dict.fromkeys(names[1:], SKIPPED_CANARY)}
+    assert record.outcome == "partial"
+    assert all(client[n].list_collection_names() == [] for n in names[1:])
+
+
+def test_the_failure_budget_stops_new_tenants_then_a_larger_one_lets_the_rest_run(
+        project: Project, celery_project: Any, client: MongoClient[dict[str, Any]],
+        prefix: str, cli: Any) -> None:
+    names = fleet_project(project, prefix, fail="_b")
+    with workers(celery_project.worker(concurrency=2)):
+        first = finished(project, enqueue(cli, "--max-failures", "0",
+                                          "--concurrency", "1")["runId"])
+        assert {e.name: e.state for e in first.tenants} == {
+            names[0]: SUCCEEDED, names[1]: FAILED, names[2]: SKIPPED_BUDGET,
+            names[3]: SKIPPED_BUDGET}
+        assert first.tenants[1].error is not None
+        assert client[names[2]].list_collection_names() == []
+        second = finished(project, enqueue(cli, "--max-failures", "1")["runId"])
+    assert second.counts()[SUCCEEDED] == 2 and second.counts()[FAILED] == 1
+    assert all(counters(client, n) == {"m1": 1, "m2": 1} for n in (names[0], *names[2:]))
+
+
+# -- the rules, without a worker ----------------------------------------------------------------
+def _plan(count: int, **policy: Any) -> Plan:
+    tenants = [Tenant(f"t{i}", "default" if i % 2 else "east") for i in range(count)]
+    return Plan("up", tenants, FleetPolicy(**policy), None, 0, {})
+
+
+def _entries(**states: str) -> dict[str, TenantEntry]:
+    now = dt.datetime.now(dt.UTC)
+    return {name: TenantEntry(name, "default", state, now) for name, state in states.items()}
+
+
+def test_a_step_sends_the_canary_first_then_the_rest_within_the_concurrency() -> None:
+    plan = _plan(6, canary=2, concurrency=3)
+    assert [t.name for t in decide(plan, {}).send] == ["t0", "t1"]
+    assert decide(plan, _entries(t0=SUCCEEDED, t1=STARTED)).send == []
+    after = decide(plan, _entries(t0=SUCCEEDED, t1=SUCCEEDED))
+    assert [t.name for t in after.send] == ["t2", "t3", "t4"] and after.final is None
+    capped = decide(_plan(6, per_cluster_concurrency=1, concurrency=4), {})
+    assert [t.name for t in capped.send] == ["t0", "t1"]  # one per cluster
+
+
+def test_a_step_ends_the_run_once_nothing_runs_and_the_budget_is_spent() -> None:
+    plan = _plan(4, max_failures=0, concurrency=2)
+    waiting = decide(plan, _entries(t0=FAILED, t1=STARTED))
+    assert waiting.send == [] and waiting.final is None  # t1 finishes first
+    over = decide(plan, _entries(t0=FAILED, t1=SUCCEEDED))
+    assert over.final is not None
+    assert [o.state for o in over.final] == [FAILED, SUCCEEDED, SKIPPED_BUDGET, SKIPPED_BUDGET]
+
+
+def test_a_plan_the_step_does_not_understand_is_state_invalid() -> None:
+    good = {"_id": "r1", "queue": _plan(2).to_document()}
+    assert [t.name for t in read_plan(good).tenants] == ["t0", "t1"]
+    for path, value in (("tenants", [["default"]]), ("concurrency", 0), ("command", "drop"),
+                        ("v", 2), ("onLock", "maybe")):
+        with pytest.raises(StateInvalidError) as error:
+            read_plan({"_id": "r1", "queue": {**good["queue"], path: value}})
+        assert error.value.code == "STATE_INVALID" and f"queue.{path}" in error.value.message
+        assert error.value.exit_code == EXIT_CODES["STATE_INVALID"]
