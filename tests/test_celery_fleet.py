@@ -176,3 +176,24 @@ def test_a_plan_the_step_does_not_understand_is_state_invalid() -> None:
             read_plan({"_id": "r1", "queue": {**good["queue"], path: value}})
         assert error.value.code == "STATE_INVALID" and f"queue.{path}" in error.value.message
         assert error.value.exit_code == EXIT_CODES["STATE_INVALID"]
+
+
+def test_bad_enqueue_flags_are_refused_before_anything_is_written(
+        project: Project, client: MongoClient[dict[str, Any]], prefix: str, cli: Any) -> None:
+    from migronaut.errors import EXIT_CODES
+
+    fleet_project(project, prefix)
+    for args, named in ((("up", "--canary", "x"), "--canary"),
+                        (("up", "--steps", "2"), "--steps"),
+                        (("up", "--concurrency", "0"), "--concurrency"),
+                        (("up", "--max-failures", "-1"), "--max-failures"),
+                        (("up", "--tenants", "nobody_*"), "nobody_*")):
+        result = cli("fleet", "enqueue", *args, "--json")
+        error = result.json["error"]
+        assert result.exit_code == EXIT_CODES[error["code"]] != 0, result.stdout
+        assert error["code"] in ("CONFIG_INVALID", "FLEET_INVALID") and named in error["message"]
+    project.write("migronaut.toml", "")
+    result = cli("fleet", "enqueue", "up", "--json")
+    assert result.json["error"]["code"] == "CONFIG_INVALID"
+    assert "no fleet" in result.json["error"]["message"]
+    assert f"{prefix}admin" not in client.list_database_names()  # no run recorded
