@@ -239,6 +239,17 @@ def db_name(client: MongoClient[dict[str, Any]]) -> Iterator[str]:
 
 
 @pytest.fixture
+def tenant_prefix(client: MongoClient[dict[str, Any]]) -> Iterator[str]:
+    """A database-name prefix unique to this test (fleet tenants); every database under it is
+    dropped after the test."""
+    prefix = f"f{uuid.uuid4().hex[:8]}_"
+    yield prefix
+    for name in client.list_database_names():
+        if name.startswith(prefix):
+            client.drop_database(name)
+
+
+@pytest.fixture
 def db(client: MongoClient[dict[str, Any]], db_name: str) -> Database[dict[str, Any]]:
     """The test's database."""
     return client[db_name]

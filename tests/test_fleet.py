@@ -4,14 +4,13 @@ cluster, and the refusals of a bad tenant list (``FLEET_INVALID`` naming it, not
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from pymongo import MongoClient, monitoring
 
 from conftest import Project
+from helpers.fleet import COUNTING
 from migronaut import AsyncFleet, Fleet, FleetStatus, Migrator
 from migronaut.errors import FleetInvalidError
 from migronaut.fleet.status import FAILED, IN_DOUBT, PENDING, UNREACHABLE, UP_TO_DATE
@@ -19,28 +18,10 @@ from migronaut.fleet.status import FAILED, IN_DOUBT, PENDING, UNREACHABLE, UP_TO
 #: A URI nothing answers on (a closed port), failing fast.
 DEAD_URI = "mongodb://127.0.0.1:9/?serverSelectionTimeoutMS=300&connectTimeoutMS=300"
 
-INC = """
-def up(ctx):
-    ctx.db.counter.update_one({{"_id": "{name}"}}, {{"$inc": {{"n": 1}}}}, upsert=True)
-
-def down(ctx):
-    ctx.db.counter.update_one({{"_id": "{name}"}}, {{"$inc": {{"n": -1}}}}, upsert=True)
-"""
-
-
-@pytest.fixture
-def prefix(client: MongoClient[dict[str, Any]]) -> Iterator[str]:
-    """A database-name prefix unique to the test; its databases are dropped afterwards."""
-    name = f"f{uuid.uuid4().hex[:8]}_"
-    yield name
-    for db in client.list_database_names():
-        if db.startswith(name):
-            client.drop_database(db)
-
-
 def write_fleet(project: Project, fleet: str, migrations: int = 2) -> None:
     for i in range(1, migrations + 1):
-        project.write_migration(f"2026010100000{i}_m{i}", INC.format(name=f"m{i}"))
+        project.write_migration(f"2026010100000{i}_m{i}",
+                                COUNTING.format(name=f"m{i}", fail="-none-"))
     project.write("migronaut.toml", f"[fleet]\n{fleet}\n")
 
 
@@ -50,8 +31,8 @@ def seed(client: MongoClient[dict[str, Any]], *names: str) -> None:
 
 
 def test_status_of_a_listed_fleet_counts_every_state(
-        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
-    names = [f"{prefix}{i}" for i in range(3)]
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    names = [f"{tenant_prefix}{i}" for i in range(3)]
     write_fleet(project, f"names = {names!r}")
     with Migrator(cwd=project.path, db_name=names[0]) as migrator:
         migrator.up()
@@ -67,41 +48,41 @@ def test_status_of_a_listed_fleet_counts_every_state(
 
 
 def test_pattern_regex_registry_and_callable_sources(
-        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
-    seed(client, f"{prefix}a1", f"{prefix}a2", f"{prefix}b1")
-    write_fleet(project, f'pattern = "{prefix}a*"')
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    seed(client, f"{tenant_prefix}a1", f"{tenant_prefix}a2", f"{tenant_prefix}b1")
+    write_fleet(project, f'pattern = "{tenant_prefix}a*"')
     with Fleet(cwd=project.path) as fleet:
-        assert [t.name for t in fleet.tenants()] == [f"{prefix}a1", f"{prefix}a2"]
-    write_fleet(project, f'regex = "^{prefix}[ab]1$"')
-    with Fleet(cwd=project.path, tenants=f"{prefix}b*") as fleet:
-        assert [t.name for t in fleet.tenants()] == [f"{prefix}b1"]
-    client[f"{prefix}ctl"].tenants.insert_many([
-        {"db": f"{prefix}a2", "active": True}, {"db": f"{prefix}b1", "active": True},
-        {"db": f"{prefix}zz", "active": False}])
-    write_fleet(project, f'registry = {{ db = "{prefix}ctl", collection = "tenants", '
+        assert [t.name for t in fleet.tenants()] == [f"{tenant_prefix}a1", f"{tenant_prefix}a2"]
+    write_fleet(project, f'regex = "^{tenant_prefix}[ab]1$"')
+    with Fleet(cwd=project.path, tenants=f"{tenant_prefix}b*") as fleet:
+        assert [t.name for t in fleet.tenants()] == [f"{tenant_prefix}b1"]
+    client[f"{tenant_prefix}ctl"].tenants.insert_many([
+        {"db": f"{tenant_prefix}a2", "active": True}, {"db": f"{tenant_prefix}b1", "active": True},
+        {"db": f"{tenant_prefix}zz", "active": False}])
+    write_fleet(project, f'registry = {{ db = "{tenant_prefix}ctl", collection = "tenants", '
                          'field = "db", filter = { active = true } }')
     with Fleet(cwd=project.path) as fleet:
-        assert [t.name for t in fleet.tenants()] == [f"{prefix}a2", f"{prefix}b1"]
+        assert [t.name for t in fleet.tenants()] == [f"{tenant_prefix}a2", f"{tenant_prefix}b1"]
     project.write("tenant_source_ok.py", f"""
         import asyncio
 
         def sync_names():
-            return ["{prefix}s2", "{prefix}s1"]
+            return ["{tenant_prefix}s2", "{tenant_prefix}s1"]
 
         async def async_names():
             await asyncio.sleep(0)
-            return ("{prefix}x1",)
+            return ("{tenant_prefix}x1",)
         """)
     write_fleet(project, 'callable = "tenant_source_ok:sync_names"')
     with Fleet(cwd=project.path) as fleet:
-        assert [t.name for t in fleet.tenants()] == [f"{prefix}s1", f"{prefix}s2"]
+        assert [t.name for t in fleet.tenants()] == [f"{tenant_prefix}s1", f"{tenant_prefix}s2"]
     write_fleet(project, 'callable = "tenant_source_ok:async_names"')
 
     async def main() -> list[str]:
         async with AsyncFleet(cwd=project.path) as fleet:
             return [t.name for t in await fleet.tenants()]
 
-    assert asyncio.run(main()) == [f"{prefix}x1"]
+    assert asyncio.run(main()) == [f"{tenant_prefix}x1"]
 
 
 BAD_SOURCES = [
@@ -119,7 +100,7 @@ BAD_SOURCES = [
 
 @pytest.mark.parametrize(("source", "names", "says"), BAD_SOURCES, ids=[b[0] for b in BAD_SOURCES])
 def test_a_bad_tenant_source_is_fleet_invalid_naming_it_and_nothing_runs(
-        project: Project, client: MongoClient[dict[str, Any]], prefix: str, source: str,
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str, source: str,
         names: str, says: str, cli: Any) -> None:
     project.write("tenant_source.py", """
         def boom():
@@ -137,14 +118,14 @@ def test_a_bad_tenant_source_is_fleet_invalid_naming_it_and_nothing_runs(
     error = raised.value
     assert (error.code, error.exit_code) == ("FLEET_INVALID", 37)
     assert names in error.message and says in error.message, error.message
-    assert not [db for db in client.list_database_names() if db.startswith(prefix)]
+    assert not [db for db in client.list_database_names() if db.startswith(tenant_prefix)]
 
 
 def test_registry_junk_is_fleet_invalid_naming_the_document(
-        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
-    client[f"{prefix}ctl"].tenants.insert_many([{"_id": 1, "db": f"{prefix}a"},
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    client[f"{tenant_prefix}ctl"].tenants.insert_many([{"_id": 1, "db": f"{tenant_prefix}a"},
                                                 {"_id": 2, "db": 42}, {"_id": 3}])
-    write_fleet(project, f'registry = {{ db = "{prefix}ctl", collection = "tenants", '
+    write_fleet(project, f'registry = {{ db = "{tenant_prefix}ctl", collection = "tenants", '
                          'field = "db" }')
     with pytest.raises(FleetInvalidError, match=r"registry document 2 .* no string 'db' "
                                                 r"\(got a int\)"), Fleet(cwd=project.path) as f:
@@ -152,29 +133,31 @@ def test_registry_junk_is_fleet_invalid_naming_the_document(
 
 
 def test_tenants_narrowing_to_nothing_and_duplicates_across_clusters(
-        project: Project, mongo_uri: str, prefix: str) -> None:
-    write_fleet(project, f'names = ["{prefix}a"]\n[fleet.clusters.two]\nuri = "{mongo_uri}"\n'
-                         f'names = ["{prefix}a"]')
+        project: Project, mongo_uri: str, tenant_prefix: str) -> None:
+    name = f"{tenant_prefix}a"
+    write_fleet(project, f'names = ["{name}"]\n[fleet.clusters.two]\nuri = "{mongo_uri}"\n'
+                         f'names = ["{name}"]')
     with pytest.raises(FleetInvalidError, match="on clusters 'default' and 'two'"), \
             Fleet(cwd=project.path) as fleet:
         fleet.tenants()
-    write_fleet(project, f'names = ["{prefix}a"]')
+    write_fleet(project, f'names = ["{tenant_prefix}a"]')
     with pytest.raises(FleetInvalidError, match=r"--tenants 'zz\*' matched no tenant"), \
             Fleet(cwd=project.path, tenants="zz*") as fleet:
         fleet.tenants()
 
 
 def test_an_unreachable_cluster_fails_only_its_own_tenants(
-        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
-    write_fleet(project, f'names = ["{prefix}a", "{prefix}b"]\n[fleet.clusters.dead]\n'
-                         f'uri = "{DEAD_URI}"\nnames = ["{prefix}c", "{prefix}d"]\n'
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    a, b, c, d = (f"{tenant_prefix}{x}" for x in "abcd")
+    write_fleet(project, f'names = ["{a}", "{b}"]\n[fleet.clusters.dead]\n'
+                         f'uri = "{DEAD_URI}"\nnames = ["{c}", "{d}"]\n'
                          f'[fleet.clusters.deadlisted]\nuri = "{DEAD_URI}"\n'
-                         f'pattern = "{prefix}*"')
+                         f'pattern = "{tenant_prefix}*"')
     with Fleet(cwd=project.path) as fleet:
         status = fleet.status()
     states = {(s.tenant.name, s.tenant.cluster): s.state for s in status.tenants}
-    assert states == {(f"{prefix}a", "default"): PENDING, (f"{prefix}b", "default"): PENDING,
-                      (f"{prefix}c", "dead"): UNREACHABLE, (f"{prefix}d", "dead"): UNREACHABLE}
+    assert states == {(a, "default"): PENDING, (b, "default"): PENDING,
+                      (c, "dead"): UNREACHABLE, (d, "dead"): UNREACHABLE}
     dead = next(s for s in status.tenants if s.state == UNREACHABLE)
     assert dead.error is not None and dead.error["code"] == "CONNECTION_FAILED"
     assert "127.0.0.1:9" in dead.error["message"]
@@ -208,8 +191,8 @@ class _Pools(monitoring.ConnectionPoolListener):
 
 
 def test_status_costs_a_few_commands_per_tenant_on_one_client(
-        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
-    names = [f"{prefix}{i}" for i in range(6)]
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    names = [f"{tenant_prefix}{i}" for i in range(6)]
     write_fleet(project, f"names = {names!r}")
     with Migrator(cwd=project.path, db_name=names[0]) as migrator:
         migrator.up()
@@ -231,8 +214,8 @@ def test_status_costs_a_few_commands_per_tenant_on_one_client(
 
 
 def test_a_failed_or_in_doubt_tenant_shows_so(
-        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
-    names = [f"{prefix}ok", f"{prefix}failed", f"{prefix}doubt"]
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    names = [f"{tenant_prefix}ok", f"{tenant_prefix}failed", f"{tenant_prefix}doubt"]
     write_fleet(project, f"names = {names!r}")
     project.write_migration("20260101000003_m3", """
         import os

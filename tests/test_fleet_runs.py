@@ -4,14 +4,13 @@ tenant's database holds."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from pymongo import MongoClient
 
 from conftest import Project
+from helpers.fleet import counters, fleet_project
 from migronaut import Fleet, Migrator
 from migronaut.errors import ConfigInvalidError, FleetInvalidError, StateInvalidError
 from migronaut.fleet.runner import (
@@ -23,44 +22,10 @@ from migronaut.fleet.runner import (
     UP_TO_DATE,
 )
 
-BODY = """
-def up(ctx):
-    if ctx.db.name.endswith("{fail}"):
-        raise RuntimeError("this tenant refuses")
-    ctx.db.counter.update_one({{"_id": "{name}"}}, {{"$inc": {{"n": 1}}}}, upsert=True)
-
-def down(ctx):
-    ctx.db.counter.update_one({{"_id": "{name}"}}, {{"$inc": {{"n": -1}}}})
-"""
-
-
-@pytest.fixture
-def prefix(client: MongoClient[dict[str, Any]]) -> Iterator[str]:
-    name = f"r{uuid.uuid4().hex[:8]}_"
-    yield name
-    client.drop_database(f"{name}admin")
-    for db in client.list_database_names():
-        if db.startswith(name):
-            client.drop_database(db)
-
-
-def fleet_project(project: Project, prefix: str, *, tenants: int = 6, fail: str = "-none-",
-                  extra: str = "") -> list[str]:
-    names = [f"{prefix}{chr(ord('a') + i)}" for i in range(tenants)]
-    for i in (1, 2):
-        project.write_migration(f"2026010100000{i}_m{i}", BODY.format(name=f"m{i}", fail=fail))
-    project.write("migronaut.toml",
-                  f'[fleet]\nnames = {names!r}\nadmin_db = "{prefix}admin"\n{extra}\n')
-    return names
-
-
-def counters(client: MongoClient[dict[str, Any]], name: str) -> dict[str, int]:
-    return {doc["_id"]: doc["n"] for doc in client[name].counter.find()}
-
 
 def test_up_down_converge_and_audit_over_six_tenants(
-        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
-    names = fleet_project(project, prefix)
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    names = fleet_project(project, tenant_prefix)
     seen: list[tuple[str, Any]] = []
     with Fleet(cwd=project.path) as fleet:
         fleet.on("*", lambda payload: seen.append((payload.get("runId"), payload)))
@@ -90,8 +55,8 @@ def test_up_down_converge_and_audit_over_six_tenants(
 
 
 def test_a_canary_failure_leaves_every_other_tenant_untouched(
-        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
-    names = fleet_project(project, prefix, fail="_b")
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    names = fleet_project(project, tenant_prefix, fail="_b")
     with Fleet(cwd=project.path) as fleet:
         result = fleet.up(canary=2, concurrency=4)
     states = {o.tenant.name: o.state for o in result.outcomes}
@@ -107,8 +72,8 @@ def test_a_canary_failure_leaves_every_other_tenant_untouched(
 
 
 def test_max_failures_zero_stops_new_tenants_and_a_budget_lets_the_rest_complete(
-        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
-    names = fleet_project(project, prefix, fail="_c")
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    names = fleet_project(project, tenant_prefix, fail="_c")
     with Fleet(cwd=project.path) as fleet:
         stopped = fleet.up(max_failures=0, concurrency=1)
     assert [o.state for o in stopped.outcomes] == \
@@ -124,8 +89,8 @@ def test_max_failures_zero_stops_new_tenants_and_a_budget_lets_the_rest_complete
 
 
 def test_a_locked_tenant_is_skipped_and_never_run_twice(
-        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
-    names = fleet_project(project, prefix, tenants=3)
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    names = fleet_project(project, tenant_prefix, tenants=3)
     client[names[1]]["_migronaut_locks"].insert_one({
         "_id": "migronaut_lock", "lockedAt": __import__("datetime").datetime.now(),
         "owner": "someone-else", "host": "elsewhere", "pid": 1, "ttlMs": 600_000,
@@ -139,8 +104,8 @@ def test_a_locked_tenant_is_skipped_and_never_run_twice(
 
 
 def test_bad_policy_options_are_refused_before_anything_runs(
-        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
-    names = fleet_project(project, prefix, tenants=2)
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    names = fleet_project(project, tenant_prefix, tenants=2)
     with Fleet(cwd=project.path) as fleet:
         for options, says in (({"concurrency": 0}, "concurrency"), ({"order": "x"}, "order"),
                               ({"on_lock": "block"}, "on_lock"), ({"canary": -1}, "canary"),
@@ -155,9 +120,9 @@ def test_bad_policy_options_are_refused_before_anything_runs(
 
 
 def test_a_record_we_did_not_write_is_state_invalid(
-        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
-    fleet_project(project, prefix, tenants=1)
-    runs = client[f"{prefix}admin"].fleet_runs
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    fleet_project(project, tenant_prefix, tenants=1)
+    runs = client[f"{tenant_prefix}admin"].fleet_runs
     runs.insert_one({"_id": "x1", "v": 2})
     with Fleet(cwd=project.path) as fleet, pytest.raises(StateInvalidError, match=r"'x1'.* v"):
         fleet.logs("x1")
@@ -170,8 +135,8 @@ def test_a_record_we_did_not_write_is_state_invalid(
 
 
 def test_the_ordinary_migrator_and_the_fleet_see_the_same_truth(
-        project: Project, client: MongoClient[dict[str, Any]], prefix: str) -> None:
-    names = fleet_project(project, prefix, tenants=2)
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    names = fleet_project(project, tenant_prefix, tenants=2)
     with Migrator(cwd=project.path, db_name=names[0]) as migrator:
         migrator.up()
     with Fleet(cwd=project.path) as fleet:
@@ -180,3 +145,131 @@ def test_the_ordinary_migrator_and_the_fleet_see_the_same_truth(
         names[0]: UP_TO_DATE, names[1]: SUCCEEDED}
     with Migrator(cwd=project.path, db_name=names[1]) as migrator:
         assert [r.status for r in migrator.status()] == ["applied", "applied"]
+
+
+DEAD_URI = "mongodb://127.0.0.1:9/?serverSelectionTimeoutMS=300&connectTimeoutMS=300"
+
+
+def test_an_unreachable_cluster_fails_its_tenants_and_the_rest_go_on(
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    names = fleet_project(project, tenant_prefix, tenants=2,
+                          extra=f'[fleet.clusters.dead]\nuri = "{DEAD_URI}"\n'
+                                f'names = ["{tenant_prefix}x", "{tenant_prefix}y"]')
+    with Fleet(cwd=project.path) as fleet:
+        result = fleet.up()
+    states = {o.tenant.name: (o.state, (o.error or {}).get("code")) for o in result.outcomes}
+    assert states == {names[0]: (SUCCEEDED, None), names[1]: (SUCCEEDED, None),
+                      f"{tenant_prefix}x": (FAILED, "CONNECTION_FAILED"),
+                      f"{tenant_prefix}y": (FAILED, "CONNECTION_FAILED")}
+    assert all(counters(client, n) == {"m1": 1, "m2": 1} for n in names)
+
+
+def test_an_in_doubt_tenant_is_refused_and_reported(
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    names = fleet_project(project, tenant_prefix, tenants=2)
+    client[names[0]]["_migronaut_migrations"].insert_one({
+        "name": "20260101000001_m1.py", "status": "running",
+        "intent": {"runId": "r", "lockOwner": "o", "host": "h", "pid": 1, "direction": "up",
+                   "previous": "pending"}})
+    with Fleet(cwd=project.path) as fleet:
+        assert fleet.status().counts()["in-doubt"] == 1
+        result = fleet.up()
+    first = result.outcomes[0]
+    assert (first.state, first.error["code"]) == (FAILED, "MIGRATION_IN_DOUBT")
+    assert counters(client, names[0]) == {} and result.outcomes[1].state == SUCCEEDED
+
+
+def test_on_lock_wait_waits_a_bounded_time_then_reports_locked(
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    import datetime as dt
+
+    names = fleet_project(project, tenant_prefix, tenants=1)
+    now = dt.datetime.now(dt.UTC)
+    client[names[0]]["_migronaut_locks"].insert_one({
+        "_id": "migronaut_lock", "lockedAt": now, "owner": "someone-else", "host": "elsewhere",
+        "pid": 1, "ttlMs": 600_000, "heartbeatAt": now})
+    commands: list[str] = []
+    with Fleet(cwd=project.path) as fleet:
+        fleet.on("fleet:tenant:end", lambda payload: commands.append(payload["state"]))
+        result = fleet.up(on_lock="wait", lock_wait_ms=300)
+    assert [o.state for o in result.outcomes] == [SKIPPED_LOCKED] == commands
+    assert result.outcomes[0].error["code"] == "LOCK_ALREADY_HELD"
+    assert counters(client, names[0]) == {}
+
+
+def test_the_async_fleet_runs_and_each_tenant_gets_a_span(
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    import asyncio
+
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from migronaut import AsyncFleet
+
+    names = fleet_project(project, tenant_prefix, tenants=3, fail="_b")
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+
+    async def main() -> Any:
+        async with AsyncFleet(cwd=project.path,
+                              telemetry={"tracer": provider.get_tracer("t")}) as fleet:
+            return await fleet.up(concurrency=2)
+
+    result = asyncio.run(main())
+    assert [o.state for o in result.outcomes] == [SUCCEEDED, FAILED, SUCCEEDED]
+    spans = {dict(s.attributes or {})["db.namespace"]: s
+             for s in exporter.get_finished_spans() if s.name == "migronaut.fleet.tenant"}
+    assert set(spans) == set(names)
+    failed = spans[names[1]]
+    assert dict(failed.attributes or {})["error.type"] == "MIGRATION_EXECUTION_FAILED"
+    runs = [s for s in exporter.get_finished_spans() if s.name == "migronaut.run"]
+    assert {s.parent.span_id for s in runs if s.parent} <= {
+        s.context.span_id for s in spans.values()}
+    assert len(runs) == 3
+
+
+def test_stop_starts_no_more_tenants_and_the_next_run_goes_on(
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    names = fleet_project(project, tenant_prefix, tenants=4)
+    with Fleet(cwd=project.path) as fleet:
+        fleet.on("fleet:tenant:end", lambda payload: fleet.stop("enough"))
+        stopped = fleet.up(concurrency=1)
+        assert [o.state for o in stopped.outcomes] == [SUCCEEDED] + ["skipped-stopped"] * 3
+        assert stopped.outcome == "stopped" and fleet.logs().outcome == "stopped"
+        assert all(client[n].list_collection_names() == [] for n in names[1:])
+    with Fleet(cwd=project.path) as fleet:
+        assert fleet.up().counts() == {**dict.fromkeys(
+            ("succeeded", "up-to-date", "failed", "skipped-locked", "skipped-budget",
+             "skipped-canary", "skipped-stopped"), 0), "succeeded": 3, "up-to-date": 1}
+
+
+def test_the_run_record_is_written_once_per_scheduling_round(
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    from pymongo import monitoring
+
+    class Writes(monitoring.CommandListener):
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+
+        def started(self, event: monitoring.CommandStartedEvent) -> None:
+            if event.database_name == f"{tenant_prefix}admin":
+                self.seen.append(event.command_name)
+
+        def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+            pass
+
+        def failed(self, event: monitoring.CommandFailedEvent) -> None:
+            pass
+
+    names = fleet_project(project, tenant_prefix)
+    writes = Writes()
+    with Fleet(cwd=project.path, client_options={"event_listeners": [writes]}) as fleet:
+        result = fleet.up(concurrency=3)
+        record = fleet.logs(result.run_id)
+    # 12 state changes (6 starts, 6 ends) and the end of the run in at most 6 + 2 updates
+    assert writes.seen.count("insert") == 1
+    assert 2 <= writes.seen.count("update") <= len(names) + 2, writes.seen
+    assert {e.state for e in record.tenants} == {SUCCEEDED} and record.outcome == "succeeded"

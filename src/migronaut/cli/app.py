@@ -50,6 +50,7 @@ COMMAND_MODULES = (
     "migronaut.cli.commands.background",
     "migronaut.cli.commands.dev_server",
     "migronaut.cli.commands.dashboard",
+    "migronaut.cli.commands.fleet",
     "migronaut.cli.commands.fleet_enqueue",
 )
 

@@ -19,15 +19,26 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType, TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from migronaut.errors import RunAbortedError
 
 if TYPE_CHECKING:
-    from migronaut.api import Migrator
     from migronaut.cli.output import Output
+    from migronaut.observability.events import Listener
 
-__all__ = ["GracefulStop"]
+__all__ = ["GracefulStop", "Stoppable"]
+
+
+class Stoppable(Protocol):
+    """What a first signal stops: a :class:`~migronaut.api.Migrator` or a
+    :class:`~migronaut.fleet.api.Fleet`."""
+
+    def on(self, event: str, listener: Listener) -> Any: ...
+
+    def off(self, event: str, listener: Listener) -> Any: ...
+
+    def stop(self, reason: str) -> None: ...
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -37,7 +48,7 @@ class GracefulStop:
 
     def __init__(self, output: Output) -> None:
         self._output = output
-        self._migrator: Migrator | None = None
+        self._migrator: Stoppable | None = None
         self._previous: dict[int, Any] = {}
         self._count = 0
         self._lock = threading.Lock()
@@ -46,7 +57,7 @@ class GracefulStop:
         #: What the first signal's line says happens next (a background command says its own).
         self.finishing = "finishing the current migration, then stopping"
 
-    def bind(self, migrator: Migrator) -> None:
+    def bind(self, migrator: Stoppable) -> None:
         """Attach the migrator a first signal must stop (latched signals apply on run start)."""
         migrator.on("run:start", self._on_run_start)
         with self._lock:

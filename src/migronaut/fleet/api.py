@@ -15,11 +15,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from migronaut._suggest import suggest
 from migronaut.aio import _off_loop as off_loop
 from migronaut.api import Migrator
-from migronaut.core.config import Config, load_config, with_overrides
+from migronaut.core.config import DEFAULT_LOGGER, Config, load_config, with_overrides
 from migronaut.errors import (
     ConfigInvalidError,
     ConnectionFailedError,
@@ -27,7 +29,7 @@ from migronaut.errors import (
     MigronautError,
 )
 from migronaut.fleet.clients import ClusterClients, SharedClientConnection
-from migronaut.fleet.config import check_policy_value
+from migronaut.fleet.config import RUN_KEYS, check_policy_value
 from migronaut.fleet.runner import FleetResult, FleetRun, operation
 from migronaut.fleet.runs import FleetRunRecord, FleetRunStore
 from migronaut.fleet.schedule import FleetPolicy
@@ -57,6 +59,8 @@ class Fleet:
     ``config`` is a resolved :class:`~migronaut.core.config.Config` or a mapping of config keys
     (the flags tier); when ``None`` the configuration is loaded the ordinary way (flags >
     ``MIGRONAUT_*`` > config file). ``tenants`` is a glob narrowing the fleet (``--tenants``).
+    ``tenant_logger`` replaces the configured logger in the tenants' migrators (``None``
+    silences them: the CLI reports each tenant's outcome itself).
     Use it as a context manager, or call :meth:`close`::
 
         with Fleet(tenants="tenant_0*") as fleet:
@@ -70,10 +74,12 @@ class Fleet:
         tenants: str | None = None,
         config_path: str | os.PathLike[str] | None = None,
         cwd: str | os.PathLike[str] | None = None,
+        tenant_logger: Any = DEFAULT_LOGGER,
         _quick_connect: bool = False,
         _flags_origin: Literal["flag", "argument"] = "argument",
         **overrides: Any,
     ) -> None:
+        self._tenant_logger = tenant_logger
         if isinstance(config, Config):
             resolved = with_overrides(config, **overrides) if overrides else config
         else:
@@ -122,18 +128,14 @@ class Fleet:
         """The tenant's ordinary :class:`~migronaut.api.Migrator` — what ``migronaut --db
         TENANT`` works with — on its cluster's shared client (``CONNECTION_FAILED`` when the
         cluster does not answer). Close it after use (the shared client stays open)."""
-        return TenantMigrator(self._clients.tenant_config(tenant.cluster, tenant.name))
+        config = self._clients.tenant_config(tenant.cluster, tenant.name)
+        if self._tenant_logger is not DEFAULT_LOGGER:
+            config = replace(config, logger=self._tenant_logger)
+        return TenantMigrator(config)
 
     def tenant_status(self, tenant: Tenant) -> TenantStatus:
         """One tenant's status (the ordinary ``status`` over its database)."""
-        try:
-            migrator = self.migrator(tenant)
-        except ConnectionFailedError as error:
-            from migronaut.fleet.status import UNREACHABLE
-
-            return TenantStatus(tenant, UNREACHABLE, 0, 0, error.to_dict())
-        with migrator:
-            return read_tenant_status(tenant, migrator)
+        return read_tenant_status(tenant, self.migrator)
 
     def status(self, *, concurrency: int | None = None) -> FleetStatus:
         """Every tenant's state, read ``concurrency`` tenants at a time (default: the fleet's
@@ -166,24 +168,24 @@ class Fleet:
     def policy(self, **overrides: Any) -> FleetPolicy:
         """The config's ``[fleet]`` policy with ``overrides`` (``None`` values ignored), checked
         like the config keys (``CONFIG_INVALID`` naming the option)."""
-        fleet = self.fleet_config
-        values: dict[str, Any] = {key: getattr(fleet, key) for key in (
-            "concurrency", "per_cluster_concurrency", "canary", "max_failures", "order",
-            "on_lock", "lock_wait_ms")}
+        values: dict[str, Any] = {}
         for key, value in overrides.items():
             if value is None:
                 continue
             if key == "seed":
                 values[key] = value
                 continue
-            if key not in values:
-                raise ConfigInvalidError(f"Unknown fleet option {key!r}", {"option": key})
+            if key not in RUN_KEYS:
+                close = suggest(key, RUN_KEYS)
+                raise ConfigInvalidError(
+                    f"Unknown fleet option {key!r}" + (f" (did you mean '{close}'?)"
+                                                       if close else ""), {"option": key})
             checked, problem = check_policy_value(key, value)
             if problem:
                 raise ConfigInvalidError(f"Invalid fleet option {key}: {problem}",
                                          {"option": key})
             values[key] = checked
-        return FleetPolicy(**values)
+        return replace(self.fleet_config.policy(), **values)
 
     def up(self, **policy: Any) -> FleetResult:
         """``up`` in every tenant (an up-to-date tenant costs one status read)."""
@@ -229,6 +231,7 @@ class Fleet:
             outcomes, started, ended = run.run()
         finally:
             self._current = None
+            self._stop.clear()  # a stop ends this run, not the fleet's next one
         result = FleetResult(run.run_id, command, policy, outcomes, started, ended,
                              {name: error.to_dict() for name, error in self._unreachable.items()})
         store.end(result.outcome)

@@ -25,8 +25,10 @@ __all__ = [
     "DEFAULT_CLUSTER",
     "ON_LOCK",
     "ORDERS",
+    "RUN_KEYS",
     "ClusterConfig",
     "FleetConfig",
+    "FleetPolicy",
     "RegistrySource",
     "TenantSource",
     "check_policy_value",
@@ -38,8 +40,10 @@ DEFAULT_CLUSTER = "default"
 ORDERS = ("name", "size", "random")
 ON_LOCK = ("skip", "wait")
 SOURCE_KEYS = ("names", "pattern", "regex", "registry", "callable")
-POLICY_KEYS = ("admin_db", "runs_collection", "concurrency", "per_cluster_concurrency", "canary",
-               "max_failures", "order", "on_lock", "lock_wait_ms")
+#: The keys of a run's policy (``FleetPolicy``): flags and API arguments override them per run.
+RUN_KEYS = ("concurrency", "per_cluster_concurrency", "canary", "max_failures", "order", "on_lock",
+            "lock_wait_ms")
+POLICY_KEYS = ("admin_db", "runs_collection", *RUN_KEYS)
 CLUSTER_KEYS = ("uri", *SOURCE_KEYS)
 REGISTRY_KEYS = ("db", "collection", "filter", "field")
 #: (minimum, maximum) of each integer policy key.
@@ -110,22 +114,44 @@ class ClusterConfig:
 
 
 @dataclass(frozen=True)
-class FleetConfig:
-    """The fleet: its clusters (``default`` first when there is a top-level source) and the
-    policy defaults of its runs (flags and API arguments override them per run)."""
+class FleetPolicy:
+    """How one fleet run goes: the config's ``[fleet]`` policy, overridden per run by flags and
+    API arguments.
 
-    clusters: tuple[ClusterConfig, ...]
-    #: where fleet run records live (on the first cluster)
-    admin_db: str = "migronaut_fleet"
-    runs_collection: str = "fleet_runs"
+    ``max_failures=None`` is no budget (every tenant is tried); ``lock_wait_ms`` bounds how long
+    one tenant waits for its lock with ``on_lock="wait"``.
+    """
+
     concurrency: int = 4
     per_cluster_concurrency: int | None = None
     canary: int = 0
     max_failures: int | None = None
     order: str = "name"
     on_lock: str = "skip"
-    #: ``on_lock = "wait"``: how long one tenant may wait for its lock
     lock_wait_ms: int = 60_000
+    #: the seed of ``order="random"`` (``None``: a fresh one per run; not a config key)
+    seed: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"concurrency": self.concurrency,
+                "perClusterConcurrency": self.per_cluster_concurrency,
+                "canary": self.canary, "maxFailures": self.max_failures, "order": self.order,
+                "onLock": self.on_lock, "lockWaitMs": self.lock_wait_ms}
+
+
+@dataclass(frozen=True, kw_only=True)
+class FleetConfig(FleetPolicy):
+    """The fleet: its clusters (``default`` first when there is a top-level source), where its
+    run records live, and the policy defaults of its runs (the :class:`FleetPolicy` fields)."""
+
+    clusters: tuple[ClusterConfig, ...]
+    #: where fleet run records live (on the first cluster)
+    admin_db: str = "migronaut_fleet"
+    runs_collection: str = "fleet_runs"
+
+    def policy(self) -> FleetPolicy:
+        """The run policy these defaults make."""
+        return FleetPolicy(**{key: getattr(self, key) for key in RUN_KEYS})
 
     def cluster(self, name: str) -> ClusterConfig:
         for cluster in self.clusters:
@@ -133,7 +159,7 @@ class FleetConfig:
                 return cluster
         raise KeyError(name)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:  # type: ignore[override]  # the config's shape
         from migronaut._redact import redact
 
         return {

@@ -1,4 +1,5 @@
-"""The scheduling rules of a fleet run, as plain pieces without threads or I/O.
+"""The scheduling rules of a fleet run, as plain pieces without threads or I/O (the run's
+:class:`FleetPolicy` says which apply).
 
 A thread pool (:mod:`migronaut.fleet.runner`) or a queue coordinator applies the same rules:
 
@@ -17,34 +18,10 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from migronaut.fleet.config import FleetPolicy
 from migronaut.fleet.tenants import Tenant
 
 __all__ = ["ClusterSlots", "FailureBudget", "FleetPolicy", "order_tenants", "stages"]
-
-
-@dataclass(frozen=True)
-class FleetPolicy:
-    """How one fleet run goes: the config's ``[fleet]`` policy, overridden per run.
-
-    ``max_failures=None`` is no budget (every tenant is tried); ``lock_wait_ms`` bounds how long
-    one tenant waits for its lock with ``on_lock="wait"``.
-    """
-
-    concurrency: int = 4
-    per_cluster_concurrency: int | None = None
-    canary: int = 0
-    max_failures: int | None = None
-    order: str = "name"
-    on_lock: str = "skip"
-    lock_wait_ms: int = 60_000
-    #: the seed of ``order="random"`` (``None``: a fresh one per run)
-    seed: int | None = None
-
-    def to_json(self) -> dict[str, object]:
-        return {"concurrency": self.concurrency,
-                "perClusterConcurrency": self.per_cluster_concurrency,
-                "canary": self.canary, "maxFailures": self.max_failures, "order": self.order,
-                "onLock": self.on_lock, "lockWaitMs": self.lock_wait_ms}
 
 
 def order_tenants(tenants: Iterable[Tenant], order: str, *,

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from migronaut.errors import ConnectionFailedError, MigronautError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from migronaut.api import Migrator
     from migronaut.core.results import StatusRow
     from migronaut.fleet.tenants import Tenant
@@ -119,15 +121,18 @@ def state_of(rows: list[StatusRow]) -> tuple[str, int, int]:
     return (PENDING if pending else UP_TO_DATE), applied, pending
 
 
-def read_tenant_status(tenant: Tenant, migrator: Migrator) -> TenantStatus:
-    """One tenant's status through ``migrator`` (the tenant's ordinary migrator on its
-    cluster's shared client). Errors become states: ``CONNECTION_FAILED`` → ``unreachable``,
-    any other typed error (``STATE_INVALID``…) → ``failed`` with the error."""
+def read_tenant_status(tenant: Tenant,
+                       migrator_of: Callable[[Tenant], Migrator]) -> TenantStatus:
+    """One tenant's status through its ordinary migrator (``migrator_of(tenant)``, on its
+    cluster's shared client; closed after the read). Errors become states:
+    ``CONNECTION_FAILED`` → ``unreachable``, any other typed error (``STATE_INVALID``…) →
+    ``failed`` with the error."""
     try:
-        rows = migrator.status("all", checksums=False)
-        state, applied, pending = state_of(rows)
-        if state == PENDING and migrator.lock_status().blocks_runs:
-            state = LOCKED
+        with migrator_of(tenant) as migrator:
+            rows = migrator.status("all", checksums=False)
+            state, applied, pending = state_of(rows)
+            if state == PENDING and migrator.lock_status().blocks_runs:
+                state = LOCKED
     except ConnectionFailedError as error:
         return TenantStatus(tenant, UNREACHABLE, 0, 0, error.to_dict())
     except MigronautError as error:

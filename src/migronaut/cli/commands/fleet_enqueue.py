@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from migronaut.cli import app as cli_app
-from migronaut.cli.app import command, group
+from migronaut.cli.app import command
+from migronaut.cli.commands.fleet import fleet_group
 from migronaut.cli.session import Session, parse_int
 from migronaut.errors import ConfigInvalidError
 
@@ -22,20 +22,7 @@ if TYPE_CHECKING:
     from migronaut.executors.celery.fleet_tasks import FleetEnqueued
 
 
-def _fleet_group() -> click.Group:
-    """The ``fleet`` group (registered by the fleet commands' module when it is loaded first),
-    else a group of its own."""
-    for registered in cli_app._REGISTRY:
-        if isinstance(registered, click.Group) and registered.name == "fleet":
-            return registered
-    return group("fleet", help="Fleets: the same migrations in every tenant database.",
-                 short_help="Fleets: every tenant database at once.")
-
-
-fleet = _fleet_group()
-
-
-@command("enqueue", parent=fleet,
+@command("enqueue", parent=fleet_group,
          short_help="Run up/down/converge in every tenant through Celery.",
          help="Hand a fleet run to the Celery migration queue (broker from the config's celery "
          "table or MIGRONAUT_CELERY_BROKER_URL): the tenants are resolved and ordered now, the "
