@@ -8,12 +8,12 @@ status`` follow the run from there.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from migronaut.cli.app import command
-from migronaut.cli.commands.fleet import fleet_group
+from migronaut.cli.commands.fleet import _open, _policy, _policy_options, fleet_group
 from migronaut.cli.session import Session, parse_int
 from migronaut.errors import ConfigInvalidError
 
@@ -32,33 +32,15 @@ if TYPE_CHECKING:
          "id; follow it with `fleet logs RUN` and `fleet status`.")
 @click.argument("action", type=click.Choice(["up", "down", "converge"]))
 @click.option("--steps", metavar="N", help="down: how many migrations to revert in each tenant.")
-@click.option("--tenants", "pattern", metavar="PATTERN",
-              help="Only the tenants whose name matches this glob.")
-@click.option("--concurrency", metavar="N", help="Tenants in flight at once.")
-@click.option("--per-cluster-concurrency", metavar="N",
-              help="Tenants of one cluster in flight at once.")
-@click.option("--canary", metavar="K", help="Run K tenants first; the rest only if all succeed.")
-@click.option("--max-failures", metavar="F",
-              help="Send no new tenant after F failures (0: the first failure stops).")
-@click.option("--order", type=click.Choice(["name", "size", "random"]),
-              help="The order tenants are sent in.")
-@click.option("--on-lock", type=click.Choice(["skip", "wait"]),
-              help="A tenant whose lock is held: skip it, or wait up to lock_wait_ms.")
+@_policy_options
 @click.option("--reason", metavar="TEXT", help="Why; recorded in each tenant's history.")
-def enqueue(session: Session, action: str, steps: str | None, pattern: str | None,
-            concurrency: str | None, per_cluster_concurrency: str | None, canary: str | None,
+def enqueue(session: Session, action: str, steps: str | None, tenants: str | None,
+            concurrency: str | None, per_cluster: str | None, canary: str | None,
             max_failures: str | None, order: str | None, on_lock: str | None,
             reason: str | None) -> int:
-    policy: dict[str, Any] = {
-        "concurrency": _int(concurrency, "--concurrency", 1),
-        "per_cluster_concurrency": _int(per_cluster_concurrency, "--per-cluster-concurrency", 1),
-        "canary": _int(canary, "--canary", 0),
-        "max_failures": _int(max_failures, "--max-failures", 0),
-        "order": order, "on_lock": on_lock}
-    count = _int(steps, "--steps", 1)
-    if action == "down" and count is None:
-        count = 1
-    elif action != "down" and count is not None:
+    policy = _policy(concurrency, per_cluster, canary, max_failures, order, on_lock)
+    count = parse_int(steps, "--steps")
+    if action != "down" and count is not None:
         raise ConfigInvalidError("--steps applies to down only", {"option": "--steps"})
     try:
         import celery  # noqa: F401
@@ -69,16 +51,14 @@ def enqueue(session: Session, action: str, steps: str | None, pattern: str | Non
     from migronaut.api import executed_by
     from migronaut.executors.celery import create_app
     from migronaut.executors.celery.fleet_tasks import enqueue_fleet
-    from migronaut.fleet.api import Fleet
 
     options = session.options
-    flags = options.config_flags()
-    with Fleet(flags, tenants=pattern, config_path=options.config,
-               _flags_origin="flag") as handle:
+    with _open(session, tenants, read_only=True) as fleet:
         session.out.spinner.show("Resolving the fleet's tenants…")
         try:
-            _, installed = create_app(config=flags, config_path=options.config)
-            sent = enqueue_fleet(installed, handle, action, steps=count,
+            _, installed = create_app(config=options.config_flags(), config_path=options.config)
+            sent = enqueue_fleet(installed, fleet, action,
+                                 steps=1 if action == "down" and count is None else count,
                                  requested_by=executed_by(), reason=reason, **policy)
         finally:
             session.out.spinner.stop()
@@ -87,15 +67,6 @@ def enqueue(session: Session, action: str, steps: str | None, pattern: str | Non
     else:
         render_enqueued(sent, session.out)
     return 0
-
-
-def _int(value: str | None, flag: str, low: int) -> int | None:
-    """A numeric flag (ranges are checked with the fleet's policy, naming the option)."""
-    number = parse_int(value, flag)
-    if number is not None and number < low:
-        raise ConfigInvalidError(f"{flag} must be at least {low} (got {value!r})",
-                                 {"option": flag})
-    return number
 
 
 def render_enqueued(sent: FleetEnqueued, out: Output) -> None:
