@@ -6,8 +6,6 @@ the fleet run record hold. The scheduling rules themselves are checked without a
 from __future__ import annotations
 
 import datetime as dt
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,6 +13,7 @@ from pymongo import MongoClient
 
 from conftest import Project
 from helpers.celery_worker import workers
+from helpers.fleet import counters, fleet_project
 from helpers.queue_migrations import until
 from migronaut import Fleet
 from migronaut.errors import EXIT_CODES, StateInvalidError
@@ -23,37 +22,6 @@ from migronaut.fleet.runner import FAILED, SKIPPED_BUDGET, SKIPPED_CANARY, START
 from migronaut.fleet.runs import TenantEntry
 from migronaut.fleet.schedule import FleetPolicy
 from migronaut.fleet.tenants import Tenant
-
-BODY = """
-def up(ctx):
-    if ctx.db.name.endswith("{fail}"):
-        raise RuntimeError("this tenant refuses")
-    ctx.db.counter.update_one({{"_id": "{name}"}}, {{"$inc": {{"n": 1}}}}, upsert=True)
-
-def down(ctx):
-    ctx.db.counter.update_one({{"_id": "{name}"}}, {{"$inc": {{"n": -1}}}})
-"""
-
-
-@pytest.fixture
-def prefix(client: MongoClient[dict[str, Any]]) -> Iterator[str]:
-    name = f"q{uuid.uuid4().hex[:8]}_"
-    yield name
-    for db in client.list_database_names():
-        if db.startswith(name):
-            client.drop_database(db)
-
-
-def fleet_project(project: Project, prefix: str, *, fail: str = "-none-") -> list[str]:
-    names = [f"{prefix}{letter}" for letter in "abcd"]
-    for i in (1, 2):
-        project.write_migration(f"2026010100000{i}_m{i}", BODY.format(name=f"m{i}", fail=fail))
-    project.write("migronaut.toml", f'[fleet]\nnames = {names!r}\nadmin_db = "{prefix}admin"\n')
-    return names
-
-
-def counters(client: MongoClient[dict[str, Any]], name: str) -> dict[str, int]:
-    return {doc["_id"]: doc["n"] for doc in client[name].counter.find()}
 
 
 def finished(project: Project, run_id: str, timeout: float = 90.0) -> Any:
@@ -72,8 +40,8 @@ def enqueue(cli: Any, *args: str) -> dict[str, Any]:
 
 def test_enqueue_up_runs_each_tenant_once_and_refuses_junk(
         project: Project, celery_project: Any, client: MongoClient[dict[str, Any]],
-        prefix: str, cli: Any) -> None:
-    names = fleet_project(project, prefix)
+        tenant_prefix: str, cli: Any) -> None:
+    names = fleet_project(project, tenant_prefix, tenants=4)
     with workers(celery_project.worker(concurrency=4)):
         sent = enqueue(cli, "--canary", "1", "--concurrency", "2")
         assert sent["total"] == 4 and sent["canary"] == [names[0]]
@@ -92,7 +60,7 @@ def test_enqueue_up_runs_each_tenant_once_and_refuses_junk(
         assert (again["state"], again["redelivered"]) == (SUCCEEDED, True)
         assert counters(client, names[2]) == {"m1": 1, "m2": 1}
         for junk, field in (({**payload, "tenant": "no/slash"}, "tenant"),
-                            ({**payload, "tenant": f"{prefix}zz"}, "tenant"),
+                            ({**payload, "tenant": f"{tenant_prefix}zz"}, "tenant"),
                             ({**payload, "command": "drop"}, "command"),
                             ({**payload, "runId": "nobody"}, "runId"),
                             ({**payload, "extra": 1}, "extra")):
@@ -103,14 +71,14 @@ def test_enqueue_up_runs_each_tenant_once_and_refuses_junk(
             assert getattr(error.value, "code", None) == "QUEUE_JOB_INVALID", error.value
             assert field in str(error.value)
             assert refused.state == "FAILURE"  # failed once, never retried
-        assert client[f"{prefix}zz"].list_collection_names() == []
+        assert client[f"{tenant_prefix}zz"].list_collection_names() == []
     assert finished(project, sent["runId"]).counts()[SUCCEEDED] == 4
 
 
 def test_a_failed_canary_leaves_the_other_tenants_untouched(
         project: Project, celery_project: Any, client: MongoClient[dict[str, Any]],
-        prefix: str, cli: Any) -> None:
-    names = fleet_project(project, prefix, fail="_a")
+        tenant_prefix: str, cli: Any) -> None:
+    names = fleet_project(project, tenant_prefix, tenants=4, fail="_a")
     with workers(celery_project.worker(concurrency=2)):
         sent = enqueue(cli, "--canary", "1")
         record = finished(project, sent["runId"])
@@ -122,8 +90,8 @@ def test_a_failed_canary_leaves_the_other_tenants_untouched(
 
 def test_the_failure_budget_stops_new_tenants_then_a_larger_one_lets_the_rest_run(
         project: Project, celery_project: Any, client: MongoClient[dict[str, Any]],
-        prefix: str, cli: Any) -> None:
-    names = fleet_project(project, prefix, fail="_b")
+        tenant_prefix: str, cli: Any) -> None:
+    names = fleet_project(project, tenant_prefix, tenants=4, fail="_b")
     with workers(celery_project.worker(concurrency=2)):
         first = finished(project, enqueue(cli, "--max-failures", "0",
                                           "--concurrency", "1")["runId"])
@@ -179,10 +147,11 @@ def test_a_plan_the_step_does_not_understand_is_state_invalid() -> None:
 
 
 def test_bad_enqueue_flags_are_refused_before_anything_is_written(
-        project: Project, client: MongoClient[dict[str, Any]], prefix: str, cli: Any) -> None:
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str,
+        cli: Any) -> None:
     from migronaut.errors import EXIT_CODES
 
-    fleet_project(project, prefix)
+    fleet_project(project, tenant_prefix, tenants=4)
     for args, named in ((("up", "--canary", "x"), "--canary"),
                         (("up", "--steps", "2"), "--steps"),
                         (("up", "--concurrency", "0"), "--concurrency"),
@@ -197,4 +166,4 @@ def test_bad_enqueue_flags_are_refused_before_anything_is_written(
     result = cli("fleet", "enqueue", "up", "--json")
     assert result.json["error"]["code"] == "CONFIG_INVALID"
     assert "no fleet" in result.json["error"]["message"]
-    assert f"{prefix}admin" not in client.list_database_names()  # no run recorded
+    assert f"{tenant_prefix}admin" not in client.list_database_names()  # no run recorded
