@@ -66,19 +66,20 @@ def project(root: Path, names: list[str], migrations: int, admin: str) -> Path:
 
 
 def timed(argv: list[str], cwd: Path, env: dict[str, str]) -> dict[str, Any]:
-    """Wall seconds and CPU seconds (user + system, children included) of one process."""
-    clock = time.perf_counter()
-    process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(process.pid, 0)
-    wall = time.perf_counter() - clock
-    out = process.stdout.read() if process.stdout else b""
-    err = process.stderr.read() if process.stderr else b""
-    code = os.waitstatus_to_exitcode(status)
-    process.returncode = code
+    """Wall seconds and CPU seconds (user + system, children included) of one process; its
+    output goes to files (a pipe nobody reads while it runs would fill and stall it)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        clock = time.perf_counter()
+        process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=err)
+        _, status, usage = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - clock
+        process.returncode = code = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
     if code != 0:
-        raise RuntimeError(f"{shlex.join(argv)} exited {code}:\n{err.decode()[-2000:]}")
-    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "stdout": out.decode()}
+        raise RuntimeError(f"{shlex.join(argv)} exited {code}:\n{stderr[-2000:]}")
+    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "stdout": stdout}
 
 
 def migronaut_cli() -> list[str]:
