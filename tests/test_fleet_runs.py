@@ -273,3 +273,28 @@ def test_the_run_record_is_written_once_per_scheduling_round(
     assert writes.seen.count("insert") == 1
     assert 2 <= writes.seen.count("update") <= len(names) + 2, writes.seen
     assert {e.state for e in record.tenants} == {SUCCEEDED} and record.outcome == "succeeded"
+
+
+def test_per_cluster_concurrency_caps_each_cluster(
+        project: Project, client: MongoClient[dict[str, Any]], mongo_uri: str,
+        tenant_prefix: str) -> None:
+    more = [f"{tenant_prefix}x{i}" for i in range(3)]
+    names = fleet_project(project, tenant_prefix, tenants=3,
+                          extra=f'[fleet.clusters.other]\nuri = "{mongo_uri}"\nnames = {more!r}')
+    running: dict[str, int] = {}
+    peaks: dict[str, int] = {}
+
+    def started(payload: dict[str, Any]) -> None:
+        running[payload["cluster"]] = running.get(payload["cluster"], 0) + 1
+        peaks[payload["cluster"]] = max(peaks.get(payload["cluster"], 0),
+                                        running[payload["cluster"]])
+
+    def ended(payload: dict[str, Any]) -> None:
+        running[payload["cluster"]] -= 1
+
+    with Fleet(cwd=project.path) as fleet:
+        fleet.on("fleet:tenant:start", started).on("fleet:tenant:end", ended)
+        result = fleet.up(concurrency=4, per_cluster_concurrency=1)
+    assert result.ok and len(result.outcomes) == 6
+    assert peaks == {"default": 1, "other": 1}
+    assert all(counters(client, n) == {"m1": 1, "m2": 1} for n in names + more)

@@ -71,6 +71,7 @@ if TYPE_CHECKING:
         StatusRow,
     )
     from migronaut.fleet.api import AsyncFleet, Fleet
+    from migronaut.fleet.runner import FleetResult
     from migronaut.fleet.status import FleetStatus, TenantStatus
 
 __all__ = [
@@ -94,6 +95,7 @@ __all__ = [
     "Fleet",
     "FleetInvalidError",
     "FleetPartialError",
+    "FleetResult",
     "FleetStatus",
     "HookFailedError",
     "Hooks",
@@ -166,6 +168,7 @@ _LAZY = {
     "StatusRow": "migronaut.core.results",
     "Fleet": "migronaut.fleet.api",
     "AsyncFleet": "migronaut.fleet.api",
+    "FleetResult": "migronaut.fleet.runner",
     "FleetStatus": "migronaut.fleet.status",
     "TenantStatus": "migronaut.fleet.status",
 }

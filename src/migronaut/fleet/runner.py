@@ -21,6 +21,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from migronaut.core.results import iso
 from migronaut.errors import (
     AuditFailedError,
     FleetPartialError,
@@ -166,6 +167,7 @@ class FleetResult:
         out: dict[str, Any] = {
             "runId": self.run_id, "command": self.command, "ok": self.ok,
             "outcome": self.outcome, "total": len(self.outcomes), "counts": self.counts(),
+            "startedAt": iso(self.started_at), "endedAt": iso(self.ended_at),
             "durationMs": duration, "policy": self.policy.to_json(),
             "failed": [o.tenant.name for o in self.failed],
             "tenants": [o.to_json() for o in self.outcomes]}

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from migronaut.core.results import iso
 from migronaut.errors import ConnectionFailedError, StateInvalidError
 
 if TYPE_CHECKING:
@@ -75,15 +76,11 @@ class TenantEntry:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"tenant": self.name, "cluster": self.cluster, "state": self.state,
-                               "startedAt": _iso(self.started_at),
-                               "endedAt": _iso(self.ended_at), "changed": self.changed}
+                               "startedAt": iso(self.started_at),
+                               "endedAt": iso(self.ended_at), "changed": self.changed}
         if self.error is not None:
             out["error"] = dict(self.error)
         return out
-
-
-def _iso(value: dt.datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
 
 
 @dataclass(frozen=True)
@@ -111,8 +108,8 @@ class FleetRunRecord:
     def to_json(self, *, tenants: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {
             "runId": self.run_id, "command": self.command, "options": dict(self.options),
-            "host": self.host, "pid": self.pid, "startedAt": _iso(self.started_at),
-            "endedAt": _iso(self.ended_at), "outcome": self.outcome, "total": self.total,
+            "host": self.host, "pid": self.pid, "startedAt": iso(self.started_at),
+            "endedAt": iso(self.ended_at), "outcome": self.outcome, "total": self.total,
             "counts": self.counts()}
         if tenants:
             out["tenants"] = [entry.to_json() for entry in self.tenants]
@@ -265,9 +262,8 @@ def parse_record(document: Mapping[str, Any]) -> FleetRunRecord:
                                    dict(error) if error is not None else None, changed))
     if outcome == "running" and ended_at is None and not _alive(host, pid):
         outcome = INCOMPLETE
-    return FleetRunRecord(run_id, command, dict(options), host, pid, started_at.replace(
-        tzinfo=started_at.tzinfo or dt.UTC), ended_at, outcome, total,
-        sorted(entries, key=lambda e: e.name))
+    return FleetRunRecord(run_id, command, dict(options), host, pid, started_at, ended_at,
+                          outcome, total, sorted(entries, key=lambda e: e.name))
 
 
 def _alive(host: str, pid: int) -> bool:
