@@ -16,6 +16,7 @@ from helpers.celery_worker import workers
 from helpers.fleet import counters, fleet_project
 from helpers.queue_migrations import until
 from migronaut import Fleet
+from migronaut.celery import enqueue_fleet
 from migronaut.errors import EXIT_CODES, StateInvalidError
 from migronaut.executors.celery.fleet_tasks import Plan, decide, read_plan
 from migronaut.fleet.runner import FAILED, SKIPPED_BUDGET, SKIPPED_CANARY, STARTED, SUCCEEDED
@@ -100,7 +101,11 @@ def test_the_failure_budget_stops_new_tenants_then_a_larger_one_lets_the_rest_ru
             names[3]: SKIPPED_BUDGET}
         assert first.tenants[1].error is not None
         assert client[names[2]].list_collection_names() == []
-        second = finished(project, enqueue(cli, "--max-failures", "1")["runId"])
+        app, _ = celery_project.app()
+        with Fleet(cwd=project.path) as fleet:  # the API: the app itself, no result backend
+            sent = enqueue_fleet(app, fleet, max_failures=1, reason="second try")
+        assert sent.to_json()["total"] == 4
+        second = finished(project, sent.run_id)
     assert second.counts()[SUCCEEDED] == 2 and second.counts()[FAILED] == 1
     assert all(counters(client, n) == {"m1": 1, "m2": 1} for n in (names[0], *names[2:]))
 

@@ -51,6 +51,7 @@ from migronaut.fleet.schedule import ClusterSlots, FailureBudget, FleetPolicy, s
 from migronaut.fleet.tenants import Tenant
 
 if TYPE_CHECKING:
+    from celery import Celery
     from celery.app.task import Task
     from pymongo.collection import Collection
 
@@ -473,17 +474,22 @@ class FleetEnqueued:
                 "policy": self.policy.to_json(), "stepTask": self.step_id}
 
 
-def enqueue_fleet(installed: MigronautCelery, fleet: Fleet, command: str = "up", *,
+def enqueue_fleet(target: MigronautCelery | Celery, fleet: Fleet, command: str = "up", *,
                   steps: int | None = None, requested_by: str | None = None,
                   reason: str | None = None, **policy: Any) -> FleetEnqueued:
     """Plan a fleet run of ``command`` (tenants resolved and ordered now, the policy the
     config's with ``policy`` overrides), write its record, and send its first step.
 
-    A fleet with an unreachable cluster is refused (``CONNECTION_FAILED``): the plan must name
-    every tenant. Nothing is sent when the plan cannot be written."""
+    ``target`` is the Celery app migronaut is installed on (or what ``install`` returned); no
+    result backend is needed — the steps and tenant tasks meet in the run record. A fleet with
+    an unreachable cluster is refused (``CONNECTION_FAILED``): the plan must name every tenant.
+    Nothing is sent when the plan cannot be written."""
     from migronaut.core.plan import validate_actor
     from migronaut.errors import ConfigInvalidError
+    from migronaut.executors.celery.producer import _installed
     from migronaut.fleet.schedule import order_tenants
+
+    installed = _installed(target, needs_results=False)
 
     if command not in COMMANDS:
         raise ConfigInvalidError(f"fleet enqueue runs {', '.join(COMMANDS)} (got {command!r})",
