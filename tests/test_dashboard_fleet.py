@@ -108,3 +108,29 @@ def test_without_a_fleet_there_is_no_fleet_page(project: Project) -> None:
         assert client.get("/fleet").status_code == 404
         assert client.get("/t/anything/").status_code == 404
         assert "/fleet" not in client.get("/runs").text
+
+
+def test_a_fleet_without_a_database_of_its_own_serves_the_fleet_as_home(
+        tenants: list[str], cli_process: Any) -> None:
+    """``migronaut dashboard`` on a config with a ``[fleet]`` and no ``db``: the fleet page is
+    the home page, each tenant's pages are there, no other database's pages are."""
+    import httpx
+
+    process = cli_process.start("dashboard", "--port", "0", env={"MIGRONAUT_DB": None})
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().strip()
+        base, token = url.split("/?token=")
+        with httpx.Client(headers={"X-Migronaut-Token": token}) as http:
+            home = http.get(f"{base}/")
+            assert (home.status_code, home.headers["location"]) == (303, "/fleet")
+            fleet = http.get(f"{base}/fleet")
+            assert fleet.status_code == 200 and f'href="/t/{tenants[1]}/"' in fleet.text
+            assert ">Overview<" not in fleet.text and ">Runs<" not in fleet.text
+            assert http.get(f"{base}/runs").status_code == 404
+            assert http.get(f"{base}/api/status").status_code == 404
+            assert http.get(f"{base}/t/{tenants[1]}/runs").status_code == 200
+    finally:
+        process.terminate()
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err

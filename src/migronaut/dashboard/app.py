@@ -39,6 +39,7 @@ try:
 except ImportError as missing:  # pragma: no cover - exercised without the extra
     raise ExtraMissingError.of("dashboard", "the dashboard", missing) from missing
 
+from migronaut.core.config import Config
 from migronaut.dashboard.board import CONTROLS, Board
 from migronaut.dashboard.guard import CSRF_FIELD, Guard
 from migronaut.dashboard.metrics import exposition, registry_of
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
 
     from migronaut.api import Migrator
-    from migronaut.core.config import Config
     from migronaut.dashboard.fleet_board import FleetBoard
 
 __all__ = ["create_app"]
@@ -143,7 +143,8 @@ class Dashboard:
     """One application: the migrator it reads through, the guard, the templates."""
 
     def __init__(self, migrator: Migrator, guard: Guard, allow_controls: bool, *,
-                 fleet: FleetBoard | None = None, tenant: str | None = None) -> None:
+                 fleet: FleetBoard | None = None, tenant: str | None = None,
+                 home: bool = True) -> None:
         self.board = Board(migrator)
         self.registry = registry_of(self.board)
         self.guard = guard
@@ -154,6 +155,9 @@ class Dashboard:
         #: the tenant these pages show (served under ``/t/<tenant>/`` of the fleet's dashboard)
         self.tenant = tenant
         self.tenant_pages = TenantPages(self, fleet) if fleet is not None else None
+        #: whether the migrator's own database has pages (a fleet without a ``db`` has only
+        #: the fleet page and its tenants' pages)
+        self.home = home
 
     # -- plumbing ---------------------------------------------------------------------------
     def guarded(self, handler: Callable[[Request], Response], *, page: bool = False,
@@ -227,7 +231,7 @@ class Dashboard:
             root=root, allow_controls=self.allow_controls,
             csrf=self.guard.csrf_value(session) if self.allow_controls else "",
             csrf_field=CSRF_FIELD, fleet_href=self.fleet_href(root), tenant=self.tenant,
-            **context)
+            home=self.home, **context)
         response = HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
         if self.allow_controls and not request.cookies.get(self.guard.session_cookie):
             response.set_cookie(self.guard.session_cookie, session, httponly=True,
@@ -324,20 +328,15 @@ class Dashboard:
             "/api/live": lambda r: board.live(),
             "/api/live/{name}": lambda r: board.live(r.path_params["name"]),
         }
-        routes: list[Any] = [Route(path, self.guarded(_serving(read)), methods=["GET"])
-                             for path, read in api.items()]
-        routes += [
-            Route("/", self.guarded(self.overview, page=True), methods=["GET"]),
-            Route("/background/{name}", self.guarded(self.migration, page=True),
-                  methods=["GET"]),
-            Route("/background/{name}/{action}", self.control, methods=["POST"]),
-            Route("/runs", self.guarded(self.runs_page, page=True), methods=["GET"]),
-            Route("/runs/{run_id}", self.guarded(self.run_page, page=True), methods=["GET"]),
-            Route("/audit", self.guarded(self.audit_page, page=True), methods=["GET"]),
-            Route("/drift", self.guarded(self.drift_page, page=True), methods=["GET"]),
-            Route("/metrics", self.guarded(self.metrics), methods=["GET"]),
-            Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
-        ]
+        static = Mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+        if not self.home:  # a fleet without a database of its own: the fleet is the home page
+            routes: list[Any] = [Route("/", self.guarded(
+                lambda r: RedirectResponse(f"{self.root(r)}fleet", status_code=303), page=True),
+                methods=["GET"]), static]
+        else:
+            routes = [Route(path, self.guarded(_serving(read)), methods=["GET"])
+                      for path, read in api.items()]
+            routes += [*self.home_routes(), static]
         if self.fleet is not None and self.tenant_pages is not None:
             fleet = self.fleet
             routes += [
@@ -348,6 +347,20 @@ class Dashboard:
                 Mount("/t/{tenant}", app=self.tenant_pages),
             ]
         return routes
+
+    def home_routes(self) -> list[Any]:
+        """The pages of the migrator's own database."""
+        return [
+            Route("/", self.guarded(self.overview, page=True), methods=["GET"]),
+            Route("/background/{name}", self.guarded(self.migration, page=True),
+                  methods=["GET"]),
+            Route("/background/{name}/{action}", self.control, methods=["POST"]),
+            Route("/runs", self.guarded(self.runs_page, page=True), methods=["GET"]),
+            Route("/runs/{run_id}", self.guarded(self.run_page, page=True), methods=["GET"]),
+            Route("/audit", self.guarded(self.audit_page, page=True), methods=["GET"]),
+            Route("/drift", self.guarded(self.drift_page, page=True), methods=["GET"]),
+            Route("/metrics", self.guarded(self.metrics), methods=["GET"]),
+        ]
 
     def close(self) -> None:
         """Close what the fleet's pages opened (the tenants' migrators, the fleet's clients)."""
@@ -428,18 +441,29 @@ def create_app(migrator: Migrator | None = None, *, config: Config | Mapping[str
     ``allow_controls`` turns on pause/resume/cancel/retry; they then need ``token`` (one is
     generated when not given: read it from ``app.state.token``). With a token, every page and
     endpoint needs it. Mount it anywhere: links follow the mount's ``root_path``.
+
+    A ``config`` with a ``[fleet]`` and no ``db`` serves the fleet page as its home page (and
+    each tenant's pages), with no pages of a database of its own.
     """
     owned = migrator is None
+    home = True
     if migrator is None:
         from migronaut.api import Migrator
+        from migronaut.core.config import load_config, with_overrides
 
-        migrator = Migrator(config)
+        resolved = config if isinstance(config, Config) else load_config(
+            dict(config or {}), require_db=False)
+        if resolved.fleet is not None and not resolved.db_name:
+            home = False  # its client still answers "is the server reachable" for the pages
+            resolved = with_overrides(resolved, db_name=resolved.fleet.admin_db)
+        migrator = Migrator(resolved)
     elif config is not None:
         raise ConfigInvalidError("create_app takes a migrator or a config, not both",
                                  {"option": "config"})
     if allow_controls and token is None:
         token = Guard.new_token()
-    dashboard = Dashboard(migrator, Guard(token), allow_controls, fleet=_fleet_board(migrator))
+    dashboard = Dashboard(migrator, Guard(token), allow_controls, fleet=_fleet_board(migrator),
+                          home=home)
     closing = migrator
 
     @contextlib.asynccontextmanager
