@@ -12,7 +12,7 @@ import pytest
 from pymongo import MongoClient
 
 from conftest import Project
-from helpers.celery_worker import workers
+from helpers.celery_worker import CeleryWorker, workers
 from helpers.fleet import counters, fleet_project
 from helpers.queue_migrations import until
 from migronaut import Fleet
@@ -32,8 +32,8 @@ def finished(project: Project, run_id: str, timeout: float = 90.0) -> Any:
         return fleet.logs(run_id)
 
 
-def enqueue(cli: Any, *args: str) -> dict[str, Any]:
-    result = cli("fleet", "enqueue", "up", "--json", *args)
+def enqueue(cli: Any, *args: str, env: dict[str, str | None] | None = None) -> dict[str, Any]:
+    result = cli("fleet", "enqueue", "up", "--json", *args, env=env)
     assert result.exit_code == 0, result.stderr
     sent: dict[str, Any] = result.json
     return sent
@@ -80,8 +80,11 @@ def test_a_failed_canary_leaves_the_other_tenants_untouched(
         project: Project, celery_project: Any, client: MongoClient[dict[str, Any]],
         tenant_prefix: str, cli: Any) -> None:
     names = fleet_project(project, tenant_prefix, tenants=4, fail="_a")
-    with workers(celery_project.worker(concurrency=2)):
-        sent = enqueue(cli, "--canary", "1")
+    # a fleet project's workers and producer need no database of their own
+    env = {k: v for k, v in celery_project.env().items() if k != "MIGRONAUT_DB"}
+    worker = CeleryWorker(celery_project.path, env, (celery_project.queue,)).start()
+    with workers(worker):
+        sent = enqueue(cli, "--canary", "1", env={"MIGRONAUT_DB": None})
         record = finished(project, sent["runId"])
     states = {e.name: e.state for e in record.tenants}
     assert states == {names[0]: FAILED, **dict.fromkeys(names[1:], SKIPPED_CANARY)}

@@ -73,7 +73,7 @@ def install(
     )
 
     source = _source(config, config_path, cwd)
-    table = source.build().config.celery  # reads and checks the config; does not connect
+    table = source.read().celery  # reads and checks the config; does not connect
     settings = resolve_settings(table, options)
     installed = MigronautCelery(app, settings, WorkerContext(source, settings))
     migration_tasks.register(installed, TASK_OPTIONS)
@@ -99,7 +99,7 @@ def create_app(
     from migronaut.executors.celery import signals
 
     source = _source(config, config_path, cwd)
-    settings = resolve_settings(source.build().config.celery, options)
+    settings = resolve_settings(source.read().celery, options)
     broker = settings.broker_url or "redis://127.0.0.1:6379/0"
     app = Celery("migronaut", broker=broker, backend=settings.result_backend or (
         broker if broker.startswith(_REDIS_URLS) else None))

@@ -137,7 +137,7 @@ def register(installed: MigronautCelery, options: dict[str, Any]) -> None:
 
     from migronaut.executors.celery.migration_tasks import _route
 
-    if installed.context.source.build().config.fleet is None:
+    if installed.context.source.read().fleet is None:
         return
     worker = FleetWorker(installed.context.source)
     app = installed.app
