@@ -44,14 +44,16 @@ def test_enqueue_up_runs_each_tenant_once_and_refuses_junk(
         tenant_prefix: str, cli: Any) -> None:
     names = fleet_project(project, tenant_prefix, tenants=4)
     with workers(celery_project.worker(concurrency=4)):
-        sent = enqueue(cli, "--canary", "1", "--concurrency", "2")
-        assert sent["total"] == 4 and sent["canary"] == [names[0]]
+        sent = enqueue(cli, "--canary", "1", "--concurrency", "2",
+                       "--tenants", f"{tenant_prefix}[abc]")
+        assert sent["total"] == 3 and sent["canary"] == [names[0]]
         record = finished(project, sent["runId"])
-        assert (record.outcome, record.counts()[SUCCEEDED]) == ("succeeded", 4)
-        assert all(counters(client, n) == {"m1": 1, "m2": 1} for n in names)
+        assert (record.outcome, record.counts()[SUCCEEDED]) == ("succeeded", 3)
+        assert all(counters(client, n) == {"m1": 1, "m2": 1} for n in names[:3])
         assert {e.changed for e in record.tenants} == {2}
         with Fleet(cwd=project.path) as fleet:
-            assert fleet.status().up_to_date
+            counts = fleet.status().counts()
+            assert (counts["up-to-date"], counts["pending"]) == (3, 1)
         app, _ = celery_project.app()
         payload = {"v": 1, "kind": "fleet-tenant", "runId": sent["runId"], "tenant": names[2],
                    "cluster": "default", "command": "up"}
@@ -62,6 +64,7 @@ def test_enqueue_up_runs_each_tenant_once_and_refuses_junk(
         assert counters(client, names[2]) == {"m1": 1, "m2": 1}
         for junk, field in (({**payload, "tenant": "no/slash"}, "tenant"),
                             ({**payload, "tenant": f"{tenant_prefix}zz"}, "tenant"),
+                            ({**payload, "tenant": names[3]}, "never sent"),
                             ({**payload, "command": "drop"}, "command"),
                             ({**payload, "runId": "nobody"}, "runId"),
                             ({**payload, "extra": 1}, "extra")):
@@ -73,7 +76,8 @@ def test_enqueue_up_runs_each_tenant_once_and_refuses_junk(
             assert field in str(error.value)
             assert refused.state == "FAILURE"  # failed once, never retried
         assert client[f"{tenant_prefix}zz"].list_collection_names() == []
-    assert finished(project, sent["runId"]).counts()[SUCCEEDED] == 4
+        assert client[names[3]].list_collection_names() == []  # outside the run: untouched
+    assert finished(project, sent["runId"]).counts()[SUCCEEDED] == 3
 
 
 def test_a_failed_canary_leaves_the_other_tenants_untouched(

@@ -237,7 +237,12 @@ def _tenant_task(installed: MigronautCelery, worker: FleetWorker, task: Task,
             f"Invalid queue job: fleet run {run_id} runs {plan.command!r}, not "
             f"{payload['command']!r}", {"kind": TENANT_KIND, "field": "command"})
     entry = _entries(document).get(tenant.name)
-    if entry is not None and entry.state != STARTED:  # redelivered after it ended
+    if entry is None or entry.cluster != tenant.cluster:  # a step marks a tenant before sending
+        raise QueueJobInvalidError(
+            f"Invalid queue job: fleet run {run_id} never sent tenant {tenant.name!r} of "
+            f"cluster {tenant.cluster!r}", {"kind": TENANT_KIND, "field": "tenant",
+                                            "tenant": tenant.name, "runId": run_id})
+    if entry.state != STARTED:  # redelivered after it ended
         return {"kind": TENANT_KIND, "runId": run_id, "tenant": tenant.name,
                 "cluster": tenant.cluster, "state": entry.state, "redelivered": True}
     from migronaut.observability.events import EventBus
@@ -249,7 +254,7 @@ def _tenant_task(installed: MigronautCelery, worker: FleetWorker, task: Task,
     run.run_id = run_id
     outcome = run._tenant(tenant)
     _write(lambda: collection.update_one(
-        {"_id": run_id, f"tenants.{tenant.name}.state": {"$in": [STARTED, None]}},
+        {"_id": run_id, f"tenants.{tenant.name}.state": STARTED},
         {"$set": {f"tenants.{tenant.name}": outcome.entry().to_document()}}))
     send_step(installed, run_id)
     return {"kind": TENANT_KIND, "runId": run_id, **outcome.to_json()}
