@@ -30,7 +30,7 @@ if TYPE_CHECKING:
          "canary tenants first, the rest only if every canary succeeded, at most --concurrency "
          "at a time, no new tenant after --max-failures failures. Returns at once with the run "
          "id; follow it with `fleet logs RUN` and `fleet status`.")
-@click.argument("action", type=click.Choice(["up", "down", "converge"]))
+@click.argument("action", metavar="up|down|converge")
 @click.option("--steps", metavar="N", help="down: how many migrations to revert in each tenant.")
 @_policy_options
 @click.option("--reason", metavar="TEXT", help="Why; recorded in each tenant's history.")
@@ -38,6 +38,11 @@ def enqueue(session: Session, action: str, steps: str | None, tenants: str | Non
             concurrency: str | None, per_cluster: str | None, canary: str | None,
             max_failures: str | None, order: str | None, on_lock: str | None,
             reason: str | None) -> int:
+    from migronaut.executors.celery.fleet_tasks import COMMANDS
+
+    if action not in COMMANDS:
+        raise ConfigInvalidError(f"fleet enqueue runs {' or '.join(COMMANDS)} (got {action!r})",
+                                 {"argument": "ACTION"})
     policy = _policy(concurrency, per_cluster, canary, max_failures, order, on_lock)
     count = parse_int(steps, "--steps")
     if action != "down" and count is not None:
