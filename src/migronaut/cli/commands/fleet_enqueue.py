@@ -28,8 +28,8 @@ if TYPE_CHECKING:
          "table or MIGRONAUT_CELERY_BROKER_URL): the tenants are resolved and ordered now, the "
          "run record is written, and a coordinating task sends one task per tenant — the "
          "canary tenants first, the rest only if every canary succeeded, at most --concurrency "
-         "at a time, no new tenant after --max-failures failures. Returns at once with the run "
-         "id; follow it with `fleet logs RUN` and `fleet status`.")
+         "at a time, no new tenant once more than --max-failures failed. Returns at once with "
+         "the run id; follow it with `fleet logs RUN` and `fleet status`.")
 @click.argument("action", metavar="up|down|converge")
 @click.option("--steps", metavar="N", help="down: how many migrations to revert in each tenant.")
 @_policy_options
@@ -81,7 +81,7 @@ def render_enqueued(sent: FleetEnqueued, out: Output) -> None:
     out.info(f"⇉ Fleet {sent.command} queued: {len(sent.tenants)} tenant(s), at most "
              f"{sent.policy.concurrency} at a time"
              + (f", {canary} canary tenant(s) first" if canary else "")
-             + (f", stopping after {sent.policy.max_failures} failure(s)"
+             + (f", no new tenant once more than {sent.policy.max_failures} failed"
                 if sent.policy.max_failures is not None else ""))
     out.info(f"  run {sent.run_id} — follow it with: migronaut fleet logs "
              f"{sanitize_terminal(sent.run_id[:12])}")
