@@ -96,6 +96,7 @@ def test_a_tenant_has_its_own_pages_and_nothing_else_is_served(
     for outsider in ("admin", f"{tenants[0]}x", "local"):
         refused = dashboard.get(f"/t/{outsider}/")
         assert refused.status_code == 404 and "No tenant" in refused.text
+        assert 'href="/fleet"' in refused.text and "/t/" not in refused.text
     assert set(client.list_database_names()) == before  # nothing created
     anonymous = TestClient(dashboard.app, follow_redirects=False)
     assert anonymous.get(f"/t/{tenants[0]}/").status_code == 403

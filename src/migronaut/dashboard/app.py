@@ -383,8 +383,10 @@ class TenantPages:
         self._lock = threading.Lock()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request = Request(scope, receive)
         name = str(scope.get("path_params", {}).get("tenant", ""))
+        # a refusal or a 404 is the fleet dashboard's page: its links start at its own root
+        root = str(scope.get("root_path") or "").rsplit("/t/", 1)[0]
+        request = Request({**scope, "root_path": root}, receive)
         if not self.outer.guard.may_read(request):
             response = self.outer.refuse(request, "this dashboard needs its token: open the "
                                                   "URL printed at start-up", page=True)
