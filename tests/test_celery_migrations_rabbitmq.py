@@ -115,3 +115,20 @@ def test_without_a_result_backend_enqueue_is_refused_naming_the_setting(
         _, count, _ = connection.default_channel.queue_declare(rabbit_project.queue)
     assert count == 0  # nothing was sent
     assert records(db) == {}  # nor applied
+
+
+def test_a_fleet_run_through_rabbitmq(project: Any, rabbit_project: CeleryProject, cli: Any,
+                                      client: Any, tenant_prefix: str) -> None:
+    """The fan-out needs no result backend: steps and tenant tasks meet in the run record."""
+    from helpers.fleet import counters, fleet_project
+    from migronaut import Fleet
+
+    names = fleet_project(project, tenant_prefix, tenants=3)
+    with workers(rabbit_project.worker(concurrency=2)):
+        sent = cli("fleet", "enqueue", "up", "--canary", "1", "--json")
+        assert sent.exit_code == 0, sent.stderr
+        with Fleet(cwd=project.path) as fleet:
+            run_id = sent.json["runId"]
+            until(lambda: fleet.logs(run_id).outcome != "running", 90, "the fleet run to end")
+            assert fleet.logs(run_id).outcome == "succeeded"
+    assert all(counters(client, name) == {"m1": 1, "m2": 1} for name in names)

@@ -38,7 +38,8 @@ HUGE = "99999999999999999999"
 #: Global options that take a value (flags such as --json are not fed junk).
 GLOBAL_VALUE_OPTIONS = ("--uri", "--db", "--dir", "--config", "--env-file", "--log-format")
 #: Required positional arguments get these plausible values when another one is under test.
-REQUIRED_ARGUMENTS = {("create", "name"): "a new migration", ("dry-run", "direction"): "up"}
+REQUIRED_ARGUMENTS = {("create", "name"): "a new migration", ("dry-run", "direction"): "up",
+                      ("fleet enqueue", "action"): "up"}
 DEFAULT_REQUIRED = "0009_not_registered.py"
 #: Options every case of a command carries (a free port: the dev server never takes 27017 here;
 #: --yes: a confirmation is not what is under test).

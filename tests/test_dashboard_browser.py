@@ -247,3 +247,29 @@ def test_at_phone_width_the_page_does_not_scroll_sideways(
         assert background == "rgb(13, 17, 23)" and colour == "rgb(216, 222, 233)", \
             (background, colour)
         shoot(browser, "dashboard-narrow-dark", "Throughput", NAME)
+
+
+def test_the_fleet_page_at_phone_width(browser: Any, project: Any, client: Any) -> None:
+    """The fleet page's cards wrap and its table scrolls in its own box at 390 px."""
+    from migronaut import Fleet
+
+    prefix = f"b{os.getpid()}x{int(time.time() * 1000) % 10**6}"
+    names = [f"{prefix}_tenant_with_a_long_name_{i}" for i in range(3)]
+    project.write_migration("20260101000001_m1",
+                            "def up(ctx):\n    pass\n\n\ndef down(ctx):\n    pass\n")
+    project.write("migronaut.toml", f'[fleet]\nnames = {names!r}\nadmin_db = "{prefix}_a"\n')
+    try:
+        with Fleet(cwd=project.path) as fleet:
+            result = fleet.up(concurrency=1, max_failures=0)
+            assert result.ok, result.to_json()
+        browser.set_window_size(390, 844)
+        with Migrator(cwd=project.path) as migrator, Served(create_app(migrator)) as served:
+            browser.get(served.base + "/fleet")
+            width, viewport = browser.execute_script(
+                "return [document.documentElement.scrollWidth, window.innerWidth];")
+            assert viewport <= 420 and width <= viewport, (width, viewport)
+            shoot(browser, "dashboard-narrow-fleet", "3 of 3 tenant(s) shown", names[0])
+    finally:
+        for name in client.list_database_names():
+            if name.startswith(prefix):
+                client.drop_database(name)

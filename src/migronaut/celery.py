@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from migronaut.executors.celery import MigronautCelery, create_app, enqueue_background, install
+from migronaut.executors.celery.fleet_tasks import FleetEnqueued, enqueue_fleet
 from migronaut.executors.celery.producer import (
     QueueHandle,
     enqueue_converge,
@@ -16,8 +17,8 @@ from migronaut.executors.celery.producer import (
     enqueue_up,
 )
 
-__all__ = ["MigronautCelery", "QueueHandle", "create_app", "enqueue_background",
-           "enqueue_converge", "enqueue_down", "enqueue_up", "install"]
+__all__ = ["FleetEnqueued", "MigronautCelery", "QueueHandle", "create_app", "enqueue_background",
+           "enqueue_converge", "enqueue_down", "enqueue_fleet", "enqueue_up", "install"]
 
 
 def __getattr__(name: str) -> Any:

@@ -51,6 +51,7 @@ COMMAND_MODULES = (
     "migronaut.cli.commands.dev_server",
     "migronaut.cli.commands.dashboard",
     "migronaut.cli.commands.fleet",
+    "migronaut.cli.commands.fleet_enqueue",
 )
 
 _REGISTRY: list[click.Command] = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,13 +39,16 @@ try:
 except ImportError as missing:  # pragma: no cover - exercised without the extra
     raise ExtraMissingError.of("dashboard", "the dashboard", missing) from missing
 
+from migronaut.core.config import Config
 from migronaut.dashboard.board import CONTROLS, Board
 from migronaut.dashboard.guard import CSRF_FIELD, Guard
 from migronaut.dashboard.metrics import exposition, registry_of
 
 if TYPE_CHECKING:
+    from starlette.types import Receive, Scope, Send
+
     from migronaut.api import Migrator
-    from migronaut.core.config import Config
+    from migronaut.dashboard.fleet_board import FleetBoard
 
 __all__ = ["create_app"]
 
@@ -138,12 +142,22 @@ def _limit(request: Request, default: int = 20) -> int:
 class Dashboard:
     """One application: the migrator it reads through, the guard, the templates."""
 
-    def __init__(self, migrator: Migrator, guard: Guard, allow_controls: bool) -> None:
+    def __init__(self, migrator: Migrator, guard: Guard, allow_controls: bool, *,
+                 fleet: FleetBoard | None = None, tenant: str | None = None,
+                 home: bool = True) -> None:
         self.board = Board(migrator)
         self.registry = registry_of(self.board)
         self.guard = guard
         self.allow_controls = allow_controls
         self.templates = _templates()
+        #: the fleet page's board (the config has a ``[fleet]``); a tenant's pages have none
+        self.fleet = fleet
+        #: the tenant these pages show (served under ``/t/<tenant>/`` of the fleet's dashboard)
+        self.tenant = tenant
+        self.tenant_pages = TenantPages(self, fleet) if fleet is not None else None
+        #: whether the migrator's own database has pages (a fleet without a ``db`` has only
+        #: the fleet page and its tenants' pages)
+        self.home = home
 
     # -- plumbing ---------------------------------------------------------------------------
     def guarded(self, handler: Callable[[Request], Response], *, page: bool = False,
@@ -212,17 +226,31 @@ class Dashboard:
     def render(self, template: str, request: Request, *, status: int = 200,
                **context: Any) -> Response:
         session = request.cookies.get(self.guard.session_cookie) or Guard.new_session()
+        root = self.root(request).rstrip("/")
         html = self.templates.get_template(template).render(
-            root=self.root(request).rstrip("/"), allow_controls=self.allow_controls,
+            root=root, allow_controls=self.allow_controls,
             csrf=self.guard.csrf_value(session) if self.allow_controls else "",
-            csrf_field=CSRF_FIELD, **context)
+            csrf_field=CSRF_FIELD, fleet_href=self.fleet_href(root), tenant=self.tenant,
+            home=self.home, **context)
         response = HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
         if self.allow_controls and not request.cookies.get(self.guard.session_cookie):
             response.set_cookie(self.guard.session_cookie, session, httponly=True,
                                 samesite="strict", path=self.root(request))
         return response
 
+    def fleet_href(self, root: str) -> str | None:
+        """The fleet page's address from a page under ``root``, or ``None`` without a fleet."""
+        if self.tenant is not None:  # root is <the fleet dashboard's root>/t/<tenant>
+            return root.rsplit("/t/", 1)[0] + "/fleet"
+        return f"{root}/fleet" if self.fleet is not None else None
+
     # -- pages ------------------------------------------------------------------------------
+    def fleet_page(self, request: Request) -> Response:
+        assert self.fleet is not None
+        params = request.query_params
+        return self.render("fleet.html", request, page="fleet", **self.fleet.summary(
+            state=params.get("state"), name=params.get("name")))
+
     def overview(self, request: Request) -> Response:
         return self.render("overview.html", request, page="overview", **self.board.overview())
 
@@ -300,9 +328,29 @@ class Dashboard:
             "/api/live": lambda r: board.live(),
             "/api/live/{name}": lambda r: board.live(r.path_params["name"]),
         }
-        routes: list[Any] = [Route(path, self.guarded(_serving(read)), methods=["GET"])
-                             for path, read in api.items()]
-        routes += [
+        static = Mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+        if not self.home:  # a fleet without a database of its own: the fleet is the home page
+            routes: list[Any] = [Route("/", self.guarded(
+                lambda r: RedirectResponse(f"{self.root(r)}fleet", status_code=303), page=True),
+                methods=["GET"]), static]
+        else:
+            routes = [Route(path, self.guarded(_serving(read)), methods=["GET"])
+                      for path, read in api.items()]
+            routes += [*self.home_routes(), static]
+        if self.fleet is not None and self.tenant_pages is not None:
+            fleet = self.fleet
+            routes += [
+                Route("/fleet", self.guarded(self.fleet_page, page=True), methods=["GET"]),
+                Route("/api/fleet", self.guarded(_serving(lambda r: fleet.summary(
+                    state=r.query_params.get("state"), name=r.query_params.get("name")))),
+                    methods=["GET"]),
+                Mount("/t/{tenant}", app=self.tenant_pages),
+            ]
+        return routes
+
+    def home_routes(self) -> list[Any]:
+        """The pages of the migrator's own database."""
+        return [
             Route("/", self.guarded(self.overview, page=True), methods=["GET"]),
             Route("/background/{name}", self.guarded(self.migration, page=True),
                   methods=["GET"]),
@@ -312,9 +360,79 @@ class Dashboard:
             Route("/audit", self.guarded(self.audit_page, page=True), methods=["GET"]),
             Route("/drift", self.guarded(self.drift_page, page=True), methods=["GET"]),
             Route("/metrics", self.guarded(self.metrics), methods=["GET"]),
-            Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ]
-        return routes
+
+    def close(self) -> None:
+        """Close what the fleet's pages opened (the tenants' migrators, the fleet's clients)."""
+        if self.tenant_pages is not None:
+            self.tenant_pages.close()
+        if self.fleet is not None:
+            self.fleet.fleet.close()
+
+
+class TenantPages:
+    """``/t/<tenant>/…``: the ordinary pages (overview, runs, audit, drift, background) of one
+    tenant of the fleet, on its cluster's shared client. The token is checked before the name is
+    looked at, and only a name the fleet lists is served (else a 404): never another database.
+    """
+
+    def __init__(self, outer: Dashboard, fleet: FleetBoard) -> None:
+        self.outer = outer
+        self.fleet = fleet
+        self._apps: dict[str, tuple[Starlette, Migrator]] = {}
+        self._lock = threading.Lock()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        name = str(scope.get("path_params", {}).get("tenant", ""))
+        # a refusal or a 404 is the fleet dashboard's page: its links start at its own root
+        root = str(scope.get("root_path") or "").rsplit("/t/", 1)[0]
+        request = Request({**scope, "root_path": root}, receive)
+        if not self.outer.guard.may_read(request):
+            response = self.outer.refuse(request, "this dashboard needs its token: open the "
+                                                  "URL printed at start-up", page=True)
+            await response(scope, receive, send)
+            return
+        try:
+            app = await run_in_threadpool(self.app_for, name)
+        except MigronautError as error:
+            app = None
+            failure = self.outer.render("error.html", request,
+                                        status=STATUS_OF.get(error.code, 500),
+                                        error=error.to_dict())
+        else:
+            failure = self.outer.render("error.html", request, status=404, error={
+                "code": "NOT_FOUND", "message": f"No tenant {name!r} in this fleet"})
+        if app is None:
+            await failure(scope, receive, send)
+            return
+        await app(scope, receive, send)
+
+    def app_for(self, name: str) -> Starlette | None:
+        """The tenant's pages, built on its first visit; ``None`` for a name the fleet does not
+        list (looked up again on every visit of an unknown name: a tenant added since is
+        found)."""
+        with self._lock:
+            found = self._apps.get(name)
+        if found is not None:
+            return found[0]
+        tenant = self.fleet.tenant(name)
+        if tenant is None:
+            return None
+        with self._lock:
+            found = self._apps.get(name)
+            if found is None:
+                migrator = self.fleet.fleet.migrator(tenant)
+                pages = Dashboard(migrator, self.outer.guard, self.outer.allow_controls,
+                                  tenant=name)
+                found = (Starlette(routes=pages.routes()), migrator)
+                self._apps[name] = found
+        return found[0]
+
+    def close(self) -> None:
+        with self._lock:
+            apps, self._apps = self._apps, {}
+        for _, migrator in apps.values():
+            migrator.close()
 
 
 def create_app(migrator: Migrator | None = None, *, config: Config | Mapping[str, Any] | None
@@ -325,18 +443,29 @@ def create_app(migrator: Migrator | None = None, *, config: Config | Mapping[str
     ``allow_controls`` turns on pause/resume/cancel/retry; they then need ``token`` (one is
     generated when not given: read it from ``app.state.token``). With a token, every page and
     endpoint needs it. Mount it anywhere: links follow the mount's ``root_path``.
+
+    A ``config`` with a ``[fleet]`` and no ``db`` serves the fleet page as its home page (and
+    each tenant's pages), with no pages of a database of its own.
     """
     owned = migrator is None
+    home = True
     if migrator is None:
         from migronaut.api import Migrator
+        from migronaut.core.config import load_config, with_overrides
 
-        migrator = Migrator(config)
+        resolved = config if isinstance(config, Config) else load_config(
+            dict(config or {}), require_db=False)
+        if resolved.fleet is not None and not resolved.db_name:
+            home = False  # its client still answers "is the server reachable" for the pages
+            resolved = with_overrides(resolved, db_name=resolved.fleet.admin_db)
+        migrator = Migrator(resolved)
     elif config is not None:
         raise ConfigInvalidError("create_app takes a migrator or a config, not both",
                                  {"option": "config"})
     if allow_controls and token is None:
         token = Guard.new_token()
-    dashboard = Dashboard(migrator, Guard(token), allow_controls)
+    dashboard = Dashboard(migrator, Guard(token), allow_controls, fleet=_fleet_board(migrator),
+                          home=home)
     closing = migrator
 
     @contextlib.asynccontextmanager
@@ -344,6 +473,7 @@ def create_app(migrator: Migrator | None = None, *, config: Config | Mapping[str
         try:
             yield
         finally:
+            dashboard.close()
             if owned:
                 closing.close()
 
@@ -351,3 +481,15 @@ def create_app(migrator: Migrator | None = None, *, config: Config | Mapping[str
     app.state.token = token
     app.state.migrator = migrator
     return app
+
+
+def _fleet_board(migrator: Migrator) -> FleetBoard | None:
+    """The fleet page's board when the config has a ``[fleet]`` (its own shared clients, one
+    per cluster, closed with the application)."""
+    config = migrator.config
+    if config.fleet is None:
+        return None
+    from migronaut.dashboard.fleet_board import FleetBoard
+    from migronaut.fleet.api import Fleet
+
+    return FleetBoard(Fleet(config))

@@ -20,6 +20,7 @@ from migronaut.errors import ConfigInvalidError, ExtraMissingError
 
 if TYPE_CHECKING:
     from migronaut.api import Migrator
+    from migronaut.core.config import Config
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
@@ -74,7 +75,9 @@ def bind(host: str, port: int) -> socket.socket:
 @command(
     "dashboard",
     help="Serve the web dashboard (needs the 'dashboard' extra): migrations, the lock, runs, "
-    "audit, drift and live background migrations. Prints its URL with an access token. "
+    "audit, drift and live background migrations — and, with a [fleet], every tenant's state "
+    "and pages (with no db configured, the fleet page is the home page). Prints its URL with "
+    "an access token. "
     "Binds to 127.0.0.1 unless --host; pause/resume/cancel/retry only with --allow-controls.",
     short_help="Serve the web dashboard.",
 )
@@ -101,11 +104,16 @@ def dashboard(session: Session, host: str, port: str | None, allow_controls: boo
         except ImportError as missing:
             raise ExtraMissingError.of("dashboard", "the dashboard", missing) from missing
 
+        token = Guard.new_token()
+        fleet_home = _fleet_without_db(session)
+        if fleet_home is not None:  # the fleet page is the home page
+            app = create_app(config=fleet_home, allow_controls=allow_controls, token=token)
+            migrator = app.state.migrator
         # an unreachable database fails here (CONNECTION_FAILED, its exit code), not with a
         # "ready" server whose every page is a 503
         migrator.connect()
-        token = Guard.new_token()
-        app = create_app(migrator, allow_controls=allow_controls, token=token)
+        if fleet_home is None:
+            app = create_app(migrator, allow_controls=allow_controls, token=token)
         sock = bind(host, DEFAULT_PORT if number is None else number)
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
         # A stop from here on is a clean exit 0: before the server runs it is noted (and the
@@ -150,3 +158,14 @@ def dashboard(session: Session, host: str, port: str | None, allow_controls: boo
         return url
 
     return session.run(serve)
+
+
+def _fleet_without_db(session: Session) -> Config | None:
+    """The configuration when it declares a ``[fleet]`` but no ``db``: the dashboard then
+    serves the fleet page and its tenants' pages, with no database of its own."""
+    from migronaut.core.config import load_config
+
+    options = session.options
+    config = load_config(options.config_flags(), config_path=options.config, require_db=False,
+                         flags_origin="flag")
+    return config if config.fleet is not None and not config.db_name else None

@@ -65,14 +65,20 @@ def install(
     ``celery`` table and the ``MIGRONAUT_CELERY_*`` variables. Unknown options are
     ``CONFIG_INVALID``.
     """
-    from migronaut.executors.celery import background_tasks, migration_tasks, signals
+    from migronaut.executors.celery import (
+        background_tasks,
+        fleet_tasks,
+        migration_tasks,
+        signals,
+    )
 
     source = _source(config, config_path, cwd)
-    table = source.build().config.celery  # reads and checks the config; does not connect
+    table = source.read().celery  # reads and checks the config; does not connect
     settings = resolve_settings(table, options)
     installed = MigronautCelery(app, settings, WorkerContext(source, settings))
     migration_tasks.register(installed, TASK_OPTIONS)
     background_tasks.register(installed, TASK_OPTIONS)
+    fleet_tasks.register(installed, TASK_OPTIONS)
     signals.connect(installed)
     return installed
 
@@ -93,7 +99,7 @@ def create_app(
     from migronaut.executors.celery import signals
 
     source = _source(config, config_path, cwd)
-    settings = resolve_settings(source.build().config.celery, options)
+    settings = resolve_settings(source.read().celery, options)
     broker = settings.broker_url or "redis://127.0.0.1:6379/0"
     app = Celery("migronaut", broker=broker, backend=settings.result_backend or (
         broker if broker.startswith(_REDIS_URLS) else None))

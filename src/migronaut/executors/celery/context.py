@@ -21,6 +21,7 @@ from migronaut.core.context import Cancellation
 if TYPE_CHECKING:
     from migronaut.api import Migrator
     from migronaut.background.engine import BackgroundEngine
+    from migronaut.core.config import Config
     from migronaut.executors.celery.settings import CelerySettings
 
 __all__ = ["ConfigSource", "WorkerContext"]
@@ -33,6 +34,15 @@ class ConfigSource:
     config: Mapping[str, Any] | None = None
     config_path: str | None = None
     cwd: str | None = None
+
+    def read(self) -> Config:
+        """The configuration, checked, without requiring a ``db`` (what ``install`` reads: the
+        ``celery`` table, the ``[fleet]``; a fleet's workers may have no database of their own).
+        """
+        from migronaut.core.config import load_config
+
+        return load_config(dict(self.config) if self.config is not None else {},
+                           config_path=self.config_path, cwd=self.cwd, require_db=False)
 
     def build(self) -> Migrator:
         from migronaut.api import Migrator

@@ -43,6 +43,16 @@ def _migration(value: Any) -> str | None:
     return None
 
 
+def _tenant(value: Any) -> str | None:
+    from migronaut._names import validate_db_name
+
+    return validate_db_name(value)
+
+
+def _fleet_command(value: Any) -> str | None:
+    return None if value in ("up", "down", "converge") else "must be 'up', 'down' or 'converge'"
+
+
 def _true(value: Any) -> str | None:
     return None if value is True else "must be true when present"
 
@@ -70,6 +80,9 @@ BOOL: Check = _bool
 TRUE: Check = _true
 BATCH: Check = _int(1, 2**31 - 1)
 CHECKSUM: Check = _sha256
+TENANT: Check = _tenant
+CLUSTER: Check = _text(64)
+FLEET_COMMAND: Check = _fleet_command
 
 #: kind -> {field: (check, required)}. The migration queue's kinds: ``up`` (one file, ordered,
 #: with its batch and planned checksum — or a bulk ``up`` to ``to``), ``down`` (one file or the
@@ -101,6 +114,14 @@ FIELDS: dict[str, dict[str, tuple[Check, bool]]] = {
         "lane": (LANE, True), "retry": (COUNT, False),
     },
     "background-verify": {},
+    # a fleet run fanned out on the migration queue: one tenant's command, and the step that
+    # coordinates the run (its plan lives in the fleet run record)
+    "fleet-tenant": {
+        "runId": (TOKEN, True), "tenant": (TENANT, True), "cluster": (CLUSTER, True),
+        "command": (FLEET_COMMAND, True), "steps": (BATCH, False),
+        "requestedBy": (REQUESTED_BY, False), "reason": (REASON, False),
+    },
+    "fleet-step": {"runId": (TOKEN, True)},
 }
 
 

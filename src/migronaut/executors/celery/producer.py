@@ -36,9 +36,10 @@ def remember(installed: MigronautCelery) -> None:
     _INSTALLED[installed.app] = installed
 
 
-def _installed(target: MigronautCelery | Celery) -> MigronautCelery:
+def _installed(target: MigronautCelery | Celery, *, needs_results: bool = True
+               ) -> MigronautCelery:
     """The installation behind ``target``, refused (before any planning or send) when its app
-    stores no results: a handle could never tell whether its jobs ran."""
+    stores no results and ``needs_results``: a handle could never tell whether its jobs ran."""
     if isinstance(target, MigronautCelery):
         found: MigronautCelery | None = target
     else:
@@ -48,7 +49,7 @@ def _installed(target: MigronautCelery | Celery) -> MigronautCelery:
             "migronaut is not installed on this Celery app: call "
             "migronaut.celery.install(app) first (or pass what it returned)",
             {"option": "app"})
-    if not has_result_backend(found.app):
+    if needs_results and not has_result_backend(found.app):
         raise ConfigInvalidError(
             "Invalid config: celery.result_backend is not set — the migration queue needs a "
             "result backend to report its jobs (QueueHandle.wait); a RabbitMQ broker carries "
