@@ -246,7 +246,7 @@ def test_stop_starts_no_more_tenants_and_the_next_run_goes_on(
              "skipped-canary", "skipped-stopped"), 0), "succeeded": 3, "up-to-date": 1}
 
 
-def test_the_run_record_is_written_once_per_scheduling_round(
+def test_the_run_record_is_written_in_a_few_batched_updates(
         project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
     from pymongo import monitoring
 
@@ -298,3 +298,30 @@ def test_per_cluster_concurrency_caps_each_cluster(
     assert result.ok and len(result.outcomes) == 6
     assert peaks == {"default": 1, "other": 1}
     assert all(counters(client, n) == {"m1": 1, "m2": 1} for n in names + more)
+
+
+def test_throttled_flushes_write_at_most_four_times_a_second_and_lose_no_entry(
+        client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    """Between two throttled writes the entries wait (the next flush writes them all); the
+    run's end writes whatever is left, so the record misses no tenant."""
+    import datetime as dt
+
+    from migronaut.fleet.runs import FLUSH_INTERVAL_S, FleetRunStore, TenantEntry
+
+    collection = client[f"{tenant_prefix}admin"]["fleet_runs"]
+    store = FleetRunStore(collection)
+    store.start("r1", "up", {}, 3)
+    assert store.due_in() is None  # nothing noted, nothing to wake up for
+    now = dt.datetime.now(dt.UTC)
+    store.note(TenantEntry("t1", "default", SUCCEEDED, now))
+    store.flush(throttled=True)  # the first write goes at once
+    store.note(TenantEntry("t2", "default", SUCCEEDED, now))
+    store.flush(throttled=True)  # within the interval: kept for later
+    assert set(collection.find_one({"_id": "r1"})["tenants"]) == {"t1"}
+    due = store.due_in()
+    assert due is not None and 0 < due <= FLUSH_INTERVAL_S
+    store.note(TenantEntry("t3", "default", FAILED, now))
+    store.end("partial")
+    document = collection.find_one({"_id": "r1"})
+    assert set(document["tenants"]) == {"t1", "t2", "t3"} and document["outcome"] == "partial"
+    assert store.due_in() is None

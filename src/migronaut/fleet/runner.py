@@ -7,7 +7,8 @@ decides what a migration is or whether it ran. ``up`` reads the tenant's status 
 up-to-date tenant costs one read and no lock. A tenant whose lock is held is ``skipped-locked``
 (``on_lock="skip"``) or waited for up to ``lock_wait_ms``; a tenant that fails counts against the
 failure budget; a failed canary stage leaves the rest untouched (``skipped-canary``). The run
-record (:mod:`migronaut.fleet.runs`) is written once per scheduling round.
+record (:mod:`migronaut.fleet.runs`) is written at most four times a second while tenants run,
+and at the end.
 """
 
 from __future__ import annotations
@@ -308,10 +309,10 @@ class FleetRun:
                 self.events.emit("fleet:tenant:start", {
                     "runId": self.run_id, "tenant": tenant.name, "cluster": tenant.cluster})
                 running[pool.submit(self._tenant, tenant)] = tenant
-            self.store.flush()
+            self.store.flush(throttled=True)
             if not running:
                 return
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            done, _ = wait(running, timeout=self.store.due_in(), return_when=FIRST_COMPLETED)
             for future in done:
                 tenant = running.pop(future)
                 slots.give_back(tenant.cluster)

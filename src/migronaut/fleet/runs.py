@@ -18,6 +18,7 @@ import datetime as dt
 import os
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,8 @@ __all__ = [
 ]
 
 RECORD_VERSION = 1
+#: The shortest time between two throttled writes of a run's record (four a second at most).
+FLUSH_INTERVAL_S = 0.25
 COMMANDS = ("up", "down", "converge", "audit")
 #: A run's outcome as stored; ``incomplete`` is how a ``running`` record of a dead process reads.
 RUN_OUTCOMES = ("running", "succeeded", "partial", "stopped")
@@ -117,13 +120,14 @@ class FleetRunRecord:
 
 
 class FleetRunStore:
-    """Writes one run's record (batched per scheduling round) and reads records back."""
+    """Writes one run's record (batched, at most four writes a second) and reads records back."""
 
     def __init__(self, collection: Collection[dict[str, Any]]) -> None:
         self.collection = collection
         self._pending: dict[str, TenantEntry] = {}
         self._lock = threading.Lock()
         self._run_id: str | None = None
+        self._last_flush = float("-inf")
 
     # -- writes -------------------------------------------------------------------------------
     def start(self, run_id: str, command: str, options: Mapping[str, Any], total: int) -> None:
@@ -141,10 +145,24 @@ class FleetRunStore:
         with self._lock:
             self._pending[entry.name] = entry
 
-    def flush(self) -> None:
-        """Write every entry noted since the last flush, in one update."""
+    def due_in(self) -> float | None:
+        """Seconds until :meth:`flush` with ``throttled=True`` may write (``None``: nothing
+        noted), so a scheduler waiting for tenants can wake up to write the record."""
         with self._lock:
+            if not self._pending:
+                return None
+        return max(0.0, self._last_flush + FLUSH_INTERVAL_S - time.monotonic())
+
+    def flush(self, *, throttled: bool = False) -> None:
+        """Write every entry noted since the last flush, in one update. ``throttled``: not
+        within :data:`FLUSH_INTERVAL_S` of the last write — the record grows with the fleet, and
+        a write per scheduling round over hundreds of tenants costs more than the tenants' own
+        reads; what is noted meanwhile waits for the next flush, never dropped."""
+        with self._lock:
+            if throttled and time.monotonic() - self._last_flush < FLUSH_INTERVAL_S:
+                return
             pending, self._pending = self._pending, {}
+            self._last_flush = time.monotonic()
         if not pending or self._run_id is None:
             return
         run_id = self._run_id
