@@ -166,3 +166,20 @@ def test_a_config_without_a_fleet_is_config_invalid(cli: CliRunner, project: Pro
     result = cli("fleet", "status", "--json")
     assert result.exit_code == 6
     assert "no fleet is configured" in result.json["error"]["message"]
+
+
+def test_fleet_status_shows_the_failed_migration_and_its_message(
+        cli: CliRunner, project: Project, client: MongoClient[dict[str, Any]],
+        tenant_prefix: str) -> None:
+    names = fleet_project(project, tenant_prefix, fail="_c")
+    assert cli("fleet", "up", "--json", "--concurrency", "1").exit_code == 38
+    failed = next(t for t in cli("fleet", "status", "--json").json["tenants"]
+                  if t["state"] == "failed")
+    assert failed["tenant"] == names[2]
+    status = cli("--db", names[2], "status", "--json")
+    row = next(r for r in status.json if r["status"] == "failed")
+    assert failed["error"] == {"file": row["file"], "message": row["error"],
+                               "failedAt": row["failedAt"]}
+    table = cli("fleet", "status")
+    line = next(x for x in table.stdout.splitlines() if names[2] in x)
+    assert f"{row['file']}: " in line and "failed" in line

@@ -118,3 +118,21 @@ def test_an_unknown_failpoint_name_is_refused(fp: Any) -> None:
     error = refused(lambda: fp.admin.command({"configureFailPoint": "hangBeforeCommit",
                                               "mode": "alwaysOn"}))
     assert error.code == 2 and "Unknown fail point name: hangBeforeCommit" in str(error)
+
+
+def test_a_command_after_a_failed_commit_runs_outside_the_transaction(
+        fp: Any, db_name: str) -> None:
+    """The commit fails and leaves the transaction open; the session's next command, not part
+    of it, aborts it (as mongod does) and is itself committed."""
+    coll = fp[db_name]["after_commit"]
+    coll.insert_one({"_id": "seed"})
+    try:
+        with fp.start_session() as session:
+            session.start_transaction()
+            coll.insert_one({"_id": "in-txn"}, session=session)
+            with fail_command(fp, ["commitTransaction"], times=1, error_code=2):
+                assert refused(session.commit_transaction).code == 2
+            coll.delete_one({"_id": "seed"}, session=session)
+        assert list(coll.find()) == []  # the delete committed, the transaction's insert not
+    finally:
+        fp.drop_database(db_name)

@@ -246,3 +246,37 @@ class _nothing:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+FAILS_WITH_A_SECRET = """
+def up(ctx):
+    if ctx.db.name.endswith("failed"):
+        raise RuntimeError("cannot reach mongodb://admin:s3cret@replica.example/ for the copy")
+
+def down(ctx):
+    pass
+"""
+
+
+def test_a_failed_tenant_carries_what_status_shows_of_its_failed_migration(
+        project: Project, client: MongoClient[dict[str, Any]], tenant_prefix: str) -> None:
+    names = [f"{tenant_prefix}ok", f"{tenant_prefix}failed"]
+    write_fleet(project, f"names = {names!r}")
+    project.write_migration("20260101000003_m3", FAILS_WITH_A_SECRET)
+    for name in names:
+        with Migrator(cwd=project.path, db_name=name) as migrator, \
+                pytest.raises(Exception) if name.endswith("failed") else _nothing():
+            migrator.up()
+    with Migrator(cwd=project.path, db_name=names[1]) as migrator:
+        row = next(r for r in migrator.status() if r.status == "failed")
+    with Fleet(cwd=project.path) as fleet:
+        by_name = {s.tenant.name: s for s in fleet.status().tenants}
+    ok, failed = by_name[names[0]], by_name[names[1]]
+    assert ok.state == UP_TO_DATE and ok.error is None
+    assert failed.state == FAILED and failed.error is not None
+    assert failed.error["file"] == row.file == "20260101000003_m3.py"
+    assert failed.error["message"] == row.to_dict()["error"]  # as status --json shows it
+    assert "cannot reach mongodb://admin:****@replica.example/" in failed.error["message"]
+    assert "s3cret" not in repr(failed.error)
+    assert failed.error["failedAt"] == row.to_dict()["failedAt"]
+    assert failed.to_json()["error"] == failed.error

@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from migronaut._redact import sanitize_terminal
+from migronaut._redact import redact, sanitize_terminal
 from migronaut.cli.output import CYAN, DIM, GREEN, RED, YELLOW, Output
 from migronaut.cli.render import Cell, applied_at, table
 
@@ -33,9 +33,12 @@ _STATE_STYLE = {"up-to-date": GREEN, "succeeded": GREEN, "pending": YELLOW, "fai
 
 
 def _error_text(error: Mapping[str, Any] | None) -> str:
+    """``CODE: message`` of a typed error; ``file: message`` of a failed migration (its
+    changelog record stores no code)."""
     if not error:
         return ""
-    return sanitize_terminal(f"{error.get('code')}: {error.get('message')}")
+    head = error.get("code") or error.get("file")
+    return sanitize_terminal(redact(f"{head}: {error.get('message')}"))
 
 
 def render_status(status: FleetStatus, out: Output, *, show_all: bool) -> None:

@@ -754,7 +754,25 @@ def _indexed_engine_type() -> type:
     _validate_values_cheaply()
     _internal_documents_cheaply()
     _insert_in_batches()
+    _abandoned_transactions_abort()
     return IndexedMemoryEngine
+
+
+def _abandoned_transactions_abort() -> None:
+    """A command on a session that is not part of its transaction (no ``autocommit``) aborts
+    the transaction left open there, as mongod does when the driver moves on to the next
+    statement. mongoeco runs such a command inside the dead transaction: after a refused
+    commit (a ``failCommand`` failpoint, a network error) the driver reuses the session, and
+    its next writes — a lock release — were never committed."""
+    store = _module("mongoeco.wire.sessions").WireSessionStore
+    original = store._apply_transaction_metadata
+
+    def apply_transaction_metadata(session: Any, body: dict[str, Any]) -> None:
+        if "autocommit" not in body and session.transaction_active:
+            session.abort_transaction()
+        original(session, body)
+
+    store._apply_transaction_metadata = staticmethod(apply_transaction_metadata)
 
 
 def _key_value(key: Any) -> Any:

@@ -34,6 +34,7 @@ __all__ = [
     "UP_TO_DATE",
     "FleetStatus",
     "TenantStatus",
+    "failure_of",
     "read_tenant_status",
     "state_of",
 ]
@@ -51,7 +52,8 @@ STATES = (UP_TO_DATE, PENDING, FAILED, IN_DOUBT, LOCKED, UNREACHABLE)
 @dataclass(frozen=True)
 class TenantStatus:
     """One tenant's state: ``applied`` and ``pending`` migrations (``pending`` counts failed
-    attempts too: ``up`` would run them), and the typed error as JSON when it has one."""
+    attempts too: ``up`` would run them), and the typed error as JSON when it has one — for a
+    ``failed`` migration, what ``status`` shows of it (:func:`failure_of`)."""
 
     tenant: Tenant
     state: str
@@ -121,12 +123,28 @@ def state_of(rows: list[StatusRow]) -> tuple[str, int, int]:
     return (PENDING if pending else UP_TO_DATE), applied, pending
 
 
+def failure_of(rows: list[StatusRow]) -> dict[str, Any] | None:
+    """The first failed migration of a tenant's status rows as its ``error`` object: its
+    ``file``, the ``message`` its changelog record stores and ``failedAt`` — the changelog keeps
+    no error code, so none is made up. ``None`` when no row failed."""
+    from migronaut._redact import redact
+    from migronaut.core.results import to_json_value
+
+    row = next((r for r in rows if r.status == "failed"), None)
+    if row is None:
+        return None
+    error: dict[str, Any] = {"file": row.file, "message": redact(row.error or "")}
+    if row.failed_at is not None:
+        error["failedAt"] = to_json_value(row.failed_at)
+    return error
+
+
 def read_tenant_status(tenant: Tenant,
                        migrator_of: Callable[[Tenant], Migrator]) -> TenantStatus:
     """One tenant's status through its ordinary migrator (``migrator_of(tenant)``, on its
     cluster's shared client; closed after the read). Errors become states:
     ``CONNECTION_FAILED`` → ``unreachable``, any other typed error (``STATE_INVALID``…) →
-    ``failed`` with the error."""
+    ``failed`` with the error; a failed migration → ``failed`` with :func:`failure_of`."""
     try:
         with migrator_of(tenant) as migrator:
             rows = migrator.status("all", checksums=False)
@@ -137,4 +155,5 @@ def read_tenant_status(tenant: Tenant,
         return TenantStatus(tenant, UNREACHABLE, 0, 0, error.to_dict())
     except MigronautError as error:
         return TenantStatus(tenant, FAILED, 0, 0, error.to_dict())
-    return TenantStatus(tenant, state, applied, pending)
+    return TenantStatus(tenant, state, applied, pending,
+                        failure_of(rows) if state == FAILED else None)
