@@ -11,7 +11,15 @@ from typing import Any
 
 import pytest
 
-from helpers.background import NAME, PARTITIONS, STATES, leases, migration, register
+from helpers.background import (
+    NAME,
+    PARTITIONS,
+    STATES,
+    hold_coordinator,
+    leases,
+    migration,
+    register,
+)
 from helpers.engine import make_migrator, wait_until
 from helpers.wire_audit import AUDIT
 
@@ -27,17 +35,6 @@ def state(db: Any, name: str = NAME) -> dict[str, Any]:
 
 def history_actions(db: Any, name: str = NAME) -> list[str]:
     return [entry["action"] for entry in state(db, name).get("history", [])]
-
-
-def hold_coordinator(db: Any, name: str = NAME) -> None:
-    """Another process holds ``background:<name>`` (fresh, 60 s TTL)."""
-    db[LOCKS].update_one(
-        {"_id": f"background:{name}"},
-        [{"$replaceWith": {"_id": f"background:{name}", "lockedAt": "$$NOW", "pid": 4242,
-                           "host": "other-host", "executedBy": "other", "owner": "other",
-                           "nonce": "other", "ttlMs": 60_000}}],
-        upsert=True,
-    )
 
 
 def json_lines(text: str) -> list[Any]:
