@@ -856,9 +856,21 @@ def _register(spec: dict[str, Any], migrator: Any, trace: Trace | None,
     return next((r.file for r in results if r.file == name), name)
 
 
-def _drive(engine: Any, name: str, lanes: int, trace: Trace | None, memory: bool,
+def _drive(migrator: Any, name: str, lanes: int, trace: Trace | None, memory: bool,
            out: dict[str, Any]) -> None:
-    """`drive(name, concurrency=lanes)`, measured: wall, process CPU, the caller's CPU, memory."""
+    """`drive(name, concurrency=lanes)`, measured: wall, process CPU, the caller's CPU, memory,
+    and planning: from the start of `drive` to its ``background:partitioned`` event (the
+    coordinator's first step: the lock, the state, the count, the sample, the partitions'
+    insert and the commit), wall and the calling thread's CPU — only in the process that
+    planned."""
+    engine = migrator.background
+    planned: dict[str, float] = {}
+
+    def on_partitioned(payload: dict[str, Any]) -> None:
+        planned.setdefault("seconds", time.perf_counter() - started)
+        planned.setdefault("cpu", time.thread_time() - caller)
+
+    migrator.on("background:partitioned", on_partitioned)
     if memory:
         tracemalloc.start()
         base = tracemalloc.get_traced_memory()[0]
@@ -885,6 +897,8 @@ def _drive(engine: Any, name: str, lanes: int, trace: Trace | None, memory: bool
     out["totals"] = view.get("totals")
     out["plan"] = view.get("plan")
     out["partitions"] = (view.get("partitions") or {}).get("total")
+    if planned:
+        out["planning"] = planned
 
 
 def _views(migrator: Any, name: str, trace: Trace | None, out: dict[str, Any]) -> None:
@@ -924,8 +938,7 @@ def _engine_pass(spec: dict[str, Any], trace: Trace | None, memory: bool) -> dic
     out: dict[str, Any] = {}
     with _migrator(spec, trace) as migrator:
         name = _register(spec, migrator, trace, out)
-        engine = migrator.background
-        _drive(engine, name, int(spec["lanes"]), trace, memory, out)
+        _drive(migrator, name, int(spec["lanes"]), trace, memory, out)
         _views(migrator, name, trace, out)
     return out
 
@@ -977,6 +990,8 @@ def _processes_pass(spec: dict[str, Any], trace: Trace | None, memory: bool) -> 
         if trace is not None:
             out["drive"] = merge_summaries([part["drive"] for part in parts])
         out["plan"] = next((part["plan"] for part in parts if part.get("plan")), None)
+        out["planning"] = next((part["planning"] for part in parts if part.get("planning")),
+                               None)
         final = migrator.background.view(migrator.background.require(name))
         out["status"] = final.get("status")
         out["totals"] = final.get("totals")
@@ -997,7 +1012,7 @@ def background_process(spec_path: str, result_path: str) -> int:
         engine.ready()  # connected before measuring, as `up` connects the other variants
         print("ready", flush=True)
         sys.stdin.readline()
-        _drive(engine, spec["name"], int(spec["lanes"]), trace, bool(spec["memory"]), out)
+        _drive(migrator, spec["name"], int(spec["lanes"]), trace, bool(spec["memory"]), out)
     Path(result_path).write_text(json.dumps(out), encoding="utf-8")
     return 0
 

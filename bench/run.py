@@ -777,6 +777,11 @@ def background_rows(figures: dict[str, Any], sizes: Sizes,
                     fine = fine and view["trip_seconds"] < VIEWS_TARGET_S and not on_docs
                 cells["views"][label] = "; ".join(texts)
                 met["views"].append(f"{label.split(', ')[1]}: " + ("yes" if fine else "NO"))
+            planning, plan = timed.get("planning"), timed.get("plan") or {}
+            cells["planning"][label] = (
+                f"{planning['seconds'] * 1000:,.0f} ms, {planning['cpu'] * 1000:.0f} ms CPU; "
+                f"{plan.get('partitions')} partitions ({plan.get('method')})"
+                if engine and planning else "—")
             partitions = timed.get("partitions")
             cells["batches"][label] = (f"{batches} / {partitions} / {drive.get('lanes_used')}"
                                        if engine else f"{batches} / — / 1")
@@ -827,6 +832,8 @@ def background_rows(figures: dict[str, Any], sizes: Sizes,
                 "fixed, whatever N)", "", cells["caller_cpu"]),
             Row("round trips of the calling thread in `drive`, summed (planning, "
                 "coordination: mostly the server's work)", "", cells["caller_trips"]),
+            Row("planning: `drive` to the plan's commit (wall, the calling thread's CPU); "
+                "partitions (method)", "", cells["planning"]),
             Row("batches / partitions / lanes that read", "", cells["batches"]),
             Row("`background status`, `progress --json` and the dashboard's migration page at "
                 "the end: their round trips (server), commands, reads of the documents",
