@@ -809,8 +809,11 @@ def maxrss_kib() -> int:
 def background_check(uri: str, db_name: str, n: int) -> dict[str, Any]:
     """Every document at version 1 with x2 == 2x and __rev 1 (read by a separate client)."""
     with MongoClient(uri, serverSelectionTimeoutMS=10_000) as client:
-        docs = list(client[db_name][BG_COLLECTION].find({}, {"x": 1, "x2": 1, "__v": 1,
-                                                              "__rev": 1}))
+        # in batches of 10,000: the dev server sends the rest of a cursor in one reply when
+        # getMore names no batch size (mongod caps a batch at 16 MiB), which at 1,000,000
+        # documents is larger than a wire message may be
+        docs = list(client[db_name][BG_COLLECTION].find(
+            {}, {"x": 1, "x2": 1, "__v": 1, "__rev": 1}, batch_size=10_000))
     good = sum(1 for d in docs if d.get("__v") == 1 and d.get("x2") == d.get("x", 0) * 2
                and d.get("__rev") == 1)
     return {"verified": good == n == len(docs), "documents": len(docs), "migrated_ok": good}
