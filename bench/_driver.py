@@ -34,6 +34,7 @@ import sys
 import threading
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -834,8 +835,11 @@ def maxrss_kib() -> int:
 def background_check(uri: str, db_name: str, n: int) -> dict[str, Any]:
     """Every document at version 1 with x2 == 2x and __rev 1 (read by a separate client)."""
     with MongoClient(uri, serverSelectionTimeoutMS=10_000) as client:
-        docs = list(client[db_name][BG_COLLECTION].find({}, {"x": 1, "x2": 1, "__v": 1,
-                                                              "__rev": 1}))
+        # in batches of 10,000: the dev server sends the rest of a cursor in one reply when
+        # getMore names no batch size (mongod caps a batch at 16 MiB), which at 1,000,000
+        # documents is larger than a wire message may be
+        docs = list(client[db_name][BG_COLLECTION].find(
+            {}, {"x": 1, "x2": 1, "__v": 1, "__rev": 1}, batch_size=10_000))
     good = sum(1 for d in docs if d.get("__v") == 1 and d.get("x2") == d.get("x", 0) * 2
                and d.get("__rev") == 1)
     return {"verified": good == n == len(docs), "documents": len(docs), "migrated_ok": good}
@@ -881,9 +885,21 @@ def _register(spec: dict[str, Any], migrator: Any, trace: Trace | None,
     return next((r.file for r in results if r.file == name), name)
 
 
-def _drive(engine: Any, name: str, lanes: int, trace: Trace | None, memory: bool,
+def _drive(migrator: Any, name: str, lanes: int, trace: Trace | None, memory: bool,
            out: dict[str, Any]) -> None:
-    """`drive(name, concurrency=lanes)`, measured: wall, process CPU, the caller's CPU, memory."""
+    """`drive(name, concurrency=lanes)`, measured: wall, process CPU, the caller's CPU, memory,
+    and planning: from the start of `drive` to its ``background:partitioned`` event (the
+    coordinator's first step: the lock, the state, the count, the sample, the partitions'
+    insert and the commit), wall and the calling thread's CPU — only in the process that
+    planned."""
+    engine = migrator.background
+    planned: dict[str, float] = {}
+
+    def on_partitioned(payload: dict[str, Any]) -> None:
+        planned.setdefault("seconds", time.perf_counter() - started)
+        planned.setdefault("cpu", time.thread_time() - caller)
+
+    migrator.on("background:partitioned", on_partitioned)
     if memory:
         tracemalloc.start()
         base = tracemalloc.get_traced_memory()[0]
@@ -910,31 +926,49 @@ def _drive(engine: Any, name: str, lanes: int, trace: Trace | None, memory: bool
     out["totals"] = view.get("totals")
     out["plan"] = view.get("plan")
     out["partitions"] = (view.get("partitions") or {}).get("total")
+    if planned:
+        out["planning"] = planned
 
 
-def _views(engine: Any, name: str, trace: Trace | None, out: dict[str, Any]) -> None:
-    """What `background status` / `progress --json` read at the end, and what they cost."""
+def _views(migrator: Any, name: str, trace: Trace | None, out: dict[str, Any]) -> None:
+    """What `background status`, `progress --json` and the dashboard's migration page read at
+    the end, and what each costs: its round trips (the server's work plus the wire), its
+    commands and the client's wall time. `status --json` is ``engine.status``; `progress`
+    adds the partitions (``partitions_view``); the page is the dashboard's ``Board.migration``."""
     if trace is None:
         return
+    from migronaut.dashboard.board import Board
+
+    engine = migrator.background
+    surfaces: dict[str, Callable[[], Any]] = {
+        "status": lambda: engine.status(name),
+        "progress": lambda: (engine.status(name), engine.partitions_view(name)),
+        "dashboard": lambda: Board(migrator).migration(name),
+    }
+    views: dict[str, Any] = {}
+    for surface, read in surfaces.items():
+        trace.reset()
+        trace.active = True
+        started = time.perf_counter()
+        read()
+        seconds = time.perf_counter() - started
+        trace.active = False
+        views[surface] = {"seconds": seconds, "trip_seconds": sum(trace.durations.values()),
+                          "commands": [[event[1], event[2]] for event in trace.events]}
     trace.reset()
-    trace.active = True
-    started = time.perf_counter()
-    engine.status(name)
-    engine.partitions_view(name)
-    out["views_seconds"] = time.perf_counter() - started
-    trace.active = False
-    out["views_trip_seconds"] = sum(trace.durations.values())
-    out["views_commands"] = [[event[1], event[2]] for event in trace.events]
-    trace.reset()
+    out["views"] = views
+    # the earlier keys: status + progress's partitions, as `bench/run.py`'s row reads them
+    out["views_seconds"] = views["progress"]["seconds"]
+    out["views_trip_seconds"] = views["progress"]["trip_seconds"]
+    out["views_commands"] = views["progress"]["commands"]
 
 
 def _engine_pass(spec: dict[str, Any], trace: Trace | None, memory: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with _migrator(spec, trace) as migrator:
         name = _register(spec, migrator, trace, out)
-        engine = migrator.background
-        _drive(engine, name, int(spec["lanes"]), trace, memory, out)
-        _views(engine, name, trace, out)
+        _drive(migrator, name, int(spec["lanes"]), trace, memory, out)
+        _views(migrator, name, trace, out)
     return out
 
 
@@ -985,11 +1019,13 @@ def _processes_pass(spec: dict[str, Any], trace: Trace | None, memory: bool) -> 
         if trace is not None:
             out["drive"] = merge_summaries([part["drive"] for part in parts])
         out["plan"] = next((part["plan"] for part in parts if part.get("plan")), None)
+        out["planning"] = next((part["planning"] for part in parts if part.get("planning")),
+                               None)
         final = migrator.background.view(migrator.background.require(name))
         out["status"] = final.get("status")
         out["totals"] = final.get("totals")
         out["partitions"] = (final.get("partitions") or {}).get("total")
-        _views(migrator.background, name, trace, out)
+        _views(migrator, name, trace, out)
     return out
 
 
@@ -1005,7 +1041,7 @@ def background_process(spec_path: str, result_path: str) -> int:
         engine.ready()  # connected before measuring, as `up` connects the other variants
         print("ready", flush=True)
         sys.stdin.readline()
-        _drive(engine, spec["name"], int(spec["lanes"]), trace, bool(spec["memory"]), out)
+        _drive(migrator, spec["name"], int(spec["lanes"]), trace, bool(spec["memory"]), out)
     Path(result_path).write_text(json.dumps(out), encoding="utf-8")
     return 0
 

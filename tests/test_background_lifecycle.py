@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from helpers.background import background_file, seed
-from helpers.engine import LOCKS, Events, make_migrator, records
+from helpers.engine import LOCKS, Events, make_migrator, records, wait_until
 from migronaut.background.rollup import roll_up
 
 B1 = "0001_users_v1.py"
@@ -690,6 +690,83 @@ def test_a_one_partition_migration_costs_few_commands_beyond_its_batches(
     claims = [c for c in lane if c == ("findAndModify", PARTITIONS)]
     assert lane[0] == ("findAndModify", PARTITIONS) and len(claims) == 1, lane
     assert ("find", PARTITIONS) not in lane  # no slot listing, no read-back of the claim
+
+
+def _drive_in_thread(project: Any) -> tuple[Any, dict[str, Any]]:
+    """``drive`` of B1 in a thread of its own; the dict gets its view (or its error)."""
+    import threading
+
+    out: dict[str, Any] = {}
+
+    def drive() -> None:
+        try:
+            with make_migrator(project) as migrator:
+                out["view"] = migrator.background.drive(B1)
+        except BaseException as error:
+            out["error"] = error
+
+    thread = threading.Thread(target=drive, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def test_a_drive_that_finds_the_coordinator_lock_held_looks_again_soon(
+    project: Any, cli: Any, db: Any
+) -> None:
+    """Another process's coordinator step holds ``background:<name>`` for milliseconds: a drive
+    that found it held asks again within a second or so, not after the lock's ttl/2 (30 s by
+    default), and goes on to finish the migration once the lock is free."""
+    from helpers.background import hold_coordinator
+    from helpers.wire_audit import AUDIT
+
+    seed(db, docs=120)
+    project.write_migration("0001_users_v1", background_file())
+    assert cli("up").exit_code == 0
+    hold_coordinator(db, B1)
+    with AUDIT.recording() as sent:
+        thread, out = _drive_in_thread(project)
+        wait_until(lambda: sum(1 for s in list(sent) if (s.command, s.target) == (
+            "update", LOCKS)) >= 2, what="a second try of the coordinator lock")
+    db[LOCKS].delete_one({"_id": f"background:{B1}"})
+    thread.join(60)
+    assert "error" not in out, out
+    assert out["view"]["status"] == "completed" and out["view"]["totals"]["migrated"] == 120
+
+
+def test_a_drive_starts_no_lane_while_lanes_elsewhere_lease_every_open_partition(
+    project: Any, cli: Any, db: Any
+) -> None:
+    """When every open partition is leased by another process's lanes, a lane of this drive
+    could only claim nothing and hand back to a step at once — a loop of steps and empty claims
+    for as long as the other lanes work. The drive sends no claim and steps again later; once
+    the lease is given back it claims the partition and finishes the migration."""
+    import datetime as dt
+
+    from helpers.wire_audit import AUDIT
+
+    seed(db, docs=120)
+    project.write_migration("0001_users_v1", background_file(  # two slots, one partition
+        extra_spec='"partitions": {"min_partition_docs": 500},'))
+    assert cli("up").exit_code == 0
+    with make_migrator(project) as migrator:
+        assert migrator.background.coordinate(B1).next == "process"
+    assert db[PARTITIONS].count_documents({"background": B1}) == 1
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    held = db[PARTITIONS].update_one({"background": B1}, {"$set": {"status": "running", "lease": {
+        "slot": 0, "token": "elsewhere", "owner": "other", "host": "other-host", "pid": 4242,
+        "ttlMs": 60_000, "renewedAt": now, "claimedAt": now}}})
+    assert held.modified_count == 1
+    with AUDIT.recording() as sent:
+        thread, out = _drive_in_thread(project)
+        wait_until(lambda: sum(1 for s in list(sent) if (s.command, s.target) == (
+            "update", LOCKS)) >= 3, what="three coordinator steps")
+        claims = [s for s in list(sent) if (s.command, s.target) == ("findAndModify", PARTITIONS)]
+        assert claims == []  # not a lane started while the partition was leased elsewhere
+    db[PARTITIONS].update_one({"background": B1}, {"$unset": {"lease": ""}})
+    thread.join(60)
+    assert "error" not in out, out
+    assert out["view"]["status"] == "completed" and out["view"]["totals"]["migrated"] == 120
+    assert db["users"].count_documents({"active": True}) == 120
 
 
 def test_a_step_that_neither_commits_nor_closes_still_records_its_driver(

@@ -135,3 +135,47 @@ def test_a_sample_first_estimate_scales_by_the_documents_drawn_not_the_sample_ai
     assert plan.method == "sample-first" and plan.at_least
     assert plan.estimate == 2000
     assert abs(sum(p["estimate"] for p in plan.partitions) - 2000) <= len(plan.partitions)
+
+
+def test_a_sample_first_draw_that_times_out_is_drawn_again_at_the_sample_size(
+    failpoint_uri: str, failpoint_client: Any,
+) -> None:
+    """A broad match counted only up to its cap (80 of 2,000 documents) draws 98 documents for
+    a sample of 10; when a slow server lets that draw time out, the planner draws the sample's
+    10 and still cuts ranges for every lane, instead of one partition for the whole bracket."""
+    import uuid
+
+    from pymongo import MongoClient, monitoring
+
+    from helpers.failpoints import fail_command
+
+    samples: list[int] = []
+
+    class TimeOutTheFirstSample(monitoring.CommandListener):
+        def started(self, event: Any) -> None:
+            stages = event.command.get("pipeline") or []
+            if event.command_name == "aggregate" and stages and "$sample" in stages[0]:
+                samples.append(int(stages[0]["$sample"]["size"]))
+                if len(samples) == 1:  # armed just before the first draw reaches the server
+                    failpoint.__enter__()
+
+        def succeeded(self, event: Any) -> None:
+            pass
+
+        def failed(self, event: Any) -> None:
+            pass
+
+    failpoint = fail_command(failpoint_client, ["aggregate"], times=1, error_code=50)
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    spec = {"batchSize": 10, "maxParallel": 2,
+            "partitions": {"minPartitionDocs": 10, "sampleSize": 10}}
+    try:
+        failpoint_client[name].items.insert_many([{"_id": i, "v": 0} for i in range(2000)])
+        with MongoClient(failpoint_uri, event_listeners=[TimeOutTheFirstSample()]) as client:
+            plan = plan_id_ranges(client[name].items, {}, spec)
+    finally:
+        failpoint.__exit__(None, None, None)
+        failpoint_client.drop_database(name)
+    assert samples == [98, 10]
+    assert plan.method == "sample-first" and plan.degraded is None
+    assert len(plan.partitions) > 1

@@ -11,8 +11,17 @@ from typing import Any
 
 import pytest
 
-from helpers.background import NAME, PARTITIONS, STATES, leases, migration, register
+from helpers.background import (
+    NAME,
+    PARTITIONS,
+    STATES,
+    hold_coordinator,
+    leases,
+    migration,
+    register,
+)
 from helpers.engine import make_migrator, wait_until
+from helpers.wire_audit import AUDIT
 
 LOCKS = "_migronaut_locks"
 BAD_URI = {"MIGRONAUT_URI": "mongodb://127.0.0.1:9/?serverSelectionTimeoutMS=300"}
@@ -26,17 +35,6 @@ def state(db: Any, name: str = NAME) -> dict[str, Any]:
 
 def history_actions(db: Any, name: str = NAME) -> list[str]:
     return [entry["action"] for entry in state(db, name).get("history", [])]
-
-
-def hold_coordinator(db: Any, name: str = NAME) -> None:
-    """Another process holds ``background:<name>`` (fresh, 60 s TTL)."""
-    db[LOCKS].update_one(
-        {"_id": f"background:{name}"},
-        [{"$replaceWith": {"_id": f"background:{name}", "lockedAt": "$$NOW", "pid": 4242,
-                           "host": "other-host", "executedBy": "other", "owner": "other",
-                           "nonce": "other", "ttlMs": 60_000}}],
-        upsert=True,
-    )
 
 
 def json_lines(text: str) -> list[Any]:
@@ -137,6 +135,55 @@ def test_status_partitions_table_and_json(project: Any, cli: Any, db: Any) -> No
         assert row["scope"]["kind"] == "id-range"
         assert set(row["scope"]) <= {"kind", "bracket", "group"}  # never the _id bounds
         assert "token" not in json.dumps(row)
+
+
+def test_status_progress_and_the_dashboard_page_never_read_the_documents(
+        project: Any, cli: Any, db: Any) -> None:
+    """``background status --json``, ``background progress --json`` and the dashboard's
+    migration page answer from the state and the partitions: none of their commands reaches the
+    migrated collection, and ten times the documents send exactly the same commands — so they
+    cost a million-document migration what they cost this one."""
+    from migronaut.dashboard.board import Board
+
+    register(project, cli, db, docs=300)
+    assert cli("background", "run", NAME, "--once").exit_code == 0
+
+    def sent_by(surfaces: dict[str, Any]) -> dict[str, list[tuple[str, str]]]:
+        sent: dict[str, list[tuple[str, str]]] = {}
+        for surface, read in surfaces.items():
+            with AUDIT.recording() as got:
+                read()
+            # (the connection's own ping and endSessions aside)
+            sent[surface] = [(s.command, s.target) for s in got
+                             if s.command not in ("ping", "endSessions")]
+        return sent
+
+    def status() -> None:
+        result = cli("background", "status", NAME, "--json")
+        assert result.exit_code == 0, result.stderr
+
+    def progress() -> None:
+        result = cli("background", "progress", NAME, "--json")
+        assert result.exit_code == 0, result.stderr
+
+    def page() -> None:
+        with make_migrator(project) as migrator:
+            assert Board(migrator).migration(NAME)["name"] == NAME
+
+    running = {"status": status, "dashboard": page}
+    before = sent_by(running)
+    # (already at the target version: the lanes skip them; the views must not even look)
+    db["users"].insert_many([{"n": i, "__v": 1} for i in range(300, 3300)])
+    assert sent_by(running) == before
+    assert state(db)["status"] == "running"
+    with make_migrator(project) as migrator:
+        assert migrator.background.drive(NAME)["status"] == "completed"
+    finished = sent_by({"status": status, "progress": progress, "dashboard": page})
+    for sent in (*before.values(), *finished.values()):
+        assert sent and all(target in (STATES, PARTITIONS) for _, target in sent), sent
+    assert len(finished["status"]) <= 3  # the state (the name checked, the view), one aggregate
+    assert len(finished["progress"]) <= 5  # + the partitions, one find
+    assert len(finished["dashboard"]) <= 5  # the view, the partitions, the state for its plan
 
 
 def test_status_check_exit_codes(project: Any, cli: Any, db: Any) -> None:

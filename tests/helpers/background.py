@@ -102,3 +102,14 @@ def register(project: Any, cli: Any, db: Any, *, docs: int = 300, name: str = "0
 
 def leases(db: Any, name: str = NAME) -> int:
     return int(db[PARTITIONS].count_documents({"background": name, "lease": {"$exists": True}}))
+
+
+def hold_coordinator(db: Any, name: str = NAME) -> None:
+    """Another process holds ``background:<name>`` (fresh, 60 s TTL)."""
+    db["_migronaut_locks"].update_one(
+        {"_id": f"background:{name}"},
+        [{"$replaceWith": {"_id": f"background:{name}", "lockedAt": "$$NOW", "pid": 4242,
+                           "host": "other-host", "executedBy": "other", "owner": "other",
+                           "nonce": "other", "ttlMs": 60_000}}],
+        upsert=True,
+    )

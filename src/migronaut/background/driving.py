@@ -32,7 +32,11 @@ if TYPE_CHECKING:
     from migronaut.background.job import BackgroundJob
     from migronaut.background.state_views import StateViews
 
-__all__ = ["Driver"]
+__all__ = ["LOOK_AGAIN_S", "Driver"]
+
+#: How long a drive waits before its next coordinator step while another process holds the
+#: coordinator lock or leases every open partition (seconds).
+LOOK_AGAIN_S = 1.0
 
 #: Errors a lane does not retry: every lane stops and the driver raises the first.
 _FATAL = frozenset({
@@ -76,6 +80,11 @@ class Driver:
             outage.clear()
             if answer.next in ("done", "superseded"):
                 break
+            if answer.next == "process" and until_done and answer.lanes == 0:
+                # every open partition is leased by lanes elsewhere: starting a lane would only
+                # claim nothing and step again at once — look again a little later instead
+                cancel.wait(LOOK_AGAIN_S)
+                continue
             if answer.next == "process":
                 # the step's state and job are fresh: the lanes start from them
                 if state is None or job is None:
@@ -101,7 +110,12 @@ class Driver:
                                             {"name": name})
             if not until_done:
                 break
-            cancel.wait((answer.retry_after_ms or 1000) / 1000)
+            wait = (answer.retry_after_ms or 1000) / 1000
+            if answer.next == "busy":
+                # another process holds the coordinator lock: its step takes milliseconds, so
+                # look again soon rather than after the lock's ttl/2
+                wait = min(wait, LOOK_AGAIN_S)
+            cancel.wait(wait)
         if state is None or answer.next != "done":
             state = self.engine.store.require(name)
         if state["status"] == "failed":

@@ -260,6 +260,19 @@ def in_bson_order(bracket: str, ids: list[Any]) -> list[Any]:
         return ids
 
 
+def _sample(collection: Collection[Any], pipeline: list[dict[str, Any]]) -> list[Any] | None:
+    """The sample's documents, or ``None`` when the server did not serve it in time."""
+    from pymongo.errors import ExecutionTimeout, OperationFailure
+
+    try:
+        return list(collection.aggregate(pipeline, maxTimeMS=SAMPLE_TIMEOUT_MS,
+                                         allowDiskUse=True))
+    except (ExecutionTimeout, OperationFailure) as error:
+        if isinstance(error, OperationFailure) and error.code not in (50, None):
+            raise
+        return None
+
+
 def plan_id_ranges(
     collection: Collection[dict[str, Any]],
     match: Mapping[str, Any],
@@ -267,9 +280,10 @@ def plan_id_ranges(
     *,
     hint: Any = None,
 ) -> Plan:
-    """Sample ``_id``s of the matching documents and cut them into ranges (reference §3.2)."""
-    from pymongo.errors import ExecutionTimeout, OperationFailure
+    """Sample ``_id``s of the matching documents and cut them into ranges (reference §3.2).
 
+    A sample-first draw that times out is drawn again at the sample size before the plan falls
+    back to one partition per bracket (``degraded: sample-timeout``)."""
     partitions_cfg = spec.get("partitions") or {}
     batch_size = int(spec.get("batchSize", 500))
     min_docs = int(partitions_cfg.get("minPartitionDocs") or 4 * batch_size)
@@ -315,12 +329,14 @@ def plan_id_ranges(
         total = count
         pipeline = [{"$match": dict(match)}, {"$sample": {"size": sample_n}}, projection,
                     {"$sort": {"_id": 1}}]
-    try:
-        sampled = list(collection.aggregate(pipeline, maxTimeMS=SAMPLE_TIMEOUT_MS,
-                                            allowDiskUse=True))
-    except (ExecutionTimeout, OperationFailure) as error:
-        if isinstance(error, OperationFailure) and error.code not in (50, None):
-            raise
+    sampled = _sample(collection, pipeline)
+    if sampled is None and large and requested > sample_n:
+        # A broad match counted only up to its cap draws up to 100× the sample (the count is a
+        # lower bound of the match), which a slow server may not serve within the time limit:
+        # a draw of the sample size alone still cuts fair ranges where most documents match.
+        requested = sample_n
+        sampled = _sample(collection, [{"$sample": {"size": sample_n}}, *pipeline[1:]])
+    if sampled is None:
         return Plan(
             partitions=[{"scope": _scope(b), "estimate": 0} for b in present],
             method="brackets",
