@@ -143,16 +143,19 @@ class OrderedIds:
     __slots__ = ("_bracketed", "_group_load", "_groups", "_len", "_load", "_maxes", "_shared",
                  "_token", "_unordered")
 
-    def __init__(self, *, load: int = 128, group_load: int = 32,
-                 bracketed: bool = True) -> None:
+    def __init__(self, *, load: int = 128, group_load: int = 32, bracketed: bool = True,
+                 shared: tuple[list[_Group], list[Any], int, int] | None = None) -> None:
         self._load = load  # a chunk splits past twice this many entries
         self._group_load = group_load  # a group splits past twice this many chunks
         self._bracketed = bracketed  # keys are sort keys: count those outside ORDERED
-        self._groups: list[_Group] = []
-        self._maxes: list[Any] = []  # each group's last key
-        self._len = 0
-        self._unordered = 0  # entries outside ORDERED brackets
-        self._shared = False  # the two lists above are shared with a copy or a scan
+        # ``shared``: another index's groups, maxes, length and unordered count (see copy)
+        groups, maxes, length, unordered = shared or ([], [], 0, 0)
+        self._groups: list[_Group] = groups
+        self._maxes: list[Any] = maxes  # each group's last key
+        self._len = length
+        self._unordered = unordered  # entries outside ORDERED brackets
+        # the two lists above are shared with a copy or a scan
+        self._shared = shared is not None
         self._token = object()  # the groups whose owner this is are this index's alone
 
     def __len__(self) -> int:
@@ -161,11 +164,9 @@ class OrderedIds:
     def copy(self) -> OrderedIds:
         """A copy that shares everything until either side is written."""
         self._release()
-        twin = OrderedIds(load=self._load, group_load=self._group_load,
-                          bracketed=self._bracketed)
-        twin._groups, twin._maxes = self._groups, self._maxes
-        twin._len, twin._unordered, twin._shared = self._len, self._unordered, True
-        return twin
+        return OrderedIds(load=self._load, group_load=self._group_load,
+                          bracketed=self._bracketed,
+                          shared=(self._groups, self._maxes, self._len, self._unordered))
 
     @property
     def all_ordered(self) -> bool:
