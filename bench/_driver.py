@@ -35,6 +35,7 @@ import threading
 import time
 import tracemalloc
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -885,6 +886,47 @@ def _register(spec: dict[str, Any], migrator: Any, trace: Trace | None,
     return next((r.file for r in results if r.file == name), name)
 
 
+
+@dataclass(frozen=True)
+class _Mark:
+    """Where a measured pass started: traced memory, peak RSS, wall and process CPU."""
+
+    base: int
+    rss: int
+    started: float
+    cpu: float
+
+
+def _start_measuring(trace: Trace | None, memory: bool) -> _Mark:
+    """Start a measured pass (the engine's and the loop's alike): traced memory when asked,
+    the command trace on."""
+    base = 0
+    if memory:
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+    rss = maxrss_kib()
+    if trace is not None:
+        trace.active = True
+    return _Mark(base, rss, time.perf_counter(), time.process_time())
+
+
+def _stop_measuring(mark: _Mark, trace: Trace | None, memory: bool,
+                    out: dict[str, Any]) -> None:
+    """End a pass started by :func:`_start_measuring`, its figures into ``out``."""
+    out["seconds"] = time.perf_counter() - mark.started
+    out["cpu"] = time.process_time() - mark.cpu
+    out["maxrss_delta_kib"] = maxrss_kib() - mark.rss
+    if memory:
+        current, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        out["tracemalloc_peak"] = peak - mark.base
+        out["tracemalloc_left"] = current - mark.base
+    if trace is not None:
+        trace.active = False
+        out["drive"] = trace.summary()
+
+
 def _drive(migrator: Any, name: str, lanes: int, trace: Trace | None, memory: bool,
            out: dict[str, Any]) -> None:
     """`drive(name, concurrency=lanes)`, measured: wall, process CPU, the caller's CPU, memory,
@@ -900,28 +942,12 @@ def _drive(migrator: Any, name: str, lanes: int, trace: Trace | None, memory: bo
         planned.setdefault("cpu", time.thread_time() - caller)
 
     migrator.on("background:partitioned", on_partitioned)
-    if memory:
-        tracemalloc.start()
-        base = tracemalloc.get_traced_memory()[0]
-        tracemalloc.reset_peak()
-    rss = maxrss_kib()
-    if trace is not None:
-        trace.active = True
+    mark = _start_measuring(trace, memory)
     caller = time.thread_time()  # this thread plans and coordinates; lanes are threads
-    started, cpu = time.perf_counter(), time.process_time()
+    started = mark.started
     view = engine.drive(name, concurrency=lanes)
-    out["seconds"] = time.perf_counter() - started
-    out["cpu"] = time.process_time() - cpu
     out["caller_cpu"] = time.thread_time() - caller
-    out["maxrss_delta_kib"] = maxrss_kib() - rss
-    if memory:
-        current, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-        out["tracemalloc_peak"] = peak - base
-        out["tracemalloc_left"] = current - base
-    if trace is not None:
-        trace.active = False
-        out["drive"] = trace.summary()
+    _stop_measuring(mark, trace, memory, out)
     out["status"] = view.get("status")
     out["totals"] = view.get("totals")
     out["plan"] = view.get("plan")
@@ -1090,14 +1116,7 @@ def _loop_pass(spec: dict[str, Any], trace: Trace | None, memory: bool) -> dict[
     with MongoClient(spec["uri"], **options) as client:
         client.admin.command("ping")  # connect before measuring (the engine connects in `up`)
         coll = client[spec["db"]][BG_COLLECTION]
-        if trace is not None:
-            trace.active = True
-        if memory:
-            tracemalloc.start()
-            base = tracemalloc.get_traced_memory()[0]
-            tracemalloc.reset_peak()
-        rss = maxrss_kib()
-        started, cpu = time.perf_counter(), time.process_time()
+        mark = _start_measuring(trace, memory)
         last: Any = MinKey()
         migrated = batches = 0
         while True:
@@ -1119,17 +1138,7 @@ def _loop_pass(spec: dict[str, Any], trace: Trace | None, memory: bool) -> dict[
             if len(docs) < limit:
                 break
             last = docs[-1]["_id"]
-        out["seconds"] = time.perf_counter() - started
-        out["cpu"] = time.process_time() - cpu
-        out["maxrss_delta_kib"] = maxrss_kib() - rss
-        if memory:
-            current, peak = tracemalloc.get_traced_memory()
-            tracemalloc.stop()
-            out["tracemalloc_peak"] = peak - base
-            out["tracemalloc_left"] = current - base
-        if trace is not None:
-            trace.active = False
-            out["drive"] = trace.summary()
+        _stop_measuring(mark, trace, memory, out)
         out["totals"] = {"migrated": migrated, "batches": batches}
     return out
 
