@@ -91,7 +91,7 @@ def register(installed: MigronautCelery, options: dict[str, Any]) -> None:
            installed.settings.queue)
 
 
-Body = Callable[["MigronautCelery", FleetWorker, "Task", dict[str, Any]], dict[str, Any]]
+Body = Callable[["MigronautCelery", "FleetWorker", "Task", dict[str, Any]], dict[str, Any]]
 
 
 def _entry(installed: MigronautCelery, kind: str, body: Body) -> Callable[..., dict[str, Any]]:
