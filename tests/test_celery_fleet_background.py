@@ -52,14 +52,20 @@ def fleet_with_background(project: Project, client: MongoClient[dict[str, Any]],
     return names
 
 
-def run_to_the_end(project: Project, cli: Any, *args: str) -> dict[str, Any]:
+def finish(project: Project, cli: Any, *args: str) -> tuple[dict[str, Any], Any]:
+    """``fleet enqueue up``: its ``--json`` answer, and its run record once the coordinating
+    steps ended it."""
     result = cli("fleet", "enqueue", "up", "--json", *args)
     assert result.exit_code == 0, result.stderr
     sent: dict[str, Any] = result.json
     with Fleet(cwd=project.path) as fleet:
         until(lambda: fleet.logs(sent["runId"]).outcome != "running", 120.0,
               "the fleet run to end")
-        record = fleet.logs(sent["runId"])
+        return sent, fleet.logs(sent["runId"])
+
+
+def run_to_the_end(project: Project, cli: Any, *args: str) -> dict[str, Any]:
+    sent, record = finish(project, cli, *args)
     assert (record.outcome, record.counts()[SUCCEEDED]) == ("succeeded", len(record.tenants))
     return sent
 
@@ -89,6 +95,38 @@ def test_fleet_enqueue_up_works_every_tenants_background_migration_exactly_once(
             {"background": NAME, "lease": {"$exists": True}}) == 0
     # the worker's own database was never the target of a tenant's job
     assert NAME not in {doc["_id"] for doc in db[STATES].find()}
+
+
+CONTRACT = f"""
+requires = [{NAME!r}]
+
+
+def up(ctx):
+    ctx.db.contract.update_one({{"_id": "ran"}}, {{"$inc": {{"n": 1}}}}, upsert=True)
+
+
+def down(ctx):
+    ctx.db.contract.delete_many({{}})
+"""
+
+
+def test_a_contract_waiting_for_the_background_migration_is_applied_by_the_next_run(
+        project: Project, celery_project: Any, client: MongoClient[dict[str, Any]],
+        tenant_prefix: str, cli: Any) -> None:
+    names = fleet_with_background(project, client, tenant_prefix, tenants=2)
+    project.write_migration("0002_contract.py", CONTRACT)
+    with workers(celery_project.worker(concurrency=4)):
+        _, first = finish(project, cli)
+        # each tenant's up stops at the contract, but what it registered is handed over
+        assert {(e.state, (e.error or {}).get("code")) for e in first.tenants} == {
+            ("failed", "BACKGROUND_PENDING")}
+        until(lambda: all(background_state(client, n)["status"] == "completed" for n in names),
+              180.0, "every tenant's background migration to complete")
+        _, second = finish(project, cli)
+    assert {e.state for e in second.tenants} == {SUCCEEDED}
+    for name in names:
+        assert client[name][COLLECTION].count_documents({"__v": 1, "hits": 1}) == DOCS
+        assert client[name].contract.find_one({"_id": "ran"}) == {"_id": "ran", "n": 1}
 
 
 def test_fleet_enqueue_up_no_background_starts_none(

@@ -182,7 +182,8 @@ def _tenant_task(installed: MigronautCelery, worker: FleetWorker, task: Task,
     if entry.state != STARTED:  # redelivered after it ended (its background jobs maybe not)
         return {"kind": TENANT_KIND, "runId": run_id, "tenant": tenant.name,
                 "cluster": tenant.cluster, "state": entry.state, "redelivered": True,
-                **_background(installed, worker, plan, TenantOutcome(tenant, entry.state))}
+                **_background(installed, worker, plan, TenantOutcome(
+                    tenant, entry.state, error=dict(entry.error or {}) or None))}
     from migronaut.observability.events import EventBus
 
     run = FleetRun(command=plan.command, tenants=[tenant], policy=plan.policy,
@@ -201,14 +202,17 @@ def _tenant_task(installed: MigronautCelery, worker: FleetWorker, task: Task,
 
 def _background(installed: MigronautCelery, worker: FleetWorker, plan: Plan,
                 outcome: TenantOutcome) -> dict[str, Any]:
-    """After a tenant's ``up`` succeeded (when the run asked for it): its background
-    migrations' coordinators on the background queue, as a heal of that tenant — the ones the
-    run registered, the ones left pending before, a takeover for a dead chain; a live chain
-    absorbs its own. Never raises: the tenant's outcome stands, and a failed send is logged
-    with what to run instead."""
+    """After a tenant's ``up`` ran (when the run asked for it): its background migrations'
+    coordinators on the background queue, as a heal of that tenant — the ones the run
+    registered, the ones left pending before, a takeover for a dead chain; a live chain absorbs
+    its own. A failed ``up`` counts too, as for ``migronaut up``: what it registered is
+    committed, and a contract migration that stopped on ``BACKGROUND_PENDING`` waits for
+    exactly these. Not for a tenant that was skipped or whose cluster did not answer. Never
+    raises: the tenant's outcome stands, and a failed send is logged with what to run
+    instead."""
     from migronaut.executors.celery.background_producer import enqueue_background
 
-    if not (plan.background and plan.command == "up" and outcome.ok):
+    if not (plan.background and plan.command == "up" and _reached(outcome)):
         return {}
     tenant = outcome.tenant
     try:
@@ -223,6 +227,15 @@ def _background(installed: MigronautCelery, worker: FleetWorker, plan: Plan,
                      tenant.name, clean.code, clean.message)
         return {"backgroundError": clean.to_dict()}
     return {"background": sent}
+
+
+def _reached(outcome: TenantOutcome) -> bool:
+    """Whether the tenant's ``up`` ran against its database (succeeded, up to date, or failed
+    there — not skipped, not refused by an unreachable cluster)."""
+    if outcome.ok:
+        return True
+    return outcome.state == FAILED and (outcome.error or {}).get("code") \
+        != ConnectionFailedError.code
 
 
 def _step_task(installed: MigronautCelery, worker: FleetWorker, task: Task,
