@@ -15,7 +15,9 @@ rest skipped and ends the record.
 Each tenant task drives the tenant's ordinary migrator on its cluster's shared client — its own
 lock and changelog, exactly as ``migronaut --db TENANT up`` — so a redelivered task is harmless:
 an outcome already recorded is returned as it is, and a tenant that died mid-way is serialised by
-its lock and skips what it applied.
+its lock and skips what it applied. Once a tenant's ``up`` has run (a run planned with
+``background``), the task enqueues that tenant's pending background migrations as tenant jobs of
+the background queue, which the workers run against the tenant's database.
 """
 
 from __future__ import annotations
