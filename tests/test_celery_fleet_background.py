@@ -188,3 +188,41 @@ def test_a_plan_says_whether_tenants_enqueue_their_background_work() -> None:
     with pytest.raises(StateInvalidError) as error:
         read_plan({"_id": "r1", "queue": {**document["queue"], "background": "yes"}})
     assert "queue.background" in error.value.message
+
+
+def test_a_worker_keeps_a_bounded_set_of_tenant_engines_and_closes_them(
+        project: Project, tenant_prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from helpers.fleet import fleet_project
+    from migronaut.executors.celery import context
+    from migronaut.fleet.api import Fleet as FleetApi
+
+    a, b, c = fleet_project(project, tenant_prefix, tenants=3)
+    closed: list[str] = []
+    built: list[str] = []
+    real = FleetApi.migrator
+
+    def spying(self: FleetApi, tenant: Tenant) -> Any:
+        migrator = real(self, tenant)
+        close = migrator.close
+        built.append(tenant.name)
+        monkeypatch.setattr(migrator, "close", lambda: (closed.append(tenant.name), close()))
+        return migrator
+
+    monkeypatch.setattr(FleetApi, "migrator", spying)
+    monkeypatch.setattr(context, "TENANT_ENGINES", 1)
+    worker = context.FleetWorker(context.ConfigSource(cwd=str(project.path)))
+    with worker.engine("default", a) as first:
+        with worker.engine("default", b):
+            pass
+        assert closed == [b]  # past the bound: the idle one goes, never the one in use
+    with worker.engine("default", a) as again:
+        assert again is first and built == [a, b]  # kept for the next job
+    with worker.engine("default", c):
+        pass
+    assert closed == [b, a]  # the least recently used idle one
+    with pytest.raises(QueueJobInvalidError) as error, \
+            worker.engine("default", f"{tenant_prefix}zz"):
+        pass
+    assert "not a tenant of the fleet" in error.value.message
+    worker.close()
+    assert closed == [b, a, c]
