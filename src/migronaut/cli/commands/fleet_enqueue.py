@@ -29,15 +29,20 @@ if TYPE_CHECKING:
          "run record is written, and a coordinating task sends one task per tenant — the "
          "canary tenants first, the rest only if every canary succeeded, at most --concurrency "
          "at a time, no new tenant once more than --max-failures failed. Returns at once with "
-         "the run id; follow it with `fleet logs RUN` and `fleet status`.")
+         "the run id; follow it with `fleet logs RUN` and `fleet status`. After a tenant's "
+         "up succeeds, the worker enqueues that tenant's pending background migrations on the "
+         "background queue (--no-background: leave them for `background work --db TENANT`).")
 @click.argument("action", metavar="up|down|converge")
 @click.option("--steps", metavar="N", help="down: how many migrations to revert in each tenant.")
 @_policy_options
+@click.option("--background/--no-background", default=True,
+              help="up: once a tenant's up succeeds, enqueue its pending background migrations "
+              "as that tenant's jobs on the background queue (default: yes).")
 @click.option("--reason", metavar="TEXT", help="Why; recorded in each tenant's history.")
 def enqueue(session: Session, action: str, steps: str | None, tenants: str | None,
             concurrency: str | None, per_cluster: str | None, canary: str | None,
             max_failures: str | None, order: str | None, on_lock: str | None,
-            reason: str | None) -> int:
+            background: bool, reason: str | None) -> int:
     from migronaut.executors.celery.fleet_tasks import COMMANDS
 
     if action not in COMMANDS:
@@ -64,7 +69,8 @@ def enqueue(session: Session, action: str, steps: str | None, tenants: str | Non
             _, installed = create_app(config=options.config_flags(), config_path=options.config)
             sent = enqueue_fleet(installed, fleet, action,
                                  steps=1 if action == "down" and count is None else count,
-                                 requested_by=executed_by(), reason=reason, **policy)
+                                 requested_by=executed_by(), reason=reason,
+                                 background=background, **policy)
         finally:
             session.out.spinner.stop()
     if options.json:
@@ -83,5 +89,8 @@ def render_enqueued(sent: FleetEnqueued, out: Output) -> None:
              + (f", {canary} canary tenant(s) first" if canary else "")
              + (f", no new tenant once more than {sent.policy.max_failures} failed"
                 if sent.policy.max_failures is not None else ""))
+    if sent.background:
+        out.info("  each tenant's pending background migrations are enqueued once its up "
+                 "succeeds")
     out.info(f"  run {sent.run_id} — follow it with: migronaut fleet logs "
              f"{sanitize_terminal(sent.run_id[:12])}")

@@ -18,6 +18,10 @@ A heal skips a migration whose chain's heartbeat is live, and takes over one who
 expired even while the ledger still calls the dead chain's task live. An entry the ledger cannot
 read (garbage another client wrote) is unknown, never an error: the send goes out and MongoDB's
 rounds and leases sort out a duplicate.
+
+Tenants. A fleet tenant's jobs carry its ``tenant`` and ``cluster`` and their ids are scoped by
+them (``<queue>:<cluster>:<tenant>:bg-…``): two tenants' migrations of one name never share a
+chain, a lane slot or a ledger entry, and a worker runs the job against that tenant's database.
 """
 
 from __future__ import annotations
@@ -29,13 +33,14 @@ from migronaut.background.state_fields import stored_round, understood
 from migronaut.errors import NotAppliedError
 from migronaut.executors.celery.installation import has_result_backend
 from migronaut.executors.celery.payloads import VERSION, fragment
+from migronaut.fleet.tenants import Tenant
 
 if TYPE_CHECKING:
     from migronaut.background.engine import BackgroundEngine
     from migronaut.executors.celery.installation import MigronautCelery
 
 __all__ = ["coordinator_id", "enqueue_background", "lane_id", "send_once", "send_queued",
-           "take_over_dead_chains", "takeover_id"]
+           "take_over_dead_chains", "takeover_id", "tenant_fields", "tenant_of"]
 
 #: Result-backend states of a task that is queued, running or waiting for its countdown.
 LIVE_STATES = frozenset({"QUEUED", "RECEIVED", "STARTED", "RETRY"})
@@ -47,25 +52,41 @@ _UNREADABLE: tuple[type[BaseException], ...] = (ValueError, TypeError, KeyError,
 logger = logging.getLogger("migronaut")
 
 
-def coordinator_id(queue: str, migration: str) -> str:
+def tenant_of(payload: dict[str, Any]) -> Tenant | None:
+    """The fleet tenant a checked coordinator or lane payload names; ``None``: the worker's own
+    database."""
+    if "tenant" not in payload:
+        return None
+    return Tenant(str(payload["tenant"]), str(payload["cluster"]))
+
+
+def _scope(queue: str, tenant: Tenant | None) -> str:
+    """What a job id starts with: the queue, then the tenant's cluster and name for a tenant's
+    job (fragments never hold ``:``, so no tenant's id can equal another's or a plain one)."""
+    if tenant is None:
+        return queue
+    return f"{queue}:{fragment(tenant.cluster)}:{fragment(tenant.name)}"
+
+
+def coordinator_id(queue: str, migration: str, tenant: Tenant | None = None) -> str:
     """The id of a migration's coordinator chain on the background ``queue`` (a heal is
     absorbed by a live one). Ids are namespaced by queue (queue names never hold ``:``): two
     deployments sharing a result backend under queues of their own never absorb each other's
-    sends."""
-    return f"{queue}:bg-{fragment(migration)}"
+    sends — and by ``tenant``, for a fleet tenant's migration."""
+    return f"{_scope(queue, tenant)}:bg-{fragment(migration)}"
 
 
-def takeover_id(queue: str, migration: str, round: int) -> str:
+def takeover_id(queue: str, migration: str, round: int, tenant: Tenant | None = None) -> str:
     """The id of the takeover of a stalled chain of ``round`` (one takeover per round)."""
-    return f"{queue}:bg-{fragment(migration)}-t{round}"
+    return f"{_scope(queue, tenant)}:bg-{fragment(migration)}-t{round}"
 
 
 def lane_id(queue: str, migration: str, registration: str, generation: int, round: int,
-            lane: int) -> str:
+            lane: int, tenant: Tenant | None = None) -> str:
     """The id of lane slot ``lane`` of a generation in a round: a redelivered coordinator
     fans out the same ids, so it never doubles the lanes."""
-    return (f"{queue}:bgl-{fragment(migration)}-{fragment(registration)}-g{generation}"
-            f"-r{round}-l{lane}")
+    return (f"{_scope(queue, tenant)}:bgl-{fragment(migration)}-{fragment(registration)}"
+            f"-g{generation}-r{round}-l{lane}")
 
 
 def _has_ledger(installed: MigronautCelery) -> bool:
@@ -126,10 +147,16 @@ def send_queued(
         raise
 
 
+def tenant_fields(tenant: Tenant | None) -> dict[str, str]:
+    """The payload fields naming ``tenant`` (none for the worker's own database)."""
+    return {} if tenant is None else {"tenant": tenant.name, "cluster": tenant.cluster}
+
+
 def _coordinator_payload(migration: str, *, takeover: bool = False,
-                         requested_by: str | None = None,
-                         reason: str | None = None) -> dict[str, Any]:
-    payload: dict[str, Any] = {"v": VERSION, "kind": "background", "migration": migration}
+                         requested_by: str | None = None, reason: str | None = None,
+                         tenant: Tenant | None = None) -> dict[str, Any]:
+    payload: dict[str, Any] = {"v": VERSION, "kind": "background", "migration": migration,
+                               **tenant_fields(tenant)}
     if takeover:
         payload["takeover"] = True
     if requested_by:
@@ -147,6 +174,7 @@ def enqueue_background(
     requested_by: str | None = None,
     reason: str | None = None,
     engine: BackgroundEngine | None = None,
+    tenant: Tenant | None = None,
 ) -> list[dict[str, Any]]:
     """Enqueue coordinators: for ``migration``, or (a heal) for every runnable one.
 
@@ -156,11 +184,14 @@ def enqueue_background(
     is sent, which starts a new round — the dead chain, if its message ever comes back, is
     superseded at its next step. So is a ``running`` migration with no heartbeat, no live lease
     and no sign of life for ``stall_ms`` (default the settings'). ``engine`` is the background
-    engine to read states through (default this thread's worker engine). A named migration
-    that is not registered is ``NOT_APPLIED``.
+    engine to read states through (default this thread's worker engine); with ``tenant`` (a
+    fleet tenant, ``engine`` its database's) the coordinators are that tenant's jobs. A named
+    migration that is not registered is ``NOT_APPLIED``.
 
     Returns ``[{migration, id, takeover?}]``, one entry per coordinator task sent.
     """
+    if tenant is not None and engine is None:
+        raise TypeError("a tenant's coordinators are enqueued through the tenant's engine")
     engine = engine if engine is not None else installed.context.engine()
     quiet_ms = installed.settings.stall_ms if stall_ms is None else stall_ms
     if migration is not None:
@@ -176,7 +207,7 @@ def enqueue_background(
         names = [str(row["migration"]) for row in engine.runnable()]
         stalled = set(engine.stalled(quiet_ms))
     return _send_coordinators(installed, engine, names, engine.chains(names), stalled,
-                              quiet_ms, requested_by=requested_by, reason=reason)
+                              quiet_ms, requested_by=requested_by, reason=reason, tenant=tenant)
 
 
 def take_over_dead_chains(installed: MigronautCelery,
@@ -195,7 +226,7 @@ def take_over_dead_chains(installed: MigronautCelery,
 def _send_coordinators(
     installed: MigronautCelery, engine: BackgroundEngine, names: list[str],
     chains: dict[str, bool], stalled: set[str], quiet_ms: int, *,
-    requested_by: str | None = None, reason: str | None = None,
+    requested_by: str | None = None, reason: str | None = None, tenant: Tenant | None = None,
 ) -> list[dict[str, Any]]:
     """For each of ``names``: nothing while its chain is live (``chains``: MongoDB's
     heartbeats), its coordinator unless the ledger calls that live, else a takeover when the
@@ -205,18 +236,19 @@ def _send_coordinators(
     for name in names:
         if chains.get(name):  # a live chain serves it: MongoDB says so
             continue
-        chain = coordinator_id(queue, name)
+        chain = coordinator_id(queue, name, tenant)
         if not is_live(installed, chain):  # not in the ledger, finished, or unreadable
-            payload = _coordinator_payload(name, requested_by=requested_by, reason=reason)
+            payload = _coordinator_payload(name, requested_by=requested_by, reason=reason,
+                                           tenant=tenant)
             send_queued(installed, "background", payload, chain)
-            sent.append({"migration": name, "id": chain})
+            sent.append({"migration": name, "id": chain, **tenant_fields(tenant)})
             continue
         if name not in chains and name not in stalled:
             continue  # queued, not started yet: nothing says it is dead
         state = engine.state(name) or {}
-        takeover = takeover_id(queue, name, stored_round(state))
+        takeover = takeover_id(queue, name, stored_round(state), tenant)
         payload = _coordinator_payload(name, takeover=True, requested_by=requested_by,
-                                       reason=reason)
+                                       reason=reason, tenant=tenant)
         if send_once(installed, "background", payload, takeover):
             if name in chains:
                 engine.logger.warning(
@@ -226,5 +258,6 @@ def _send_coordinators(
                 engine.logger.warning(
                     "⚠ %s looks stalled (no lease, no progress for %d ms) — a takeover "
                     "coordinator is queued", name, quiet_ms)
-            sent.append({"migration": name, "id": takeover, "takeover": True})
+            sent.append({"migration": name, "id": takeover, "takeover": True,
+                         **tenant_fields(tenant)})
     return sent

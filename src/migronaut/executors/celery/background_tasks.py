@@ -21,6 +21,12 @@ background §6.4, mapped onto Celery without chords: a coordinator re-checks Mon
 ``migronaut.background-verify``
     the drift poll, then a heal; on beat every ``verify_interval_ms`` (unless ``None``).
 
+A coordinator or lane job that names a fleet tenant (``tenant``/``cluster``) works that tenant's
+database through the process's tenant engine
+(:meth:`~migronaut.executors.celery.context.FleetWorker.engine`), and everything it sends —
+its lanes, its continuation, the heal after it completes — names the same tenant. The verify
+tick, the start-up heal and the chain watch look at the worker's own database only.
+
 A task continues itself by sending itself again (same id, new payload, marked ``QUEUED`` in the
 result backend first) and writes its result only when it ends, so the result backend's state of
 a chain or lane slot says whether it is live (see
@@ -33,6 +39,7 @@ TTL. Every error that leaves a task goes through :func:`~.failures.outbound_erro
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +49,8 @@ from migronaut.executors.celery.background_producer import (
     lane_id,
     send_once,
     send_queued,
+    tenant_fields,
+    tenant_of,
 )
 from migronaut.executors.celery.failures import outbound_error
 from migronaut.executors.celery.payloads import VERSION, validate
@@ -53,6 +62,7 @@ if TYPE_CHECKING:
     from migronaut.background.engine import BackgroundEngine
     from migronaut.background.lanes import SliceResult
     from migronaut.executors.celery.installation import MigronautCelery
+    from migronaut.fleet.tenants import Tenant
 
 __all__ = ["VERIFY_SCHEDULE", "lane_backoff_s", "register"]
 
@@ -114,11 +124,12 @@ def _run(task: Task, installed: MigronautCelery, kind: str, decide: Any,
     return decided
 
 
-def heal(installed: MigronautCelery,
-         engine: BackgroundEngine | None = None) -> list[dict[str, Any]]:
-    """A heal that never raises (worker start, after a coordinator completes): what was sent."""
+def heal(installed: MigronautCelery, engine: BackgroundEngine | None = None,
+         tenant: Tenant | None = None) -> list[dict[str, Any]]:
+    """A heal that never raises (worker start, after a coordinator completes): what was sent
+    (for ``tenant``, through its ``engine``: that tenant's migrations)."""
     try:
-        return enqueue_background(installed, engine=engine)
+        return enqueue_background(installed, engine=engine, tenant=tenant)
     except Exception as error:
         logger.warning("⚠ background heal failed (%s) — the next heal retries",
                        outbound_error(error).message)
@@ -139,14 +150,23 @@ class _MigrationStep:
         if context.shutdown.cancelled:
             return Again(data)
         name = data["migration"]
-        engine = context.engine()
-        try:
-            outcome = self.step(engine, name, data, task_id)
-        except Exception as error:
-            if context.shutdown.cancelled:
-                return Again(data)
-            return self.failed(name, data, error)
-        return self.after(engine, name, data, outcome, task_id)
+        with self.engine(data) as engine:
+            try:
+                outcome = self.step(engine, name, data, task_id)
+            except Exception as error:
+                if context.shutdown.cancelled:
+                    return Again(data)
+                return self.failed(name, data, error)
+            return self.after(engine, name, data, outcome, task_id)
+
+    def engine(self, data: dict[str, Any]) -> AbstractContextManager[BackgroundEngine]:
+        """The engine the job works: its tenant's (``QUEUE_JOB_INVALID`` for a database the
+        fleet does not list) or, without a tenant, the worker's own."""
+        tenant = tenant_of(data)
+        context = self.installed.context
+        if tenant is None:
+            return nullcontext(context.engine())
+        return context.fleet().engine(tenant.cluster, tenant.name)
 
     def coordinate(self, engine: BackgroundEngine, name: str, data: dict[str, Any],
                    task_id: str) -> Answer:
@@ -190,8 +210,9 @@ class Coordinator(_MigrationStep):
         """Renew the chain's heartbeat until its next run is due, plus ``chain_ttl_ms``."""
         ttl_ms = int(max(0.0, decided.countdown) * 1000) + self.settings.chain_ttl_ms
         try:
-            self.installed.context.engine().renew_chain(
-                name, round=int(decided.payload["round"]), ref=task_id, ttl_ms=ttl_ms)
+            with self.engine(decided.payload) as engine:
+                engine.renew_chain(name, round=int(decided.payload["round"]), ref=task_id,
+                                   ttl_ms=ttl_ms)
         except Exception as error:  # the next run renews; a heal meanwhile costs a new round
             logger.warning("⚠ %s: the coordinator chain could not renew its heartbeat (%s)",
                            name, outbound_error(error).message)
@@ -222,7 +243,7 @@ class Coordinator(_MigrationStep):
         if answer.next == "done":
             logger.info("✔ %s: %s", name, answer.status)
             if answer.status == "completed":
-                heal(self.installed, engine)
+                heal(self.installed, engine, tenant_of(data))
             chain_round = data.get("round")  # the chain's, also when the step ended early
             return {"kind": "background", "migration": name, "status": answer.status,
                     **({"round": chain_round} if chain_round is not None else {})}
@@ -265,13 +286,14 @@ class Coordinator(_MigrationStep):
         leased = int((answer.counts or {}).get("leased") or 0)
         registration, generation = str(answer.registration), int(answer.generation or 0)
         round_ = int(data.get("round") or 1)
+        tenant = tenant_of(data)
         sent = 0
         for lane in range(min(64, leased + answer.lanes)):
             payload = {"v": VERSION, "kind": "background-lane", "migration": name,
                        "registration": registration, "generation": generation,
-                       "round": round_, "lane": lane}
+                       "round": round_, "lane": lane, **tenant_fields(tenant)}
             task_id = lane_id(self.settings.background_queue_name, name, registration,
-                              generation, round_, lane)
+                              generation, round_, lane, tenant)
             if send_once(self.installed, "background-lane", payload, task_id):
                 sent += 1
         return sent
@@ -320,7 +342,7 @@ class Lane(_MigrationStep):
                          outbound_error(error).message)
             return
         if answer.next == "done" and answer.status == "completed":
-            heal(self.installed, engine)
+            heal(self.installed, engine, tenant_of(data))
 
     def failed(self, name: str, data: dict[str, Any], error: Exception) -> Any:
         clean = outbound_error(error)

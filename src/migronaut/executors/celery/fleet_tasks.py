@@ -15,15 +15,15 @@ rest skipped and ends the record.
 Each tenant task drives the tenant's ordinary migrator on its cluster's shared client — its own
 lock and changelog, exactly as ``migronaut --db TENANT up`` — so a redelivered task is harmless:
 an outcome already recorded is returned as it is, and a tenant that died mid-way is serialised by
-its lock and skips what it applied.
+its lock and skips what it applied. Once a tenant's ``up`` has run (a run planned with
+``background``), the task enqueues that tenant's pending background migrations as tenant jobs of
+the background queue, which the workers run against the tenant's database.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
-import threading
 import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from celery.app.task import Task
     from pymongo.collection import Collection
 
-    from migronaut.executors.celery.context import ConfigSource
+    from migronaut.executors.celery.context import FleetWorker
     from migronaut.executors.celery.installation import MigronautCelery
     from migronaut.fleet.api import Fleet
 
@@ -75,94 +75,33 @@ STEP_ATTEMPTS = 50
 
 
 # -- the worker side ----------------------------------------------------------------------------
-class FleetWorker:
-    """The fleet in one worker process: one :class:`~migronaut.fleet.api.Fleet` (one client per
-    cluster, shared by every tenant task of the process), built on first use and never across a
-    fork."""
-
-    def __init__(self, source: ConfigSource) -> None:
-        self.source = source
-        self._lock = threading.Lock()
-        self._fleet: Fleet | None = None
-        self._pid = os.getpid()
-        self._known: dict[tuple[str, str], Tenant] = {}
-
-    def fleet(self) -> Fleet:
-        from migronaut.fleet.api import Fleet
-
-        with self._lock:
-            if self._pid != os.getpid():
-                self._pid, self._fleet, self._known = os.getpid(), None, {}
-            if self._fleet is None:
-                config = self.source.config
-                self._fleet = Fleet(dict(config) if config is not None else None,
-                                    config_path=self.source.config_path, cwd=self.source.cwd)
-            return self._fleet
-
-    def tenant(self, cluster: str, name: str) -> Tenant:
-        """The fleet's tenant ``name`` on ``cluster``; one the fleet does not list (resolved
-        again once, in case it was added since) is ``QUEUE_JOB_INVALID`` — a task never
-        touches a database outside the fleet."""
-        key = (cluster, name)
-        found = self._known.get(key)
-        if found is None:
-            fleet = self.fleet()
-            for tenant in _resolve_fresh(fleet):
-                self._known[(tenant.cluster, tenant.name)] = tenant
-            found = self._known.get(key)
-        if found is None:
-            raise QueueJobInvalidError(
-                f"Invalid queue job: {name!r} is not a tenant of the fleet on cluster "
-                f"{cluster!r}", {"kind": TENANT_KIND, "field": "tenant", "tenant": name,
-                                 "cluster": cluster})
-        return found
-
-    def close(self) -> None:
-        with self._lock:
-            fleet, self._fleet = self._fleet, None
-        if fleet is not None:
-            fleet.close()
-
-
-def _resolve_fresh(fleet: Fleet) -> list[Tenant]:
-    from migronaut.fleet.tenants import resolve_tenants
-
-    return resolve_tenants(fleet.fleet_config, fleet.clients, None, unreachable={})
-
-
 def register(installed: MigronautCelery, options: dict[str, Any]) -> None:
     """Register ``fleet-tenant`` and ``fleet-step`` on the migration queue (only when the
-    config has a ``[fleet]``: without one there is nothing to fan out)."""
-    from celery import signals
-
+    config has a ``[fleet]``: without one there is nothing to fan out). The tasks share the
+    process's :class:`~migronaut.executors.celery.context.FleetWorker` with the tenants'
+    background jobs; the worker context closes it at process shutdown."""
     from migronaut.executors.celery.migration_tasks import _route
 
     if installed.context.source.read().fleet is None:
         return
-    worker = FleetWorker(installed.context.source)
     app = installed.app
     for kind, body in ((TENANT_KIND, _tenant_task), (STEP_KIND, _step_task)):
         installed.tasks[kind] = app.task(
             name=installed.task_name(kind), bind=True, max_retries=None, shared=False,
-            **options)(_entry(installed, worker, kind, body))
+            **options)(_entry(installed, kind, body))
     _route(app, [installed.task_name(k) for k in (TENANT_KIND, STEP_KIND)],
            installed.settings.queue)
 
-    def process_shutdown(**_: Any) -> None:
-        worker.close()
 
-    signals.worker_process_shutdown.connect(process_shutdown, weak=False)
+Body = Callable[["MigronautCelery", "FleetWorker", "Task", dict[str, Any]], dict[str, Any]]
 
 
-Body = Callable[["MigronautCelery", FleetWorker, "Task", dict[str, Any]], dict[str, Any]]
-
-
-def _entry(installed: MigronautCelery, worker: FleetWorker, kind: str,
-           body: Body) -> Callable[..., dict[str, Any]]:
+def _entry(installed: MigronautCelery, kind: str, body: Body) -> Callable[..., dict[str, Any]]:
     def task(self: Task, data: Any = None) -> dict[str, Any]:
         outcome: BaseException | None = None
         try:
             payload = _checked(kind, data)
+            worker = installed.context.fleet()
             return outbound_value(body(installed, worker, self, payload))  # type: ignore[no-any-return]
         except Exception as error:
             outcome = _settle(self, kind, error)
@@ -242,9 +181,11 @@ def _tenant_task(installed: MigronautCelery, worker: FleetWorker, task: Task,
             f"Invalid queue job: fleet run {run_id} never sent tenant {tenant.name!r} of "
             f"cluster {tenant.cluster!r}", {"kind": TENANT_KIND, "field": "tenant",
                                             "tenant": tenant.name, "runId": run_id})
-    if entry.state != STARTED:  # redelivered after it ended
+    if entry.state != STARTED:  # redelivered after it ended (its background jobs maybe not)
         return {"kind": TENANT_KIND, "runId": run_id, "tenant": tenant.name,
-                "cluster": tenant.cluster, "state": entry.state, "redelivered": True}
+                "cluster": tenant.cluster, "state": entry.state, "redelivered": True,
+                **_background(installed, worker, plan, TenantOutcome(
+                    tenant, entry.state, error=dict(entry.error or {}) or None))}
     from migronaut.observability.events import EventBus
 
     run = FleetRun(command=plan.command, tenants=[tenant], policy=plan.policy,
@@ -256,8 +197,47 @@ def _tenant_task(installed: MigronautCelery, worker: FleetWorker, task: Task,
     _write(lambda: collection.update_one(
         {"_id": run_id, f"tenants.{tenant.name}.state": STARTED},
         {"$set": {f"tenants.{tenant.name}": outcome.entry().to_document()}}))
+    queued = _background(installed, worker, plan, outcome)
     send_step(installed, run_id)
-    return {"kind": TENANT_KIND, "runId": run_id, **outcome.to_json()}
+    return {"kind": TENANT_KIND, "runId": run_id, **outcome.to_json(), **queued}
+
+
+def _background(installed: MigronautCelery, worker: FleetWorker, plan: Plan,
+                outcome: TenantOutcome) -> dict[str, Any]:
+    """After a tenant's ``up`` ran (when the run asked for it): its background migrations'
+    coordinators on the background queue, as a heal of that tenant — the ones the run
+    registered, the ones left pending before, a takeover for a dead chain; a live chain absorbs
+    its own. A failed ``up`` counts too, as for ``migronaut up``: what it registered is
+    committed, and a contract migration that stopped on ``BACKGROUND_PENDING`` waits for
+    exactly these. Not for a tenant that was skipped or whose cluster did not answer. Never
+    raises: the tenant's outcome stands, and a failed send is logged with what to run
+    instead."""
+    from migronaut.executors.celery.background_producer import enqueue_background
+
+    if not (plan.background and plan.command == "up" and _reached(outcome)):
+        return {}
+    tenant = outcome.tenant
+    try:
+        with worker.engine(tenant.cluster, tenant.name) as engine:
+            sent = enqueue_background(installed, engine=engine, tenant=tenant,
+                                      requested_by=plan.actor.get("requestedBy"),
+                                      reason=plan.actor.get("reason"))
+    except Exception as error:
+        clean = outbound_error(error)
+        _log.warning("⚠ tenant %s: its background migrations were not enqueued (%s: %s) — "
+                     "run `migronaut fleet enqueue up` again to hand them over",
+                     tenant.name, clean.code, clean.message)
+        return {"backgroundError": clean.to_dict()}
+    return {"background": sent}
+
+
+def _reached(outcome: TenantOutcome) -> bool:
+    """Whether the tenant's ``up`` ran against its database (succeeded, up to date, or failed
+    there — not skipped, not refused by an unreachable cluster)."""
+    if outcome.ok:
+        return True
+    return outcome.state == FAILED and (outcome.error or {}).get("code") \
+        != ConnectionFailedError.code
 
 
 def _step_task(installed: MigronautCelery, worker: FleetWorker, task: Task,
@@ -271,13 +251,16 @@ class Plan:
     the policy, and the step counter every step's update is conditional on."""
 
     def __init__(self, command: str, tenants: list[Tenant], policy: FleetPolicy,
-                 steps: int | None, seq: int, actor: Mapping[str, str]) -> None:
+                 steps: int | None, seq: int, actor: Mapping[str, str], *,
+                 background: bool = False) -> None:
         self.command = command
         self.tenants = tenants
         self.policy = policy
         self.steps = steps
         self.seq = seq
         self.actor = dict(actor)
+        #: whether a tenant's successful ``up`` enqueues its background migrations
+        self.background = background
 
     def to_document(self) -> dict[str, Any]:
         policy = self.policy
@@ -286,7 +269,8 @@ class Plan:
                 "concurrency": policy.concurrency,
                 "perClusterConcurrency": policy.per_cluster_concurrency,
                 "canary": policy.canary, "maxFailures": policy.max_failures,
-                "onLock": policy.on_lock, "lockWaitMs": policy.lock_wait_ms, **self.actor}
+                "onLock": policy.on_lock, "lockWaitMs": policy.lock_wait_ms,
+                "background": self.background, **self.actor}
 
 
 def read_plan(document: Mapping[str, Any]) -> Plan:
@@ -330,9 +314,13 @@ def read_plan(document: Mapping[str, Any]) -> Plan:
         per_cluster_concurrency=integer("perClusterConcurrency", optional=True, low=1),
         canary=integer("canary"), max_failures=integer("maxFailures", optional=True),
         on_lock=on_lock, lock_wait_ms=integer("lockWaitMs", low=1))
+    background = plan.get("background", False)  # a plan written before the option: none
+    if not isinstance(background, bool):
+        raise invalid("background", f"is {background!r}, not true or false")
     actor = {key: plan[key] for key in ("requestedBy", "reason") if isinstance(plan.get(key), str)}
     return Plan(command, [Tenant(name, cluster) for cluster, name in raw], policy,
-                integer("steps", optional=True, low=1), integer("seq"), actor)
+                integer("steps", optional=True, low=1), integer("seq"), actor,
+                background=background)
 
 
 def _entries(document: Mapping[str, Any]) -> dict[str, TenantEntry]:
@@ -466,24 +454,31 @@ class FleetEnqueued:
     """What ``fleet enqueue`` did: the run (its record id), its tenants and policy."""
 
     def __init__(self, run_id: str, command: str, tenants: list[Tenant], policy: FleetPolicy,
-                 step_id: str) -> None:
+                 step_id: str, *, background: bool = False) -> None:
         self.run_id = run_id
         self.command = command
         self.tenants = tenants
         self.policy = policy
         self.step_id = step_id
+        self.background = background
 
     def to_json(self) -> dict[str, Any]:
         return {"runId": self.run_id, "command": self.command, "total": len(self.tenants),
                 "canary": [t.name for t in self.tenants[:self.policy.canary]],
-                "policy": self.policy.to_json(), "stepTask": self.step_id}
+                "policy": self.policy.to_json(), "stepTask": self.step_id,
+                "background": self.background}
 
 
 def enqueue_fleet(target: MigronautCelery | Celery, fleet: Fleet, command: str = "up", *,
                   steps: int | None = None, requested_by: str | None = None,
-                  reason: str | None = None, **policy: Any) -> FleetEnqueued:
+                  reason: str | None = None, background: bool = True,
+                  **policy: Any) -> FleetEnqueued:
     """Plan a fleet run of ``command`` (tenants resolved and ordered now, the policy the
     config's with ``policy`` overrides), write its record, and send its first step.
+
+    With ``background`` (``up`` only), each tenant whose ``up`` succeeds has its pending
+    background migrations enqueued on the background queue by the worker that ran it, as
+    tenant jobs the workers run against that tenant's database.
 
     ``target`` is the Celery app migronaut is installed on (or what ``install`` returned); no
     result backend is needed — the steps and tenant tasks meet in the run record. A fleet with
@@ -504,6 +499,9 @@ def enqueue_fleet(target: MigronautCelery | Celery, fleet: Fleet, command: str =
         raise ConfigInvalidError(f"steps must be a positive integer (got {steps!r})",
                                  {"option": "steps"})
     validate_actor(requested_by, reason)
+    if not isinstance(background, bool):
+        raise ConfigInvalidError(f"background must be true or false (got {background!r})",
+                                 {"option": "background"})
     if installed.tasks.get(STEP_KIND) is None:
         raise ConfigInvalidError("the fleet tasks are not installed on this Celery app (the "
                                  "config has no [fleet] table)", {"option": "fleet"})
@@ -514,7 +512,9 @@ def enqueue_fleet(target: MigronautCelery | Celery, fleet: Fleet, command: str =
     sizes = fleet._sizes(tenants) if checked.order == "size" else None
     ordered = order_tenants(tenants, checked.order, sizes=sizes, seed=checked.seed)
     actor = {k: v for k, v in (("requestedBy", requested_by), ("reason", reason)) if v}
-    plan = Plan(command, ordered, checked, steps if command == "down" else None, 0, actor)
+    background = background and command == "up"
+    plan = Plan(command, ordered, checked, steps if command == "down" else None, 0, actor,
+                background=background)
     run_id = uuid.uuid4().hex
     store = fleet.run_store()
     store.start(run_id, command, {**checked.to_json(), "queue": installed.settings.queue,
@@ -525,4 +525,4 @@ def enqueue_fleet(target: MigronautCelery | Celery, fleet: Fleet, command: str =
         {"_id": run_id}, {"$set": {"host": f"celery:{installed.settings.queue}", "pid": 0,
                                    PLAN_FIELD: plan.to_document()}}))
     step_id = send_step(installed, run_id)
-    return FleetEnqueued(run_id, command, ordered, checked, step_id)
+    return FleetEnqueued(run_id, command, ordered, checked, step_id, background=background)

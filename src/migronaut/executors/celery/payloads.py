@@ -83,11 +83,16 @@ CHECKSUM: Check = _sha256
 TENANT: Check = _tenant
 CLUSTER: Check = _text(64)
 FLEET_COMMAND: Check = _fleet_command
+#: Fields that come together or not at all (a tenant is a database on a cluster).
+PAIRED = (("tenant", "cluster"),)
 
 #: kind -> {field: (check, required)}. The migration queue's kinds: ``up`` (one file, ordered,
 #: with its batch and planned checksum — or a bulk ``up`` to ``to``), ``down`` (one file or the
 #: last batch), ``converge`` (never ``prune``: pruning comes only from the worker's definitions)
-#: and the periodic ``sync``; then the background queue's.
+#: and the periodic ``sync``; then the background queue's, whose coordinator and lane jobs may
+#: name a fleet tenant (``tenant`` with its ``cluster``, both or neither): the job then works that
+#: tenant's database, and without them — every payload written before they existed too — the
+#: worker's own.
 FIELDS: dict[str, dict[str, tuple[Check, bool]]] = {
     "up": {
         "migration": (MIGRATION, False), "to": (MIGRATION, False), "batch": (BATCH, False),
@@ -107,11 +112,13 @@ FIELDS: dict[str, dict[str, tuple[Check, bool]]] = {
         "migration": (MIGRATION, True), "round": (ROUND, False), "spawn": (COUNT, False),
         "takeover": (TRUE, False), "requestedBy": (REQUESTED_BY, False),
         "reason": (REASON, False), "attempt": (COUNT, False),
+        "tenant": (TENANT, False), "cluster": (CLUSTER, False),
     },
     "background-lane": {
         "migration": (MIGRATION, True), "registration": (TOKEN, True),
         "generation": (COUNT, True), "round": (ROUND, False), "spawn": (COUNT, False),
         "lane": (LANE, True), "retry": (COUNT, False),
+        "tenant": (TENANT, False), "cluster": (CLUSTER, False),
     },
     "background-verify": {},
     # a fleet run fanned out on the migration queue: one tenant's command, and the step that
@@ -162,6 +169,10 @@ def validate(kind: str, data: Any) -> dict[str, Any]:
     for field, (_, required) in allowed.items():
         if required and field not in data:
             raise invalid("is required", field)
+    for field, partner in PAIRED:
+        if field in allowed and (field in data) != (partner in data):
+            present, missing = (field, partner) if field in data else (partner, field)
+            raise invalid(f"is required with {present!r}", missing)
     return dict(data)
 
 
