@@ -93,7 +93,7 @@ def up(
 
     try:
         results = locked_run(ws, "up", "up", work, no_lock=no_lock,
-                             requested_by=requested_by, reason=reason)
+                             requested_by=requested_by, reason=reason, reads_changelog=True)
     except LockAlreadyHeldError:
         raise  # refused before anything ran: a lock-wait retry reuses the definitions
     except BaseException:
@@ -109,7 +109,9 @@ def _up(
 ) -> None:
     project = ws.project
     logger = project.logger
-    plan = plan_up(ws.connection.changelog, project.files(), project.directory, file=file,
+    found = run.changelog_read  # read once under the lock: the plan and the batch come from it
+    assert found is not None
+    plan = plan_up(found, project.files(), project.directory, file=file,
                    to=to, force=force, strict=strict,
                    on_out_of_order=project.config.on_out_of_order, checksum=project.checksum,
                    ordered=ordered, planned_checksum=checksum, drift=file is None)
@@ -146,7 +148,7 @@ def _up(
         run.results.append(RunResult(name, "skipped", reason="Already applied"))
     if not targets:
         return
-    base = batch if batch is not None else ws.connection.changelog.max_batch() + 1
+    base = batch if batch is not None else found.max_batch() + 1
     run_targets(ws, run, targets, "up", batches=None if step else [base] * len(targets),
                 step_base=base if step else None)
 

@@ -42,6 +42,9 @@ def status(ws: Workspace, filter: StatusFilter, *, checksums: bool) -> list[Stat
                 "⚠ %s; up, down, redo, baseline and import refuse to run until one record "
                 "per migration is left", checked.duplicates_text(changelog.collection.name),
                 extra={"event": "changelog:duplicates"})
+        # every record understood and one per name: an ``up`` right after may skip its own
+        # check before the lock (its read under the lock checks them all again)
+        ws.changelog_checked = not checked.duplicates
         use_checksums = checksums and filter != "pending"
         live_owner = None
         if any(record.get("status") in UNFINISHED for record in checked.records):

@@ -53,6 +53,7 @@ __all__ = [
     "INDEXES",
     "UNFINISHED",
     "Changelog",
+    "ChangelogRead",
     "ChangelogWrite",
     "RecordCheck",
     "RecordProblem",
@@ -136,6 +137,14 @@ class Changelog:
         checked.require_readable(self.collection.name)
         checked.require_unique(self.collection.name)
         return checked
+
+    def read(self) -> ChangelogRead:
+        """Every record in one read, understood and one per name (else ``STATE_INVALID``): what
+        a run plans from under its lock (:class:`ChangelogRead`)."""
+        checked = self.check()
+        checked.require_readable(self.collection.name)
+        checked.require_unique(self.collection.name)
+        return ChangelogRead(checked.records)
 
     def get(self, name: str) -> dict[str, Any] | None:
         return self.collection.find_one({"name": name}, {"_id": 0})
@@ -359,6 +368,42 @@ class Changelog:
 
 
 # -- checking what is stored ----------------------------------------------------------------
+
+
+class ChangelogRead:
+    """The changelog as one read found it (every record, checked): the reads ``up`` plans from,
+    answered from memory. Taken under the lock, it stays true while the lock is held — every
+    other writer of the changelog takes that lock (a run that lost it meets the claim's filter).
+    """
+
+    def __init__(self, records: Iterable[Mapping[str, Any]]) -> None:
+        self._records = {str(r["name"]): {k: v for k, v in r.items() if k != "_id"}
+                         for r in records}
+
+    @property
+    def empty(self) -> bool:
+        return not self._records
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        record = self._records.get(name)
+        return dict(record) if record is not None else None
+
+    def applied(self) -> list[dict[str, Any]]:
+        return [dict(r) for name, r in sorted(self._records.items()) if r.get("status") == APPLIED]
+
+    def applied_names(self) -> list[str]:
+        return [r["name"] for r in self.applied()]
+
+    def records_named(self, names: Iterable[str]) -> list[dict[str, Any]]:
+        return [dict(self._records[name]) for name in names if name in self._records]
+
+    def unfinished(self) -> list[dict[str, Any]]:
+        return [dict(r) for name, r in sorted(self._records.items())
+                if r.get("status") in UNFINISHED]
+
+    def max_batch(self) -> int:
+        """The highest batch over every record, or 0 (as :meth:`Changelog.max_batch`)."""
+        return max((int(r.get("batch") or 0) for r in self._records.values()), default=0)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ and run-record handles, the run recorder, and where a run's ``async def`` bodies
 :class:`~migronaut.core.async_bridge.AsyncBridge`).
 
 Invariants: connecting creates nothing (read-only commands need only read roles; the changelog
-indexes come with the first run that may write it, once per connection owner); an injected client
+indexes come with the first run that may write it, once per client and database in a process,
+:mod:`migronaut.core.ensured`); an injected client
 is never closed; a failure to connect is ``CONNECTION_FAILED`` naming the masked URI and the
 setting it came from. :class:`Connection` is the synchronous engine's; the asyncio API subclasses
 it (:meth:`Connection.injected_client`, :meth:`Connection.new_bridge`).
@@ -19,7 +20,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from migronaut._redact import redact
-from migronaut.core.changelog import Changelog
+from migronaut.core.changelog import Changelog, ChangelogRead
 from migronaut.core.project import executed_by
 from migronaut.errors import ConfigInvalidError, ConnectionFailedError, describe_exception
 
@@ -54,7 +55,8 @@ class Connection:
         self._owns_client = False
         self._state_db: Database[dict[str, Any]] | None = None
         self._changelog: Changelog | None = None
-        self._indexes_ensured = False
+        #: this connection's own runs ensured the changelog indexes (not only another's)
+        self._ensured_here = False
         self._recorder: RunRecorder | None = None
 
     @property
@@ -212,23 +214,57 @@ class Connection:
     def lock_collection(self) -> Collection[dict[str, Any]]:
         return self.state_db[self._project.config.lock_collection]
 
-    def ensure_changelog_indexes(self) -> None:
-        """The changelog indexes, once per connection owner, by the first run that may write it
-        (under its lock); duplicate names stopping the unique one are ``STATE_INVALID``."""
+    def ensure_changelog_indexes(self) -> bool:
+        """The changelog indexes, once per (client, database) in this process, by the first run
+        that may write it (under its lock); duplicate names stopping the unique one are
+        ``STATE_INVALID``. True when ``createIndexes`` was sent now."""
         from pymongo.errors import PyMongoError
 
-        if not self._project.config.ensure_indexes or self._indexes_ensured:
-            return
+        from migronaut.core.ensured import ensure_once
+
+        if not self._project.config.ensure_indexes:
+            return False
         from migronaut.core.retry import as_connection_failed
 
+        changelog = self.changelog
         try:
-            self.changelog.ensure_indexes()
+            return ensure_once(self.client, changelog.collection.database.name,
+                               changelog.collection.name, changelog.ensure_indexes)
         except PyMongoError as error:
             raise as_connection_failed(error) or ConnectionFailedError(
                 f"Failed to create the changelog indexes: {describe_exception(error)}",
                 cause=error,
             ) from error
-        self._indexes_ensured = True
+
+    def prepare_changelog(self, *, read: bool) -> ChangelogRead | None:
+        """Under a run's lock, before its work: the changelog indexes (once per client and
+        database in this process) and, with ``read``, every record in one checked read
+        (:meth:`Changelog.read`). When the indexes were ensured before by another connection
+        of this process, or ``read`` finds no record, an empty changelog (a database dropped
+        since, indexes and all) gets them again: nothing is written without them."""
+        sent = self.ensure_changelog_indexes()
+        ensured_here, self._ensured_here = self._ensured_here, True
+        found = self.changelog.read() if read else None
+        if sent or not self._project.config.ensure_indexes:
+            return found
+        if found is not None:
+            empty = found.empty
+        else:
+            empty = not ensured_here and self.changelog.is_empty()
+        if empty:
+            self.ensure_indexes_again()
+        return found
+
+    def ensure_indexes_again(self) -> None:
+        """After a changelog read under the lock found no record although this process ensured
+        its indexes before: the database may have been dropped since, so every index migronaut
+        ensures there is sent again (changelog now, run records with this run's next write)."""
+        from migronaut.core.ensured import forget
+
+        forget(self.client, self.state_db.name)
+        self.ensure_changelog_indexes()
+        if self._recorder is not None:
+            self._recorder.ensure_indexes()
 
     @property
     def run_store(self) -> RunStore:

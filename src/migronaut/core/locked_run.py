@@ -54,20 +54,27 @@ def locked_run(
     requested_by: str | None,
     reason: str | None,
     settling: bool = False,
+    reads_changelog: bool = False,
 ) -> list[RunResult]:
     """Run ``work`` as one run of ``command`` under the lock (or none, ``no_lock``);
-    ``settling``: the run is the one that resolves in-doubt migrations (it does not refuse)."""
+    ``settling``: the run is the one that resolves in-doubt migrations (it does not refuse);
+    ``reads_changelog``: every record is read once under the lock, checked, and kept in
+    ``run.changelog_read`` for the work to plan from."""
+    checked_before, ws.changelog_checked = ws.changelog_checked, False
     with ws.slot.busy():
         ws.slot.require_free()
         ws.connection.connect()
-        ws.connection.changelog.verify()  # refused before the lock: nothing touched or recorded
+        if not (reads_changelog and checked_before):
+            # refused before the lock: nothing touched or recorded (a run that reads the
+            # changelog under its lock may rely on the check of a status read just before)
+            ws.connection.changelog.verify()
         run = Run(ws.project.generate_id(), command, Cancellation(),
                   requested_by=requested_by, reason=reason, executed_by=executed_by())
         started = time.monotonic()
         ws.slot.enter(run)
         try:
             return _run_with_lock(ws, run, direction, work, no_lock=no_lock, started=started,
-                                  settling=settling)
+                                  settling=settling, reads_changelog=reads_changelog)
         finally:
             ws.slot.leave()
             if run.bridge is not None:
@@ -83,6 +90,7 @@ def _run_with_lock(
     no_lock: bool,
     started: float,
     settling: bool,
+    reads_changelog: bool,
 ) -> list[RunResult]:
     project = ws.project
     telemetry = project.telemetry  # a bad telemetry config fails before the lock
@@ -109,7 +117,7 @@ def _run_with_lock(
             debug=project.logger.isEnabledFor(logging.DEBUG),
         )
         check_between(run)
-        ws.connection.ensure_changelog_indexes()
+        run.changelog_read = ws.connection.prepare_changelog(read=reads_changelog)
         if not settling:
             refuse_in_doubt(ws, run)
         work(run)
@@ -131,8 +139,9 @@ def refuse_in_doubt(ws: Workspace, run: Run) -> None:
     (read under the lock, from the primary): holding the lock, this run knows that one is gone
     or lost its lock, so what its body did is unknown. Without the lock, a record of the run
     that holds it now is reported as still running."""
-    changelog = ws.connection.changelog
-    others = [r for r in changelog.unfinished()
+    found = run.changelog_read
+    unfinished = found.unfinished() if found is not None else ws.connection.changelog.unfinished()
+    others = [r for r in unfinished
               if (r.get("intent") or {}).get("runId") != run.id]
     if not others:
         return

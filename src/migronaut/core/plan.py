@@ -12,7 +12,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from migronaut.core.changelog import UNFINISHED, Changelog, Unfinished, judge_unfinished
+from migronaut.core.changelog import (
+    UNFINISHED,
+    Changelog,
+    ChangelogRead,
+    Unfinished,
+    judge_unfinished,
+)
 from migronaut.core.files import check_name, is_valid_name, resolve_file
 from migronaut.core.results import StatusRow
 from migronaut.errors import (
@@ -164,7 +170,7 @@ class UpPlan:
 
 
 def plan_up(
-    changelog: Changelog,
+    changelog: Changelog | ChangelogRead,
     files: Sequence[str],
     directory: Path,
     *,
@@ -219,7 +225,7 @@ def plan_up(
     return UpPlan(pending, late=late, newest_applied=newest, drifted=drifted)
 
 
-def _applied_names(changelog: Changelog, files: Sequence[str], *, strict: bool,
+def _applied_names(changelog: Changelog | ChangelogRead, files: Sequence[str], *, strict: bool,
                    checksum: Checksum, drifted: list[str] | None = None) -> set[str]:
     """The applied names; under ``strict``, first every applied file's checksum against disk
     (the first drift is ``CHECKSUM_MISMATCH``); else, given ``drifted``, the drifted names are
@@ -274,8 +280,8 @@ def _late(applied_names: Collection[str], pending: Sequence[str],
 
 
 def _ordered_single(
-    changelog: Changelog, files: Sequence[str], file: str, plan: UpPlan, *, force: bool,
-    strict: bool, on_out_of_order: str, checksum: Checksum,
+    changelog: Changelog | ChangelogRead, files: Sequence[str], file: str, plan: UpPlan, *,
+    force: bool, strict: bool, on_out_of_order: str, checksum: Checksum,
 ) -> UpPlan:
     """An ordered single-file ``up``: the bulk run's guarantees for one file of the sequence."""
     applied_names = _applied_names(changelog, files, strict=strict and not force,

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from migronaut.core.async_bridge import AsyncBridge
+    from migronaut.core.changelog import ChangelogRead
     from migronaut.core.lock import MigrationLock
     from migronaut.core.results import RunResult
     from migronaut.observability.recorder import RunRecording
@@ -59,6 +60,8 @@ class Run:
     #: ``up --force``: the applied migrations this run re-runs (its claim of their records
     #: expects ``applied``; any other ``up`` claim expects a record that is not).
     rerun: set[str] = field(default_factory=set)
+    #: ``up``: the changelog as read once under the lock, what the run plans from.
+    changelog_read: ChangelogRead | None = None
 
 
 class RunSlot:

@@ -81,6 +81,9 @@ class Workspace:
         #: definitions resolved for an after-up converge, kept while the run is refused for a
         #: held lock (``CollectionDefinition``\ s)
         self.converge_definitions: tuple[Any, ...] | None = None
+        #: a ``status`` read checked every changelog record since the last run started; the
+        #: next run that reads the changelog under its lock skips its check before the lock
+        self.changelog_checked = False
         self.background = background(self)
 
     def close(self) -> None:

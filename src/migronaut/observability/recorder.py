@@ -108,7 +108,7 @@ class RunRecorder:
         self.logger = logger
         self.executed_by = executed_by
         self.environment = environment
-        self._indexes_pending = ensure_indexes
+        self.ensures_indexes = ensure_indexes
         self._warned = False
         self._lock = threading.Lock()
 
@@ -127,6 +127,14 @@ class RunRecorder:
             else:
                 self.logger.debug(text)
             return False
+
+    def ensure_indexes(self, *, logs: bool = False) -> None:
+        """The run records' index, or (``logs``) the log lines' one, sent with the first lines
+        written; each once per client and database in this process. A failure is warned,
+        never raised."""
+        store = self.store
+        if store is not None and self.ensures_indexes:
+            self.guarded("indexes", store.ensure_log_indexes if logs else store.ensure_run_indexes)
 
     def begin(
         self,
@@ -153,8 +161,7 @@ class RunRecorder:
                                  actor={"requestedBy": requested_by, "reason": reason})
         store = self.store
         if store is not None:
-            if self._indexes_pending:
-                self._indexes_pending = not self.guarded("indexes", store.ensure_indexes)
+            self.ensure_indexes()
             self.guarded("run start", lambda: store.begin(run_id, start))
         return recording
 
@@ -257,6 +264,7 @@ class RunRecording:
                 lines, self._buffer = self._buffer, []
             if not lines:
                 return
+            self.recorder.ensure_indexes(logs=True)
             if not self.recorder.guarded("log lines", lambda: store.insert_lines(lines)):
                 with self._lock:
                     self._kept -= len(lines)

@@ -49,13 +49,25 @@ class RunStore:
         self.runs: Collection[dict[str, Any]] = db[self.collections[0]]
         self.logs: Collection[dict[str, Any]] = db[self.collections[1]]
 
-    def ensure_indexes(self) -> None:
+    def ensure_run_indexes(self) -> None:
+        """The runs collection's index, once per (client, database) in this process."""
+        self._ensure_once(self.runs, _RUN_INDEXES)
+
+    def ensure_log_indexes(self) -> None:
+        """The log lines' unique index, once per (client, database) in this process: sent with
+        the first lines written, so a run that logs nothing never sends it."""
+        self._ensure_once(self.logs, _LOG_INDEXES)
+
+    @staticmethod
+    def _ensure_once(collection: Collection[dict[str, Any]],
+                     indexes: Sequence[tuple[str, list[tuple[str, int]], dict[str, Any]]]) -> None:
         from pymongo import IndexModel
 
-        for collection, indexes in ((self.runs, _RUN_INDEXES), (self.logs, _LOG_INDEXES)):
-            collection.create_indexes(
-                [IndexModel(keys, name=name, **opts) for name, keys, opts in indexes]
-            )
+        from migronaut.core.ensured import ensure_once
+
+        ensure_once(collection.database.client, collection.database.name, collection.name,
+                    lambda: collection.create_indexes(
+                        [IndexModel(keys, name=name, **opts) for name, keys, opts in indexes]))
 
     # -- writes -------------------------------------------------------------------------------
     @staticmethod
