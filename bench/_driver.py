@@ -691,8 +691,8 @@ class Trace(monitoring.CommandListener):
     and probes have other shapes). On each thread, a batch *window* runs from one batch read to
     the next batch read on that thread (or the thread's last command): the commands of one batch.
     Threads that never send a batch read (the caller's thread: registration, planning,
-    coordination; the lease keepers' threads: renewals and control reads on a timer) are counted
-    apart.
+    coordination; the timers: each lease keeper's renewals, the store's control reader) are
+    counted apart.
     """
 
     def __init__(self, collection: str, batch_size: int) -> None:
@@ -759,7 +759,8 @@ class Trace(monitoring.CommandListener):
         caller_trips = 0.0
         for thread, events in by_thread.items():
             if not any(batch_read for _, _, batch_read, _, _ in events):
-                role = ("lease keeper (timer)" if thread.name.startswith("migronaut-lease")
+                role = ("timers: lease keepers, control reader"
+                        if thread.name.startswith(("migronaut-lease", "migronaut-control"))
                         else "caller: registration, planning, coordination")
                 other.setdefault(role, collections.Counter()).update(
                     (name, collection) for name, collection, _, _, _ in events)

@@ -758,7 +758,7 @@ def background_rows(figures: dict[str, Any], sizes: Sizes,
                 "caller: registration, planning, coordination", []))
             caller = sum(k for *_, k in outside.get(
                 "caller: registration, planning, coordination", []))
-            keeper = sum(k for *_, k in outside.get("lease keeper (timer)", []))
+            keeper = sum(k for *_, k in outside.get("timers: lease keepers, control reader", []))
             first = sum(k for *_, k in outside.get(
                 "lanes, before their first batch (first claim)", []))
             cells["oneoff"][label] = (f"{register} + {caller} + {first} + {keeper}" if engine
@@ -831,7 +831,7 @@ def background_rows(figures: dict[str, Any], sizes: Sizes,
                 cells["trips"], "; ".join(met["trips"])),
             Row("round trips per batch, every lane command / batches", "", cells["trips_all"]),
             Row("one-off commands: `up` + caller (plan, coordinate) + lanes' first claims + "
-                "lease-keeper timers", "", cells["oneoff"]),
+                "timers (renewals, control reads)", "", cells["oneoff"]),
             Row("client CPU of the calling thread in `drive` (planning, coordination; "
                 "fixed, whatever N)", "", cells["caller_cpu"]),
             Row("round trips of the calling thread in `drive`, summed (planning, "
@@ -1394,7 +1394,8 @@ BACKGROUND_METHOD = (
     "batch size) to its next; 'steady state' is the median batch, and its CPU is that thread's own"
     " time.thread_time(). One-off commands are those of `up` (registration), of the calling thread"
     " in `drive` (planning, coordination), of a lane before its first read (first claim), and of "
-    "the lease keepers' timers (control read every 1 s, renewal every ttl/2).")
+    "the timers (the store's control reader: one read every 1 s; each lease keeper: a renewal "
+    "once ttl/2 passed without a checkpoint).")
 
 
 def measure_clis(me: Path, peers_python: Path | None, peers_problem: str | None,

@@ -991,18 +991,26 @@ def test_lanes_of_one_store_share_one_control_read_a_second_and_all_stop_on_a_pa
         while len(batches) < 4 and all(thread.is_alive() for thread in threads):
             time.sleep(0.05)
         time.sleep(2.5)  # a few control reads with every lane holding a lease
+        running = [thread.name for thread in threading.enumerate()]
         db[store.name].update_one({"_id": NAME}, {"$set": {"status": "paused"}})
         for thread in threads:
             thread.join()
         elapsed = time.monotonic() - started
+        left = [thread.name for thread in threading.enumerate()]
     finally:
         watched.close()
 
     assert results == ["paused"] * 4
     assert db.items.count_documents({"__v": 1}) < 800  # the pause stopped them mid-partition
-    control_reads = [item for item in timeline if item[0] == "command"
-                     and item[1].startswith("migronaut-lease") and item[2] == "find"
-                     and item[3] == store.name]
+    # four leases held, four heartbeats, one control reader for the whole store
+    assert sum(name.startswith("migronaut-lease") for name in running) == 4
+    assert running.count("migronaut-control") == 1
+    # the last lane to leave stopped the reader
+    assert "migronaut-control" not in left
+    state_reads = [item for item in timeline if item[0] == "command"
+                   and item[2] == "find" and item[3] == store.name]
+    assert not [item for item in state_reads if item[1].startswith("migronaut-lease")]
+    control_reads = [item for item in state_reads if item[1] == "migronaut-control"]
     # one read a second for the four lanes (one each would be about four a second)
     assert 1 <= len(control_reads) <= elapsed / 1.0 + 2
 

@@ -8,8 +8,8 @@ skeleton — claim → hold the lease → run batches → settle → release —
 ================================================  =============================================
 :mod:`~migronaut.background.lane_state`           what the units share: spec, stop signal,
                                                   control outcome, deadline, events, ``ctx``
-:mod:`~migronaut.background.lease_keeper`         lease = slot: renewals and control reads on
-                                                  the heartbeat thread
+:mod:`~migronaut.background.lease_keeper`         lease = slot: renewals on the heartbeat
+                                                  thread, the lane's control subscription
 :mod:`~migronaut.background.batches`              one :class:`~.batches.unit.BatchUnit` per mode:
                                                   :mod:`~.batches.plain`,
                                                   :mod:`~.batches.transactional`,
@@ -20,9 +20,9 @@ skeleton — claim → hold the lease → run batches → settle → release —
 :mod:`~migronaut.background.lane_settle`          how the lease ends (released, failed, lost)
 ================================================  =============================================
 
-Control reads live on the heartbeat thread: the lease keepers read the state's control fields
-every :data:`CONTROL_INTERVAL_S` — one read for all the lanes of a store, shared through
-:mod:`~migronaut.background.control_feed` — and the skeleton checks the latest answer at each
+Control reads live off the lane: one reader thread per store reads the state's control fields
+every :data:`CONTROL_INTERVAL_S` for all the lanes of that store
+(:mod:`~migronaut.background.control_feed`), and the skeleton checks the latest answer at each
 batch boundary (pacing waits end early on it), so a pause, cancel or new plan is noticed within
 about a second plus the batch in flight, without a round trip per batch.
 """

@@ -1,11 +1,12 @@
 """Lease keeping: the heartbeat thread of one held partition lease (lease = slot).
 
 A lease is the lane's slot: ``maxParallel`` bounds the leases, so a lane holds its partition only
-while the lease is renewed. :class:`LeaseKeeper` renews it every ``ttl/2`` (skipped when a
-checkpoint touched it within ``ttl/4``) and, on the same thread, asks for the migration's control
-fields every :data:`CONTROL_INTERVAL_S` so the lane never spends a round trip on them per batch.
-The keepers of one store's lanes share those reads (:mod:`~migronaut.background.control_feed`):
-one read a second per migration and process, however many lanes, each judged per lane.
+while the lease is renewed. :class:`LeaseKeeper` renews it once ``ttl/2`` passed since it was
+last extended (by a renewal or a fenced checkpoint, :meth:`LeaseKeeper.touch`): its thread sleeps
+until then, woken early only to stop, so a lane whose checkpoints keep the lease fresh costs one
+wake-up per ``ttl/2`` and no round trip. The migration's control fields reach the keeper from its
+store's one reader thread (:mod:`~migronaut.background.control_feed`), every
+:data:`CONTROL_INTERVAL_S`, so the lane never spends a round trip on them per batch.
 
 Invariant: **a lane that may have lost its slot stops.** A renewal that matches nothing marks the
 lane lost at once (:meth:`LaneState.lose`); a renewal that fails (the network, an election) is
@@ -27,18 +28,18 @@ from migronaut.background.store import Lease
 
 __all__ = ["CONTROL_INTERVAL_S", "LEASE_LOST_AFTER", "LeaseKeeper", "control_outcome"]
 
-#: How often the lease keeper reads the state's control fields (seconds).
+#: How often the store's control reader reads each migration's control fields (seconds).
 CONTROL_INTERVAL_S = 1.0
 #: A lease not renewed for this share of its TTL may be reaped any moment: the lane stops.
 LEASE_LOST_AFTER = 0.9
 
 
 class LeaseKeeper:
-    """The heartbeat thread of one held lease: renewals every ``ttl/2`` and control reads.
+    """The heartbeat thread of one held lease, and its lane's subscription to the control reads.
 
     The first stop outcome a control read shows (``paused``, ``cancelled``, ``failed``,
-    ``stale``) goes to :attr:`LaneState.control` for the lane to act on, whichever keeper of the
-    store's feed made the read. Started and joined by its ``with`` block.
+    ``stale``) goes to :attr:`LaneState.control` for the lane to act on. Started and joined,
+    subscribed and unsubscribed, by its ``with`` block.
     """
 
     def __init__(self, lane: LaneState, lease: Lease, generation: int, plan: str) -> None:
@@ -72,22 +73,16 @@ class LeaseKeeper:
     def _run(self) -> None:
         renew_every = max(0.01, self._ttl_s / 2)
         retry_every = max(0.01, min(renew_every, self._ttl_s / 8, 1.0))
-        now = time.monotonic()
-        next_renew = now + renew_every
-        next_control = now + CONTROL_INTERVAL_S
-        while not self._stop.wait(max(0.0, min(next_renew, next_control) - time.monotonic())):
-            now = time.monotonic()
-            if now >= next_control:
-                next_control = now + CONTROL_INTERVAL_S
-                if self._lane.control is None:
-                    self._read_control()
-            if now >= next_renew:
-                renewed: bool | None = True
-                if now - self._touched >= self._ttl_s / 4:
-                    renewed = self._renew()
-                if renewed is None:
-                    return
-                next_renew = now + (renew_every if renewed else retry_every)
+        due = self._touched + renew_every
+        while not self._stop.wait(max(0.0, due - time.monotonic())):
+            touched = self._touched
+            if time.monotonic() < touched + renew_every:
+                due = touched + renew_every  # a checkpoint extended the lease meanwhile
+                continue
+            renewed = self._renew()
+            if renewed is None:
+                return
+            due = self._touched + renew_every if renewed else time.monotonic() + retry_every
 
     def _renew(self) -> bool | None:
         """``True`` renewed, ``False`` failed (try again soon), ``None`` lost (lane stopped)."""
@@ -107,16 +102,9 @@ class LeaseKeeper:
         self._lane.lose(self._lease)
         return None
 
-    def _read_control(self) -> None:
-        """Read the control fields for every keeper of the feed, unless one just did."""
-        try:
-            self._feed.poll(self._lane.name)
-        except Exception as error:  # the checkpoint is fenced anyway; try again next second
-            self._lane.logger.debug("control read failed: %s", type(error).__name__)
-
     def on_control(self, doc: ControlDoc, checked: dict[str, bool]) -> None:
-        """A control read of this lane's migration (maybe another keeper's): its outcome for
-        this lane's generation and plan, kept when it says stop. ``checked`` memoises the
+        """A control read of this lane's migration (on the store's reader thread): its outcome
+        for this lane's generation and plan, kept when it says stop. ``checked`` memoises the
         reshard check per plan epoch across the keepers of one read."""
         lane = self._lane
         if lane.control is not None:
