@@ -19,7 +19,8 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 
 LAYERS = (
     ("migronaut.errors", 0), ("migronaut._redact", 0), ("migronaut._version", 0),
-    ("migronaut._names", 0), ("migronaut._suggest", 0), ("migronaut.fleet.config", 1),
+    ("migronaut._names", 0), ("migronaut._suggest", 0), ("migronaut._values", 0),
+    ("migronaut.fleet.config", 1),
     ("migronaut.core", 1), ("migronaut.declared", 1),
     ("migronaut.observability", 1), ("migronaut.versioning", 1),
     ("migronaut.background", 2), ("migronaut.commands", 3), ("migronaut.api", 4),
@@ -28,7 +29,8 @@ LAYERS = (
 )
 #: What the dev server may import of ours besides its own modules: the top layer, it stands on
 #: nothing but the error tree, redaction and MongoDB's name rules.
-DEVSERVER_IMPORTS = frozenset({"migronaut.errors", "migronaut._redact", "migronaut._names"})
+DEVSERVER_IMPORTS = frozenset({"migronaut.errors", "migronaut._redact", "migronaut._names",
+                               "migronaut._values"})
 #: mongoeco's public modules; any other is its internals.
 MONGOECO_PUBLIC = frozenset({"mongoeco", "mongoeco.engines", "mongoeco.wire", "mongoeco.errors"})
 #: The one module allowed to reach into mongoeco's private surface.

@@ -39,6 +39,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from migronaut._suggest import suggest
+from migronaut._values import int_within
 from migronaut.background.diff import DocumentProblem, Update, guard_filter, stamped_diff
 from migronaut.background.drift import (
     OPEN_STATUSES,
@@ -175,7 +176,7 @@ def watch_options(**options: Any) -> WatchOptions:
         if key not in options:
             continue
         value = options[key]
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        if not int_within(value, low, high):
             raise ConfigInvalidError(
                 f"watch option {key} must be an integer from {low} to {high}, got {value!r}",
                 {"option": key},

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from migronaut._names import validate_collection_name, validate_db_name
 from migronaut._suggest import suggest
+from migronaut._values import is_int
 from migronaut.errors import ConfigInvalidError, MigronautError
 from migronaut.fleet.config import FleetConfig, parse_fleet
 
@@ -262,7 +263,7 @@ def _check_value(spec: KeySpec, value: Any, *, from_text: bool) -> tuple[Any, st
             if not text.isdigit() or int(text) <= 0:
                 return value, "must be a positive integer"
             return int(text), None
-        ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+        ok = is_int(value) and value > 0
         return value, None if ok else "must be a positive integer"
     if kind == "str":
         if isinstance(value, str) and value.strip():

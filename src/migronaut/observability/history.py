@@ -10,6 +10,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from migronaut._values import int_within
 from migronaut.core.results import _render
 from migronaut.errors import ConfigInvalidError
 from migronaut.observability.migration_log import LEVELS, level_number
@@ -99,7 +100,7 @@ def run_log_json(log: RunLog | None) -> dict[str, Any]:
 def check_limit(limit: Any, option: str = "limit") -> int:
     """A positive number of runs to list (at most :data:`MAX_LIMIT`); ``option`` is how the
     caller named it (the CLI's ``--limit``)."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= MAX_LIMIT:
+    if not int_within(limit, 1, MAX_LIMIT):
         raise ConfigInvalidError(
             f"{option} must be a positive integer of at most {MAX_LIMIT} (got {limit!r})",
             {"option": option},
