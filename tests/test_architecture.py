@@ -19,13 +19,15 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 
 LAYERS = (
     ("migronaut.errors", 0), ("migronaut._redact", 0), ("migronaut._version", 0),
-    ("migronaut._names", 0), ("migronaut._suggest", 0), ("migronaut._values", 0),
-    ("migronaut.fleet.config", 1),
-    ("migronaut.core", 1), ("migronaut.declared", 1),
-    ("migronaut.observability", 1), ("migronaut.versioning", 1),
-    ("migronaut.background", 2), ("migronaut.commands", 3), ("migronaut.api", 4),
-    ("migronaut.aio", 4), ("migronaut.integrations", 2), ("migronaut.dashboard", 5),
-    ("migronaut.devserver", 5),
+    ("migronaut._names", 0), ("migronaut._suggest", 0), ("migronaut._json", 0),
+    ("migronaut._values", 0),
+    ("migronaut.observability", 1),
+    ("migronaut.declared", 2), ("migronaut.versioning", 2),
+    ("migronaut.core", 3), ("migronaut.fleet.config", 3),
+    ("migronaut.declared.sources", 4), ("migronaut.background", 4),
+    ("migronaut.integrations", 4),
+    ("migronaut.commands", 5),
+    ("migronaut.api", 6), ("migronaut.aio", 6),
 )
 #: What the dev server may import of ours besides its own modules: the top layer, it stands on
 #: nothing but the error tree, redaction and MongoDB's name rules.
@@ -78,10 +80,15 @@ def _graph() -> dict[str, set[str]]:
 
 
 def _layer(name: str) -> int:
-    for prefix, layer in LAYERS:
-        if name == prefix or name.startswith(prefix + "."):
-            return layer
-    return 5
+    """The layer of the longest prefix of ``name`` in :data:`LAYERS`; anything else is on top."""
+    matches = [(len(prefix), layer) for prefix, layer in LAYERS
+               if name == prefix or name.startswith(prefix + ".")]
+    return max(matches)[1] if matches else TOP
+
+
+#: Everything not in :data:`LAYERS`: the CLI, the dashboard, the fleet, the executors, the dev
+#: server, the testing plugin, the package's lazy ``__init__``.
+TOP = 7
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:

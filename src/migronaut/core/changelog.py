@@ -37,9 +37,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from migronaut._json import iso
 from migronaut._redact import shown_value
 from migronaut._values import is_int
-from migronaut.core.results import iso
 from migronaut.core.retry import retry_transient
 from migronaut.errors import MigrationInDoubtError, StateInvalidError
 

@@ -40,16 +40,10 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from migronaut._json import iso, naive_utc
 from migronaut._redact import shown_value
 from migronaut._values import is_int
-from migronaut.core.results import (
-    LockInfo,
-    LockProblem,
-    LockState,
-    LockStatus,
-    iso,
-    naive_utc,
-)
+from migronaut.core.results import LockInfo, LockProblem, LockState, LockStatus
 from migronaut.core.retry import retry_transient
 from migronaut.errors import LockAlreadyHeldError, LockReleaseFailedError, describe_exception
 

@@ -14,8 +14,9 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from migronaut._json import iso, json_document
 from migronaut.background.progress import TERMINAL, number, partition_json
-from migronaut.core.results import iso, json_document, rows_json
+from migronaut.core.results import rows_json
 from migronaut.observability.history import run_log_json
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from migronaut.core.results import json_document
+from migronaut._json import json_document
 from migronaut.errors import ConfigInvalidError, ConnectionFailedError
 from migronaut.fleet.status import STATES, FleetStatus
 
