@@ -166,6 +166,18 @@ def test_the_dev_server_stands_on_errors_and_redaction_only() -> None:
     assert sorted(outside) == []
 
 
+def test_the_dashboard_reads_through_the_public_api_never_the_core() -> None:
+    """The dashboard is a user of the package like any other: results and configuration come
+    from ``migronaut``'s curated surface and the JSON helpers of ``_json``, never from
+    ``migronaut.core`` (nor the CLI above it)."""
+    graph = _graph()
+    reaches = {(name, target) for name, targets in graph.items()
+               if name.startswith("migronaut.dashboard") for target in targets
+               if target.startswith(("migronaut.core", "migronaut.cli"))}
+    assert "migronaut._json" in graph["migronaut.dashboard.board"], "the walk sees the package"
+    assert sorted(reaches) == []
+
+
 def test_only_one_module_reaches_into_mongoeco_internals() -> None:
     """A private mongoeco module imported, or a ``_name`` read off an object that is not the
     module's own (``self``/``cls``), anywhere in the dev server but

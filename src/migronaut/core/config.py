@@ -212,6 +212,11 @@ class Config:
             return detail
         return "the default"
 
+    def with_overrides(self, **values: Any) -> Config:
+        """A copy with some keys replaced (``config.with_overrides(db_name="admin")``),
+        validated like flags: ``CONFIG_INVALID`` on an unknown key or a bad value."""
+        return with_overrides(self, **values)
+
     def public_view(self) -> dict[str, Any]:
         """The config as plain data with live objects shown as ``[injected]`` (for debug logs)."""
         out: dict[str, Any] = {}

@@ -16,7 +16,7 @@ from migronaut.errors import ConfigInvalidError, ConnectionFailedError
 from migronaut.fleet.status import STATES, FleetStatus
 
 if TYPE_CHECKING:
-    from migronaut.fleet.api import Fleet
+    from migronaut import Fleet
     from migronaut.fleet.tenants import Tenant
 
 __all__ = ["MAX_NAME_FILTER", "FleetBoard", "check_filters"]
