@@ -1,13 +1,16 @@
-"""The import graph of ``src/migronaut``: no new cycle, and no lower layer importing a higher one.
+"""The import graph of ``src/migronaut``: no cycle, and no lower layer importing a higher one.
 
-Layers, low to high: ``errors``/``_redact``/``_version``/``_names``/``_suggest`` → ``core`` and
-``observability`` (one level: a DAG of modules; ``fleet.config``, the ``[fleet]`` table the
-configuration parses, is of it) → ``background`` → ``commands`` → ``api``/``aio`` → everything
-else (``cli``, ``testing``, ``fleet``, the dev server package ``devserver``, the package's lazy
-``__init__``). Every import counts: inside functions and under ``TYPE_CHECKING`` too: there are
-none upward, and none may come. The dev server imports nothing of ours but ``errors``,
-``_redact`` and ``_names`` (MongoDB's name rules), and only ``devserver/mongoeco_internals.py``
-reaches into mongoeco's private surface.
+Layers, low to high, a module's being that of its longest prefix in :data:`LAYERS`: the bottom
+helpers (``errors``, ``_redact``, ``_version``, ``_names``, ``_suggest``, ``_json``, ``_values``)
+→ ``observability`` → ``declared`` and ``versioning`` → ``core`` and ``fleet.config`` (the
+``[fleet]`` table the configuration parses) → ``declared.sources`` (it loads definition files
+through ``core.files``), ``background`` and ``integrations`` → ``commands`` → ``api``/``aio`` →
+everything else (``cli``, ``dashboard``, ``fleet``, ``executors``, ``testing``, the dev server
+package ``devserver``, the package's lazy ``__init__``). Every import counts, inside functions and
+under ``TYPE_CHECKING`` too, and there is no list of exceptions. The dev server imports nothing
+of ours but ``errors``, ``_redact``, ``_names`` (MongoDB's name rules) and ``_values``; only
+``devserver/mongoeco_internals.py`` reaches into mongoeco's private surface; the dashboard reads
+through the public API, never ``core``.
 """
 
 from __future__ import annotations
@@ -19,16 +22,23 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 
 LAYERS = (
     ("migronaut.errors", 0), ("migronaut._redact", 0), ("migronaut._version", 0),
-    ("migronaut._names", 0), ("migronaut._suggest", 0), ("migronaut.fleet.config", 1),
-    ("migronaut.core", 1), ("migronaut.declared", 1),
-    ("migronaut.observability", 1), ("migronaut.versioning", 1),
-    ("migronaut.background", 2), ("migronaut.commands", 3), ("migronaut.api", 4),
-    ("migronaut.aio", 4), ("migronaut.integrations", 2), ("migronaut.dashboard", 5),
-    ("migronaut.devserver", 5),
+    ("migronaut._names", 0), ("migronaut._suggest", 0), ("migronaut._json", 0),
+    ("migronaut._values", 0),
+    ("migronaut.observability", 1),
+    ("migronaut.declared", 2), ("migronaut.versioning", 2),
+    ("migronaut.core", 3), ("migronaut.fleet.config", 3),
+    ("migronaut.declared.sources", 4), ("migronaut.background", 4),
+    ("migronaut.integrations", 4),
+    ("migronaut.commands", 5),
+    ("migronaut.api", 6), ("migronaut.aio", 6),
 )
+#: Everything not in :data:`LAYERS`: the CLI, the dashboard, the fleet, the executors, the dev
+#: server, the testing plugin, the package's lazy ``__init__``.
+TOP = 7
 #: What the dev server may import of ours besides its own modules: the top layer, it stands on
-#: nothing but the error tree, redaction and MongoDB's name rules.
-DEVSERVER_IMPORTS = frozenset({"migronaut.errors", "migronaut._redact", "migronaut._names"})
+#: nothing but the error tree, redaction, MongoDB's name rules and the integer checks.
+DEVSERVER_IMPORTS = frozenset({"migronaut.errors", "migronaut._redact", "migronaut._names",
+                               "migronaut._values"})
 #: mongoeco's public modules; any other is its internals.
 MONGOECO_PUBLIC = frozenset({"mongoeco", "mongoeco.engines", "mongoeco.wire", "mongoeco.errors"})
 #: The one module allowed to reach into mongoeco's private surface.
@@ -76,10 +86,10 @@ def _graph() -> dict[str, set[str]]:
 
 
 def _layer(name: str) -> int:
-    for prefix, layer in LAYERS:
-        if name == prefix or name.startswith(prefix + "."):
-            return layer
-    return 5
+    """The layer of the longest prefix of ``name`` in :data:`LAYERS`; anything else is on top."""
+    matches = [(len(prefix), layer) for prefix, layer in LAYERS
+               if name == prefix or name.startswith(prefix + ".")]
+    return max(matches)[1] if matches else TOP
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
@@ -142,6 +152,9 @@ def test_the_checks_see_the_graph() -> None:
     assert "migronaut.core.run_loop" in graph["migronaut.commands.migrate"]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
     assert _layer("migronaut.cli.app") > _layer("migronaut.api") > _layer("migronaut.commands")
+    assert _layer("migronaut.declared.sources") > _layer("migronaut.core.files") \
+        > _layer("migronaut.declared.definition") > _layer("migronaut.observability.history") \
+        > _layer("migronaut._json")
     assert MONGOECO_INTERNALS in graph["migronaut.devserver.wire"]
     assert "migronaut.devserver" in graph["migronaut.cli.commands.dev_server"]
     assert "migronaut.devserver.serve" in graph["migronaut.devserver"]
@@ -155,6 +168,18 @@ def test_the_dev_server_stands_on_errors_and_redaction_only() -> None:
                if name.startswith("migronaut.devserver") for target in targets
                if not target.startswith("migronaut.devserver") and target not in DEVSERVER_IMPORTS}
     assert sorted(outside) == []
+
+
+def test_the_dashboard_reads_through_the_public_api_never_the_core() -> None:
+    """The dashboard is a user of the package like any other: results and configuration come
+    from ``migronaut``'s curated surface and the JSON helpers of ``_json``, never from
+    ``migronaut.core`` (nor the CLI above it)."""
+    graph = _graph()
+    reaches = {(name, target) for name, targets in graph.items()
+               if name.startswith("migronaut.dashboard") for target in targets
+               if target.startswith(("migronaut.core", "migronaut.cli"))}
+    assert "migronaut._json" in graph["migronaut.dashboard.board"], "the walk sees the package"
+    assert sorted(reaches) == []
 
 
 def test_only_one_module_reaches_into_mongoeco_internals() -> None:

@@ -102,6 +102,17 @@ def test_defaults(tmp_path: Path) -> None:
     assert config.migrations_path == (tmp_path / "migrations").resolve()
 
 
+def test_a_copy_with_overrides_is_checked_like_flags(tmp_path: Path) -> None:
+    config = load(tmp_path, BASE)
+    copy = config.with_overrides(db_name="admin")
+    assert (copy.db_name, copy.origin("db_name")) == ("admin", "the db_name argument")
+    assert copy.uri == config.uri and config.db_name != "admin"
+    with pytest.raises(ConfigInvalidError, match="lock_ttl_seconds"):
+        config.with_overrides(lock_ttl_seconds=True)
+    with pytest.raises(ConfigInvalidError, match="unknown config key"):
+        config.with_overrides(db="admin")
+
+
 @pytest.mark.parametrize("kind", SOURCE_KINDS)
 def test_precedence_flags_over_env_over_file_over_defaults(tmp_path: Path, kind: str) -> None:
     path = write_source(

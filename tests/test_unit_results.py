@@ -5,8 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 
+from migronaut._json import iso
 from migronaut.core.lock import lock_info
-from migronaut.core.results import LockInfo, MigrationSummary, RunResult, StatusRow, iso
+from migronaut.core.results import LockInfo, MigrationSummary, RunResult, StatusRow
 from migronaut.errors import EXIT_CODES, MigronautError
 
 

@@ -24,6 +24,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from migronaut._values import is_int
 from migronaut.background.spec import match_filter
 from migronaut.background.state_fields import understood
 from migronaut.errors import ConfigInvalidError, MigronautError, describe_exception
@@ -140,7 +141,7 @@ def floored(state: Mapping[str, Any], floors: Mapping[str, int]) -> bool:
     ``to``: the validator then refuses the old shape, so no probe is needed."""
     floor = floors.get(collection_of(state))
     to = (state.get("spec") or {}).get("to")
-    return floor is not None and isinstance(to, int) and not isinstance(to, bool) and floor >= to
+    return floor is not None and is_int(to) and floor >= to
 
 
 def collection_of(state: Mapping[str, Any]) -> str:

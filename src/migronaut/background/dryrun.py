@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Final
 import bson
 from pymongo.errors import OperationFailure, PyMongoError
 
+from migronaut._values import int_within, is_int
 from migronaut.background.diff import (
     DocumentProblem,
     apply_update_locally,
@@ -143,7 +144,7 @@ def _show(value: Any) -> str:
 
 
 def _integer(option: str, value: Any, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+    if not int_within(value, low, high):
         raise ConfigInvalidError(
             f"{option} must be an integer from {low} to {high} (got {_show(value)})",
             {"option": option},
@@ -759,7 +760,7 @@ def _run_steps(sandbox: Sandbox, job: BackgroundJob, fn: Callable[..., Any], sta
         entry["done"] = result["done"]
         for counter in ("processed", "migrated"):
             value = result.get(counter)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            if is_int(value) and value > 0:
                 entry[counter] = value
         if sandbox.aborted_by is not None:
             return None  # an operation failed inside the step: the transaction is gone

@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from migronaut._values import is_int
 from migronaut.background.batches.checkpoints import Checkpoints
 from migronaut.background.batches.failures import (
     DOCUMENT_WRITE_CODES,
@@ -133,7 +134,7 @@ def run_slice(
     good) when the slice failed — after counting the failure on the partition.
     """
     if slice_ms is not None and (
-        isinstance(slice_ms, bool) or not isinstance(slice_ms, int)
+        not is_int(slice_ms)
         or not 1 <= slice_ms <= 3_600_000
     ):
         raise ConfigInvalidError(

@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from migronaut._values import int_within, is_int
 from migronaut.background.outage import DEFAULT_OUTAGE_MS, DriverOutage
 from migronaut.background.state_fields import understood
 from migronaut.core.context import Cancellation, LinkedCancellation
@@ -386,7 +387,7 @@ class BackgroundRunner:
         if state["status"] != "running" or state.get("phase") != "process":
             return "stale"  # nothing to claim before the coordinator has planned
         budget = (state.get("spec") or {}).get("maxOutageMs")
-        if isinstance(budget, int) and not isinstance(budget, bool):
+        if is_int(budget):
             self._outage_budgets[name] = budget
         try:
             result = engine.run_slice(name, slice_ms=self.slice_ms, cancellation=self._cancel,
@@ -555,7 +556,7 @@ def _checked_options(
     verify_interval_s: float | None, watch: bool | None,
 ) -> frozenset[str] | None:
     """Refuse a bad runner option (``CONFIG_INVALID``); the wanted names, if any."""
-    if isinstance(lanes, bool) or not isinstance(lanes, int) or not 1 <= lanes <= MAX_LANES:
+    if not int_within(lanes, 1, MAX_LANES):
         raise ConfigInvalidError(
             f"lanes must be an integer from 1 to {MAX_LANES} (got {lanes!r})",
             {"option": "lanes"},
@@ -567,7 +568,7 @@ def _checked_options(
             f"(got {poll_interval_s!r})",
             {"option": "poll_interval_s"},
         )
-    if slice_ms is not None and (isinstance(slice_ms, bool) or not isinstance(slice_ms, int)
+    if slice_ms is not None and (not is_int(slice_ms)
                                  or not 1 <= slice_ms <= 3_600_000):
         raise ConfigInvalidError(
             f"slice_ms must be an integer from 1 to 3600000 (got {slice_ms!r})",

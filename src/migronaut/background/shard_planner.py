@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import bson
 from bson import Int64, MaxKey, MinKey
 
+from migronaut._values import is_int
 from migronaut.background.planner import (
     SAMPLE_TIMEOUT_MS,
     Plan,
@@ -165,7 +166,7 @@ def _hash_value(bound: Any) -> int | None:
         return HASH_RANGE[0]
     if isinstance(bound, MaxKey):
         return HASH_RANGE[1]
-    if isinstance(bound, int) and not isinstance(bound, bool):
+    if is_int(bound):
         return int(bound)
     return None
 

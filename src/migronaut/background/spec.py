@@ -28,7 +28,7 @@ import re
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, NoReturn, TypeGuard
+from typing import Any, Final, NoReturn
 
 from bson import json_util
 from bson.code import Code
@@ -44,6 +44,7 @@ from bson.timestamp import Timestamp
 
 from migronaut._names import OWN_PREFIX
 from migronaut._suggest import snake_case, suggest
+from migronaut._values import int_within, is_int
 from migronaut.core.config import validate_collection_name
 from migronaut.core.files import is_valid_name
 from migronaut.errors import MigrationInvalidExportError
@@ -199,10 +200,6 @@ def _show(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
-def _is_int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _field_name_problem(value: Any) -> str | None:
     if (
         not isinstance(value, str)
@@ -235,7 +232,7 @@ class _Issues:
 
     def integer(self, path: str, value: Any, low: int, high: int | None, default: int) -> int:
         """``value`` when it is an integer in ``low..high`` (inclusive), else an issue + default."""
-        if _is_int(value) and low <= value <= (MAX_SAFE_INTEGER if high is None else high):
+        if is_int(value) and low <= value <= (MAX_SAFE_INTEGER if high is None else high):
             return int(value)
         if high is None:
             self.add(path, f"must be a safe integer ≥ {low}, got {_show(value)}")
@@ -483,7 +480,7 @@ def _resolve_declarative(
             bounds[key] = None
             continue
         value = declared[key]
-        if _is_int(value) and 0 <= value <= MAX_SAFE_INTEGER:
+        if int_within(value, 0, MAX_SAFE_INTEGER):
             bounds[key] = int(value)
         else:
             issues.add(f"background.{key}", f"must be a safe integer ≥ 0, got {_show(value)}")
@@ -570,7 +567,7 @@ def _resolve_declarative(
 
     if versioning is not None and end is not None:
         current = versioning.get("current")
-        if _is_int(current) and end > current:
+        if is_int(current) and end > current:
             issues.add(
                 "background.to",
                 f"must not exceed the collection's versioning.current ({current}) — "
@@ -656,7 +653,7 @@ def _resolve_settings(
         value = declared["max_replication_lag_ms"]
         if value is False:
             lag = False
-        elif _is_int(value) and 0 <= value <= 3_600_000:
+        elif int_within(value, 0, 3_600_000):
             lag = int(value)
         else:
             issues.add(
@@ -669,7 +666,7 @@ def _resolve_settings(
     if "max_parallel" in declared:
         value = declared["max_parallel"]
         if step_mode:
-            if not (_is_int(value) and value == 1):
+            if not (is_int(value) and value == 1):
                 issues.add(
                     "background.max_parallel",
                     f"must be 1 for a step migration (a step runs as one partition), "
@@ -733,10 +730,10 @@ def _resolve_write_concern(declared: Mapping[str, Any], issues: _Issues) -> dict
     ok = True
     if "w" in value:
         w = value["w"]
-        if _is_int(w) and w == 0:
+        if is_int(w) and w == 0:
             issues.add("background.write_concern.w", "must be acknowledged (w: 0 is refused)")
             ok = False
-        elif not ((_is_int(w) and 1 <= w <= 50) or (isinstance(w, str) and w)):
+        elif not (int_within(w, 1, 50) or (isinstance(w, str) and w)):
             issues.add(
                 "background.write_concern.w",
                 f"must be a positive integer or a tag name such as 'majority', got {_show(w)}",
@@ -756,7 +753,7 @@ def _resolve_write_concern(declared: Mapping[str, Any], issues: _Issues) -> dict
                 ok = False
     if "wtimeout" in value:
         wtimeout = value["wtimeout"]
-        if _is_int(wtimeout) and 0 <= wtimeout <= MAX_SAFE_INTEGER:
+        if int_within(wtimeout, 0, MAX_SAFE_INTEGER):
             out["wtimeout"] = int(wtimeout)
         else:
             issues.add(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeGuard
 
+from migronaut._values import is_int
 from migronaut.errors import BackgroundConflictError, StateInvalidError
 
 __all__ = [
@@ -77,7 +78,7 @@ def _invalid(state: Mapping[str, Any], field: str, value: Any, expected: str
 
 def is_count(value: Any) -> TypeGuard[int]:
     """A non-negative integer (``True`` is not one)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return is_int(value) and value >= 0
 
 
 def stored_round(state: Mapping[str, Any]) -> int:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from migronaut._suggest import suggest
+from migronaut._values import int_within, is_int
 from migronaut.background.diff import DocumentProblem, Update, guard_filter, stamped_diff
 from migronaut.background.drift import (
     OPEN_STATUSES,
@@ -175,7 +176,7 @@ def watch_options(**options: Any) -> WatchOptions:
         if key not in options:
             continue
         value = options[key]
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        if not int_within(value, low, high):
             raise ConfigInvalidError(
                 f"watch option {key} must be an integer from {low} to {high}, got {value!r}",
                 {"option": key},
@@ -295,9 +296,7 @@ def _version_of(value: Any) -> int | None:
     """A stored version as an edge key: missing/null is 0; a non-integer has no edge."""
     if value is None:
         return 0
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
+    if is_int(value):
         return int(value)
     if isinstance(value, float) and value.is_integer():
         return int(value)

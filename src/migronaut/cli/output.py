@@ -213,7 +213,7 @@ class Output:
         """
         import json
 
-        from migronaut.core.results import json_default
+        from migronaut._json import json_default
 
         encoding = (getattr(self.stdout, "encoding", None) or "utf-8").lower()
         text = json.dumps(redact_value(document), indent=None if compact else 2,

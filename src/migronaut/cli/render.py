@@ -89,7 +89,7 @@ def table(
     stream = output.stream_for(INFO)
     width = _width(stream)
     drawn = boxtable.draw(columns, rows, width=width, colour=output.colour(stream),
-                          styles=frozenset(_SGR_NAMES))
+                          styles=_SGR_NAMES)
     if drawn is None:  # too wide: rich folds the ``wrap`` columns, cuts the ``shorten`` ones
         buffer = io.StringIO()
         limits = _shortened_widths(columns, rows, shorten, width)
@@ -132,7 +132,7 @@ def rich_table(
     from rich.table import Table
     from rich.text import Text
 
-    drawn = Table(box=box.SQUARE, header_style="cyan", show_edge=True, pad_edge=True,
+    drawn = Table(box=box.SQUARE, header_style=boxtable.HEADER_STYLE, show_edge=True, pad_edge=True,
                   title=title, title_justify="left")
     for column in columns:
         if shorten and column in shorten:

@@ -331,7 +331,7 @@ class ProgressDisplay:
         self._live: LiveView | None = None
 
     def show(self, rows: Sequence[Mapping[str, Any]], finished: bool) -> None:
-        from migronaut.core.results import iso
+        from migronaut._json import iso
 
         out = self.out
         if out.json_mode:

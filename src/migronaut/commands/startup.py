@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
+from migronaut._values import int_within
 from migronaut.commands.migrate import check_on_background_pending
 from migronaut.core.results import MigrationSummary
 from migronaut.errors import (
@@ -122,7 +123,7 @@ def check_startup_options(
                                     ("lock_poll_interval_ms", lock_poll_interval_ms, False)):
         if value is None and optional:
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 2**31 - 1:
+        if not int_within(value, 1, 2**31 - 1):
             raise _bad_option(option, "must be a positive integer", value)
     if not isinstance(no_lock, bool):
         raise _bad_option("no_lock", "must be True or False", no_lock)

@@ -37,8 +37,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from migronaut._json import iso
 from migronaut._redact import shown_value
-from migronaut.core.results import iso
+from migronaut._values import is_int
 from migronaut.core.retry import retry_transient
 from migronaut.errors import MigrationInDoubtError, StateInvalidError
 
@@ -751,7 +752,7 @@ def judge_unfinished(
             name=str(record.get("name")), status=str(record.get("status")),
             run_id=str(intent.get("runId")),
             host=intent.get("host") if isinstance(intent.get("host"), str) else None,
-            pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+            pid=pid if is_int(pid) else None,
             started_at=started if isinstance(started, dt.datetime) else None,
             alive=live_owner is not None and owner == live_owner,
         ))

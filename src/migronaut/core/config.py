@@ -22,8 +22,10 @@ from typing import Any, Literal
 
 from migronaut._names import validate_collection_name, validate_db_name
 from migronaut._suggest import suggest
+from migronaut._values import is_int
 from migronaut.errors import ConfigInvalidError, MigronautError
 from migronaut.fleet.config import FleetConfig, parse_fleet
+from migronaut.observability.telemetry_values import telemetry_issue
 
 __all__ = [
     "CONFIG_FILE_NAMES",
@@ -210,6 +212,11 @@ class Config:
             return detail
         return "the default"
 
+    def with_overrides(self, **values: Any) -> Config:
+        """A copy with some keys replaced (``config.with_overrides(db_name="admin")``),
+        validated like flags: ``CONFIG_INVALID`` on an unknown key or a bad value."""
+        return with_overrides(self, **values)
+
     def public_view(self) -> dict[str, Any]:
         """The config as plain data with live objects shown as ``[injected]`` (for debug logs)."""
         out: dict[str, Any] = {}
@@ -262,7 +269,7 @@ def _check_value(spec: KeySpec, value: Any, *, from_text: bool) -> tuple[Any, st
             if not text.isdigit() or int(text) <= 0:
                 return value, "must be a positive integer"
             return int(text), None
-        ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+        ok = is_int(value) and value > 0
         return value, None if ok else "must be a positive integer"
     if kind == "str":
         if isinstance(value, str) and value.strip():
@@ -305,75 +312,6 @@ def _check_value(spec: KeySpec, value: Any, *, from_text: bool) -> tuple[Any, st
 
 
 # ------------------------------------------------------------------------------ telemetry
-
-#: At most this many user attributes on every span and metric point (reference core §10.5).
-MAX_TELEMETRY_ATTRIBUTES = 20
-#: Attribute names migronaut sets itself (besides every ``migronaut.*`` name).
-RESERVED_TELEMETRY_ATTRIBUTES = ("db.namespace", "error.type")
-_TELEMETRY_KEYS = ("tracer", "meter", "attributes")
-_PROVIDER_METHODS = {"tracer": ("start_span",), "meter": ("create_histogram", "create_counter")}
-
-
-def telemetry_parts(value: Any) -> dict[str, Any]:
-    """The ``tracer``, ``meter`` and ``attributes`` of a ``telemetry`` value that
-    :func:`telemetry_issue` accepted (``True``: the global tracer and meter)."""
-    if value is None or value is False:
-        return {}
-    if value is True:
-        return {"tracer": True, "meter": True}
-    if isinstance(value, Mapping):
-        return dict(value)
-    return {key: getattr(value, key, None) for key in _TELEMETRY_KEYS}
-
-
-def telemetry_issue(value: Any) -> Issue | None:
-    """What is wrong with a ``telemetry`` value, checked when the config loads (every command),
-    without importing OpenTelemetry: ``None``/``False`` (off), ``True``, or a mapping or object
-    with ``tracer`` / ``meter`` (an OpenTelemetry tracer or meter, or ``True``) and
-    ``attributes`` (at most 20 names → string, number or boolean)."""
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, Mapping):
-        unknown = [key for key in value if key not in _TELEMETRY_KEYS]
-        if unknown:
-            return Issue(f"telemetry.{unknown[0]}",
-                         "unknown key (telemetry takes tracer, meter and attributes)")
-    elif not any(hasattr(value, key) for key in _TELEMETRY_KEYS):
-        return Issue("telemetry", "must be True, or a mapping or object with tracer, meter "
-                     f"and/or attributes (got {type(value).__name__})")
-    parts = telemetry_parts(value)
-    issue = _attributes_issue(parts.get("attributes"))
-    if issue is not None:
-        return issue
-    for kind, methods in _PROVIDER_METHODS.items():
-        provider = parts.get(kind)
-        if provider is None or isinstance(provider, bool):
-            continue
-        missing = [m for m in methods if not callable(getattr(provider, m, None))]
-        if missing:
-            return Issue(f"telemetry.{kind}", f"must be an OpenTelemetry {kind} (no "
-                         f"{missing[0]}() on {type(provider).__name__})")
-    return None
-
-
-def _attributes_issue(value: Any) -> Issue | None:
-    if value is None:
-        return None
-    path = "telemetry.attributes"
-    if not isinstance(value, Mapping):
-        return Issue(path, "must be a mapping of names to scalars")
-    if len(value) > MAX_TELEMETRY_ATTRIBUTES:
-        return Issue(path, f"at most {MAX_TELEMETRY_ATTRIBUTES} attributes (got {len(value)})")
-    for key, item in value.items():
-        if not isinstance(key, str) or not key:
-            return Issue(path, f"names must be non-empty strings (got {key!r})")
-        if key.startswith("migronaut.") or key in RESERVED_TELEMETRY_ATTRIBUTES:
-            return Issue(f"{path}.{key}", "is migronaut's own attribute and cannot be overridden")
-        if not isinstance(item, (str, bool, int, float)):
-            return Issue(f"{path}.{key}",
-                         f"must be a string, number or boolean (got {type(item).__name__})")
-    return None
-
 
 def _layer(
     values: Mapping[str, Any], where: str, issues: list[Issue], *, allow_code: bool
@@ -704,7 +642,7 @@ def load_config(
         issues.append(Issue("generate_id", "must be a function"))
     telemetry = telemetry_issue(config.telemetry)
     if telemetry is not None:
-        issues.append(telemetry)
+        issues.append(Issue(*telemetry))
     if issues:
         raise _fail(issues)
     try:

@@ -24,6 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from migronaut._values import is_int
 from migronaut.core.code_cache import compile_cached, read_file
 from migronaut.errors import (
     ConfigInvalidError,
@@ -425,7 +426,7 @@ def _load_migration(
         problems.append("use_transaction must be True or False")
     timeout_ms = getattr(module, "timeout_ms", None)
     if timeout_ms is not None and (
-        not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms <= 0
+        not is_int(timeout_ms) or timeout_ms <= 0
     ):
         problems.append("timeout_ms must be a positive integer")
     requires = getattr(module, "requires", ())

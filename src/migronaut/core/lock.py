@@ -40,15 +40,10 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from migronaut._json import iso, naive_utc
 from migronaut._redact import shown_value
-from migronaut.core.results import (
-    LockInfo,
-    LockProblem,
-    LockState,
-    LockStatus,
-    iso,
-    naive_utc,
-)
+from migronaut._values import is_int
+from migronaut.core.results import LockInfo, LockProblem, LockState, LockStatus
 from migronaut.core.retry import retry_transient
 from migronaut.errors import LockAlreadyHeldError, LockReleaseFailedError, describe_exception
 
@@ -153,7 +148,7 @@ def lock_info(doc: Mapping[str, Any] | None) -> LockInfo | None:
     ttl = doc.get("ttlMs")
     return LockInfo(
         locked_at=locked_at if isinstance(locked_at, dt.datetime) else None,
-        pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+        pid=pid if is_int(pid) else None,
         host=text("host"),
         executed_by=text("executedBy"),
         run_id=text("owner"),

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from migronaut._values import is_int
 from migronaut.core.changelog import (
     UNFINISHED,
     Changelog,
@@ -62,7 +63,7 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 def _positive_int(value: Any, option: str) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    if not is_int(value) or value <= 0:
         raise ConfigInvalidError(
             f"{option} must be a positive integer (got {value!r})", {"option": option}
         )

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from migronaut._json import iso, naive_utc, render_fields
 
 __all__ = [
     "AuditCheck",
@@ -24,13 +26,8 @@ __all__ = [
     "MigrationSummary",
     "RunResult",
     "StatusRow",
-    "iso",
-    "json_default",
-    "json_document",
-    "naive_utc",
     "rows_json",
     "run_results_json",
-    "to_json_value",
 ]
 
 RunStatus = Literal["applied", "reverted", "skipped", "error"]
@@ -38,53 +35,6 @@ RowStatus = Literal["applied", "pending", "failed", "running", "in-doubt"]
 ChecksumSource = Literal["reused", "recomputed", "missing"]
 CheckStatus = Literal["pass", "warn", "fail"]
 LockState = Literal["free", "held", "expired", "invalid"]
-
-
-def naive_utc(value: dt.datetime) -> dt.datetime:
-    """``value`` as pymongo returns dates by default: naive, in UTC."""
-    return value.astimezone(dt.UTC).replace(tzinfo=None) if value.tzinfo else value
-
-
-def iso(value: dt.datetime | None) -> str | None:
-    """ISO-8601 with milliseconds and ``Z`` (naive datetimes from pymongo are UTC)."""
-    if value is None:
-        return None
-    return naive_utc(value).isoformat(timespec="milliseconds") + "Z"
-
-
-def to_json_value(value: Any) -> Any:
-    if isinstance(value, dt.datetime):
-        return iso(value)
-    if hasattr(value, "to_dict"):
-        return value.to_dict()
-    if isinstance(value, (list, tuple)):
-        return [to_json_value(v) for v in value]
-    if isinstance(value, dict):
-        return {k: to_json_value(v) for k, v in value.items()}
-    return value
-
-
-def json_default(value: Any) -> Any:
-    """``json.dumps``' ``default`` for ``--json`` documents: dates as :func:`iso`, results by
-    their ``to_dict()``, sets and tuples as lists, anything else (``ObjectId``…) as text."""
-    if isinstance(value, dt.datetime):
-        return iso(value)
-    to_dict = getattr(value, "to_dict", None)
-    if callable(to_dict):
-        return to_dict()
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    return str(value)
-
-
-def json_document(document: Any) -> Any:
-    """``document`` as ``--json`` prints it, as plain JSON values: results by their
-    ``to_dict()``, dates as ISO text, every string redacted (the CLI and the dashboard)."""
-    import json
-
-    from migronaut._redact import redact_value
-
-    return redact_value(json.loads(json.dumps(to_json_value(document), default=json_default)))
 
 
 def run_results_json(results: Sequence[RunResult]) -> list[dict[str, Any]]:
@@ -95,37 +45,6 @@ def run_results_json(results: Sequence[RunResult]) -> list[dict[str, Any]]:
 def rows_json(rows: Sequence[StatusRow]) -> list[dict[str, Any]]:
     """``StatusRow[]`` as ``status``/``list``/``dry-run`` print it."""
     return [row.to_dict() for row in rows]
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)
-
-
-_LAYOUTS: dict[type, tuple[tuple[str, str, bool], ...]] = {}
-
-
-def _layout(cls: type) -> tuple[tuple[str, str, bool], ...]:
-    """(attribute, JSON key, only-when-true) per field, computed once per class."""
-    layout = _LAYOUTS.get(cls)
-    if layout is None:
-        layout = _LAYOUTS[cls] = tuple(
-            (f.name, f.metadata.get("json", _camel(f.name)), bool(f.metadata.get("only_true")))
-            for f in fields(cls)
-        )
-    return layout
-
-
-def _render(obj: Any, always: tuple[str, ...]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, key, only_true in _layout(type(obj)):
-        value = getattr(obj, name)
-        if value is None and name not in always:
-            continue
-        if value is False and only_true:
-            continue
-        out[key] = to_json_value(value)
-    return out
 
 
 @dataclass(frozen=True)
@@ -140,7 +59,7 @@ class RunResult:
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return _render(self, ("file", "status"))
+        return render_fields(self, ("file", "status"))
 
 
 @dataclass(frozen=True)
@@ -180,7 +99,7 @@ class StatusRow:
     started_at: dt.datetime | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return _render(
+        return render_fields(
             self, ("file", "status", "batch", "applied_at", "duration", "checksum_ok")
         )
 
@@ -197,7 +116,7 @@ class LockInfo:
     ttl_ms: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return _render(self, ("locked_at", "pid", "host", "executed_by"))
+        return render_fields(self, ("locked_at", "pid", "host", "executed_by"))
 
     def describe(self) -> str:
         when = iso(self.locked_at) or "an unknown time"
@@ -277,7 +196,7 @@ class MigrationSummary:
     converge: Any = None
 
     def to_dict(self) -> dict[str, Any]:
-        return _render(self, ())
+        return render_fields(self, ())
 
 
 @dataclass(frozen=True)
@@ -296,7 +215,7 @@ class ImportRow:
     source_name: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return _render(self, ("file", "batch", "applied_at", "checksum", "checksum_source"))
+        return render_fields(self, ("file", "batch", "applied_at", "checksum", "checksum_source"))
 
 
 @dataclass(frozen=True)
@@ -315,7 +234,7 @@ class ImportResult:
     would_import: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return _render(self, ())
+        return render_fields(self, ())
 
     def counts(self) -> dict[str, int]:
         """The counts ``run:end`` reports for the run (``total``: records written)."""
@@ -333,7 +252,7 @@ class BaselineResult:
     dry_run: bool = field(default=False, metadata={"only_true": True})
 
     def to_dict(self) -> dict[str, Any]:
-        return _render(self, ("batch",))
+        return render_fields(self, ("batch",))
 
     def counts(self) -> dict[str, int]:
         """The counts ``run:end`` and the run span report (``total``: records written, each
@@ -351,7 +270,7 @@ class AuditCheck:
     detail: str
 
     def to_dict(self) -> dict[str, Any]:
-        return _render(self, ("name", "status", "detail"))
+        return render_fields(self, ("name", "status", "detail"))
 
 
 @dataclass(frozen=True)

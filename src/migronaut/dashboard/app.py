@@ -39,7 +39,7 @@ try:
 except ImportError as missing:  # pragma: no cover - exercised without the extra
     raise ExtraMissingError.of("dashboard", "the dashboard", missing) from missing
 
-from migronaut.core.config import Config
+from migronaut import Config, load_config
 from migronaut.dashboard.board import CONTROLS, Board
 from migronaut.dashboard.guard import CSRF_FIELD, Guard
 from migronaut.dashboard.metrics import exposition, registry_of
@@ -47,7 +47,7 @@ from migronaut.dashboard.metrics import exposition, registry_of
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
 
-    from migronaut.api import Migrator
+    from migronaut import Migrator
     from migronaut.dashboard.fleet_board import FleetBoard
 
 __all__ = ["create_app"]
@@ -450,14 +450,13 @@ def create_app(migrator: Migrator | None = None, *, config: Config | Mapping[str
     owned = migrator is None
     home = True
     if migrator is None:
-        from migronaut.api import Migrator
-        from migronaut.core.config import load_config, with_overrides
+        from migronaut import Migrator
 
         resolved = config if isinstance(config, Config) else load_config(
             dict(config or {}), require_db=False)
         if resolved.fleet is not None and not resolved.db_name:
             home = False  # its client still answers "is the server reachable" for the pages
-            resolved = with_overrides(resolved, db_name=resolved.fleet.admin_db)
+            resolved = resolved.with_overrides(db_name=resolved.fleet.admin_db)
         migrator = Migrator(resolved)
     elif config is not None:
         raise ConfigInvalidError("create_app takes a migrator or a config, not both",
@@ -489,7 +488,7 @@ def _fleet_board(migrator: Migrator) -> FleetBoard | None:
     config = migrator.config
     if config.fleet is None:
         return None
+    from migronaut import Fleet
     from migronaut.dashboard.fleet_board import FleetBoard
-    from migronaut.fleet.api import Fleet
 
     return FleetBoard(Fleet(config))

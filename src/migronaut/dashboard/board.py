@@ -2,7 +2,7 @@
 its :class:`~migronaut.background.engine.BackgroundEngine`) and shaped like the CLI's ``--json``.
 
 Invariant: every value leaving this module went through
-:func:`~migronaut.core.results.json_document` — plain JSON values, dates as ISO text, every
+:func:`~migronaut._json.json_document` — plain JSON values, dates as ISO text, every
 string redacted of credentials — so a page or an endpoint cannot show a password stored in an
 error, whatever the template does. Nothing here writes except :meth:`Board.control`, and nothing
 is kept between calls: rates are derived from stored timestamps, never from earlier requests.
@@ -14,13 +14,12 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from migronaut._json import iso, json_document
 from migronaut.background.progress import TERMINAL, number, partition_json
-from migronaut.core.results import iso, json_document, rows_json
 from migronaut.observability.history import run_log_json
 
 if TYPE_CHECKING:
-    from migronaut.api import Migrator
-    from migronaut.core.results import StatusRow
+    from migronaut import Migrator, StatusRow
 
 __all__ = ["CONTROLS", "Board", "derived_progress", "failed_documents", "migration_counts",
            "throughput"]
@@ -176,7 +175,7 @@ class Board:
     def status(self, *, checksums: bool = True) -> Any:
         """``migronaut status --json``: every migration (``checksums=False``: no file hashing,
         ``checksumOk`` left out — the overview and ``/metrics`` do not show it)."""
-        return json_document(rows_json(self.migrator.status("all", checksums=checksums)))
+        return json_document(self.migrator.status("all", checksums=checksums))
 
     def lock(self) -> Any:
         """``migronaut lock --json``."""
@@ -226,9 +225,9 @@ class Board:
             "counts": counts, "total": len(rows),
             # only the rows shown are shaped: on a 1,000-migration database the rest would cost
             # more than the reads
-            "outstanding": json_document(rows_json(outstanding[:OUTSTANDING_SHOWN])),
+            "outstanding": json_document(outstanding[:OUTSTANDING_SHOWN]),
             "outstandingCount": len(outstanding),
-            "recent": json_document(rows_json(applied[-5:][::-1])),
+            "recent": json_document(applied[-5:][::-1]),
             "lock": json_document(lock.to_dict()),
             "lockAgeSeconds": lock.held_for_s, "lockTtlSeconds": (lock.ttl_ms or 0) / 1000,
             "runs": self.runs(OVERVIEW_RUNS),

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from migronaut.core.results import json_document
+from migronaut._json import json_document
 from migronaut.errors import ConfigInvalidError, ConnectionFailedError
 from migronaut.fleet.status import STATES, FleetStatus
 
 if TYPE_CHECKING:
-    from migronaut.fleet.api import Fleet
+    from migronaut import Fleet
     from migronaut.fleet.tenants import Tenant
 
 __all__ = ["MAX_NAME_FILTER", "FleetBoard", "check_filters"]

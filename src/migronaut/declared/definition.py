@@ -10,8 +10,10 @@ only for a definition with no issue; every issue is gathered with its path, none
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Literal
 
 from migronaut._names import OWN_PREFIX
@@ -36,6 +38,7 @@ __all__ = [
     "CollectionDefinition",
     "Style",
     "collection_name_problem",
+    "module_definition",
     "validate_definition",
 ]
 
@@ -301,3 +304,24 @@ def _check_versioning_overlap(
                 issues.add(f"{_join(base, 'indexes')}[{position}].key",
                            "is the version index versioning declares; remove it or set "
                            f"{keys['versioning']}.index to false")
+
+
+_CONSTANT = re.compile(r"^[A-Z][A-Z0-9_]*$")
+
+
+def module_definition(module: ModuleType, issues: Issues) -> dict[str, Any] | None:
+    """The definition a ``.py`` file exports: its public lower-case module-level names, minus
+    imports. A function or class defined in the file is refused."""
+    out: dict[str, Any] = {}
+    for key, value in vars(module).items():
+        if key.startswith("_") or _CONSTANT.match(key) or isinstance(value, ModuleType):
+            continue
+        if callable(value) and getattr(value, "__module__", None) != module.__name__:
+            continue  # imported: from bson import Regex
+        if callable(value):
+            kind = "class" if isinstance(value, type) else "function"
+            issues.add(key, f"is a {kind}: a definition file holds data (indexes = [...], "
+                       "validator = {...}), not a model or code — prefix helpers with _")
+            continue
+        out[key] = value
+    return out if not issues else None

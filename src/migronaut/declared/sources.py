@@ -27,7 +27,6 @@ import re
 import stat
 from collections.abc import Collection
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from migronaut.core.files import left_while_loading, load_module
@@ -35,6 +34,7 @@ from migronaut.declared.definition import (
     TOO_DEEP,
     CollectionDefinition,
     Style,
+    module_definition,
     validate_definition,
 )
 from migronaut.declared.inline import reserved_names, validate_inline
@@ -44,7 +44,7 @@ from migronaut.errors import ConfigInvalidError
 if TYPE_CHECKING:
     from migronaut.core.config import Config
 
-__all__ = ["load_definitions", "module_definition"]
+__all__ = ["load_definitions"]
 
 JSON_EXTENSION = ".json"
 
@@ -169,27 +169,6 @@ def _read_file(
         issues.add("", f"failed to load: {detail}")
         return None, error
     return module_definition(module, issues), None
-
-
-_CONSTANT = re.compile(r"^[A-Z][A-Z0-9_]*$")
-
-
-def module_definition(module: ModuleType, issues: Issues) -> dict[str, Any] | None:
-    """The definition a ``.py`` file exports: its public lower-case module-level names, minus
-    imports. A function or class defined in the file is refused."""
-    out: dict[str, Any] = {}
-    for key, value in vars(module).items():
-        if key.startswith("_") or _CONSTANT.match(key) or isinstance(value, ModuleType):
-            continue
-        if callable(value) and getattr(value, "__module__", None) != module.__name__:
-            continue  # imported: from bson import Regex
-        if callable(value):
-            kind = "class" if isinstance(value, type) else "function"
-            issues.add(key, f"is a {kind}: a definition file holds data (indexes = [...], "
-                       "validator = {...}), not a model or code — prefix helpers with _")
-            continue
-        out[key] = value
-    return out if not issues else None
 
 
 def _module_name(path: Path) -> str:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from migronaut._values import is_int
 from migronaut.declared.issues import Issues
 
 __all__ = ["VersioningSpec", "check_system_field", "validate_versioning"]
@@ -46,10 +47,6 @@ def check_system_field(value: Any) -> str | None:
     return None
 
 
-def _integer(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def validate_versioning(
     raw: Any, path: str, issues: Issues, *, style: Literal["python", "json"]
 ) -> VersioningSpec | None:
@@ -63,12 +60,12 @@ def validate_versioning(
     issues.refuse_unknown(raw, names, path,
                           "is not a versioning key (expected " + ", ".join(names) + ")")
     current: Any = raw.get("current")
-    if not _integer(current) or current < 1:
+    if not is_int(current) or current < 1:
         issues.add(f"{path}.current", "is required: an integer ≥ 1 (the version new documents "
                    "are written at)")
         current = None
     low = raw.get("min", 1)
-    if not _integer(low) or low < 0 or (isinstance(current, int) and low > current):
+    if not is_int(low) or low < 0 or (isinstance(current, int) and low > current):
         issues.add(f"{path}.min", "must be an integer from 0 to current")
     field = raw.get("field", "__v")
     problem = check_system_field(field)

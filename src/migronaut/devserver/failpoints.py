@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from migronaut._values import is_int
 from migronaut.devserver.catalog import Refused, wrong_type
 
 __all__ = ["COMMAND", "CloseConnection", "FailCommand"]
@@ -115,7 +116,7 @@ def _times(mode: Any) -> int | None:
         return None
     if isinstance(mode, Mapping) and set(mode) == {"times"}:
         times = mode["times"]
-        if isinstance(times, int) and not isinstance(times, bool) and times > 0:
+        if is_int(times) and times > 0:
             return times
         raise Refused(2, "BadValue", "'times' option to 'mode' must be a positive integer")
     raise Refused(2, "BadValue", "'mode' must be 'off', 'alwaysOn' or {times: n} on the dev "
@@ -134,7 +135,7 @@ def _setting(data: Any, times: int | None) -> _Setting:
             not all(isinstance(c, str) for c in commands):
         raise Refused(2, "BadValue", "'failCommands' must be a non-empty array of command names")
     code, close = data.get("errorCode"), data.get("closeConnection", False)
-    if code is not None and (not isinstance(code, int) or isinstance(code, bool)):
+    if code is not None and not is_int(code):
         raise wrong_type(f"{_NAME}.errorCode", code, "int")
     if not isinstance(close, bool):
         raise wrong_type(f"{_NAME}.closeConnection", close, "bool")

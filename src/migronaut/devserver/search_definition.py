@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from migronaut._values import is_int
+
 __all__ = ["definition_problem"]
 
 _SEARCH_KEYS: Final = frozenset({
@@ -131,7 +133,7 @@ def _vector(definition: Mapping[str, Any]) -> None:
 
 def _vector_field(field: Mapping[str, Any], where: str) -> None:
     dimensions = field.get("numDimensions")
-    if isinstance(dimensions, bool) or not isinstance(dimensions, int) or \
+    if not is_int(dimensions) or \
             not 1 <= dimensions <= _MAX_DIMENSIONS:
         raise _Problem(f'"{where}.numDimensions" is required and must be an integer from 1 to '
                        f"{_MAX_DIMENSIONS}")

@@ -39,6 +39,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
+from migronaut._values import is_int
 from migronaut.devserver.catalog import (
     IndexExtras,
     Refused,
@@ -393,7 +394,7 @@ def _cursor_ids_in(command: dict[str, Any]) -> None:
 
 def _plain_int(value: Any) -> Any:
     inner = getattr(value, "value", None)
-    if not isinstance(value, int) and isinstance(inner, int) and not isinstance(inner, bool):
+    if not isinstance(value, int) and is_int(inner):
         return inner
     return value
 

@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from migronaut._suggest import suggest
+from migronaut._values import is_int
 from migronaut.aio import _off_loop as off_loop
 from migronaut.api import Migrator
 from migronaut.core.config import DEFAULT_LOGGER, Config, load_config, with_overrides
@@ -193,7 +194,7 @@ class Fleet:
 
     def down(self, *, steps: int = 1, **policy: Any) -> FleetResult:
         """``down --steps N`` in every tenant."""
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        if not is_int(steps) or steps < 1:
             raise ConfigInvalidError(f"steps must be a positive integer (got {steps!r})",
                                      {"option": "steps"})
         return self._run("down", {"steps": steps}, policy)

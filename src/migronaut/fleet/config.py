@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from migronaut._names import validate_collection_name, validate_db_name
 from migronaut._suggest import suggest
+from migronaut._values import int_within
 
 __all__ = [
     "DEFAULT_CLUSTER",
@@ -227,7 +228,7 @@ def check_policy_value(key: str, value: Any) -> tuple[Any, str | None]:
 def _policy_value(key: str, value: Any) -> tuple[Any, str | None]:
     if key in RANGES:
         low, high = RANGES[key]
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        if not int_within(value, low, high):
             return value, f"must be an integer from {low} to {high} (got {value!r})"
         return value, None
     if key == "admin_db":

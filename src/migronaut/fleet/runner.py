@@ -22,7 +22,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from migronaut.core.results import iso
+from migronaut._json import iso
 from migronaut.errors import (
     AuditFailedError,
     FleetPartialError,

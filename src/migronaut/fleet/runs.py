@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from migronaut.core.results import iso
+from migronaut._json import iso
 from migronaut.errors import ConnectionFailedError, StateInvalidError
 
 if TYPE_CHECKING:

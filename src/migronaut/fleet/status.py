@@ -127,8 +127,8 @@ def failure_of(rows: list[StatusRow]) -> dict[str, Any] | None:
     """The first failed migration of a tenant's status rows as its ``error`` object: its
     ``file``, the ``message`` its changelog record stores and ``failedAt`` — the changelog keeps
     no error code, so none is made up. ``None`` when no row failed."""
+    from migronaut._json import to_json_value
     from migronaut._redact import redact
-    from migronaut.core.results import to_json_value
 
     row = next((r for r in rows if r.status == "failed"), None)
     if row is None:

@@ -20,6 +20,7 @@ from bson import json_util
 from pymongo.collection import Collection
 from pymongo.errors import PyMongoError
 
+from migronaut._values import int_within
 from migronaut.errors import ConfigInvalidError, StateInvalidError, describe_exception
 
 __all__ = ["ConvergeHistory", "check_limit"]
@@ -63,7 +64,7 @@ def _read(entry: Mapping[str, Any], collection: str) -> dict[str, Any]:
 
 def check_limit(limit: Any) -> int:
     """``limit`` must be an integer 1–1000 (``CONFIG_INVALID`` otherwise)."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+    if not int_within(limit, 1, MAX_LIMIT):
         raise ConfigInvalidError(f"limit must be an integer between 1 and {MAX_LIMIT} "
                                  f"(got {limit!r})", {"option": "limit"})
     return limit

@@ -8,20 +8,27 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from migronaut.core.results import _render
+from migronaut._json import render_fields, to_json_value
+from migronaut._values import int_within
 from migronaut.errors import ConfigInvalidError
 from migronaut.observability.migration_log import LEVELS, level_number
 from migronaut.observability.runstore import RUNNING
 
 if TYPE_CHECKING:
-    from migronaut.core.results import LockInfo
     from migronaut.observability.runstore import RunStore
 
 __all__ = ["INTERRUPTED", "RunLog", "RunRecord", "read_run_log", "recent_runs", "run_log_json"]
 
 INTERRUPTED = "interrupted"
+
+
+class LockHolder(Protocol):
+    """What a run record needs of the lock's holder (``core.results.LockInfo``): whose run it is."""
+
+    @property
+    def run_id(self) -> str | None: ...
 MAX_LIMIT = 10_000
 
 
@@ -55,7 +62,7 @@ class RunRecord:
     log_lines_dropped: int | None = None
 
     @classmethod
-    def from_document(cls, doc: dict[str, Any], *, lock: LockInfo | None) -> RunRecord:
+    def from_document(cls, doc: dict[str, Any], *, lock: LockHolder | None) -> RunRecord:
         outcome = str(doc.get("outcome") or RUNNING)
         if outcome == RUNNING and doc.get("locked") and (lock is None or lock.run_id != doc["_id"]):
             outcome = INTERRUPTED
@@ -74,7 +81,7 @@ class RunRecord:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return _render(self, ("run_id", "command", "outcome", "started_at"))
+        return render_fields(self, ("run_id", "command", "outcome", "started_at"))
 
 
 @dataclass(frozen=True)
@@ -85,8 +92,6 @@ class RunLog:
     lines: list[dict[str, Any]]
 
     def to_dict(self) -> dict[str, Any]:
-        from migronaut.core.results import to_json_value
-
         return {"run": self.run.to_dict(), "lines": to_json_value(self.lines)}
 
 
@@ -99,7 +104,7 @@ def run_log_json(log: RunLog | None) -> dict[str, Any]:
 def check_limit(limit: Any, option: str = "limit") -> int:
     """A positive number of runs to list (at most :data:`MAX_LIMIT`); ``option`` is how the
     caller named it (the CLI's ``--limit``)."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= MAX_LIMIT:
+    if not int_within(limit, 1, MAX_LIMIT):
         raise ConfigInvalidError(
             f"{option} must be a positive integer of at most {MAX_LIMIT} (got {limit!r})",
             {"option": option},
@@ -118,7 +123,7 @@ def check_level(level: Any) -> int | None:
     return LEVELS[level.strip().lower()]
 
 
-def recent_runs(store: RunStore, limit: int, *, lock: LockInfo | None) -> list[RunRecord]:
+def recent_runs(store: RunStore, limit: int, *, lock: LockHolder | None) -> list[RunRecord]:
     """The newest ``limit`` runs, newest first."""
     return [RunRecord.from_document(doc, lock=lock) for doc in store.recent(check_limit(limit))]
 
@@ -129,7 +134,7 @@ def read_run_log(
     *,
     migration: str | None,
     level: str | None,
-    lock: LockInfo | None,
+    lock: LockHolder | None,
 ) -> RunLog | None:
     """One run (id, unique id prefix, or ``None`` for the newest) with its lines; ``None`` when
     no run is recorded at all. An unknown or ambiguous id is ``CONFIG_INVALID``."""

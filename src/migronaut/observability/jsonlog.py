@@ -25,7 +25,7 @@ BASE_KEYS = ("timestamp", "level", "logger", "msg")
 
 def _default(value: Any) -> Any:
     if isinstance(value, dt.datetime):
-        from migronaut.core.results import iso
+        from migronaut._json import iso
 
         return iso(value)
     if isinstance(value, (set, frozenset, tuple)):
@@ -43,7 +43,7 @@ def json_log_line(
     traceback: str | None = None,
 ) -> str:
     """One line of machine log (no trailing newline)."""
-    from migronaut.core.results import iso
+    from migronaut._json import iso
 
     line: dict[str, Any] = {
         "timestamp": iso(at or dt.datetime.now(dt.UTC)),

@@ -38,8 +38,8 @@ from typing import Any, TypeVar
 
 from migronaut._redact import redact
 from migronaut._version import __version__
-from migronaut.core.config import telemetry_issue, telemetry_parts
 from migronaut.errors import ConfigInvalidError, MigronautError, describe_exception
+from migronaut.observability.telemetry_values import telemetry_issue, telemetry_parts
 
 __all__ = [
     "BUCKETS",
@@ -572,7 +572,7 @@ def resolve_telemetry(value: Any, *, namespace: str | None) -> Telemetry:
     """
     issue = telemetry_issue(value)
     if issue is not None:
-        raise _invalid(issue.path, issue.message)
+        raise _invalid(*issue)
     parts = telemetry_parts(value)
     if not parts:
         return DISABLED

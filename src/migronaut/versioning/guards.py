@@ -16,6 +16,7 @@ from typing import Any
 
 from bson import Regex
 
+from migronaut._values import is_int
 from migronaut.errors import ConfigInvalidError, RevisionConflictError
 from migronaut.versioning.fields import (
     DEFAULT_FIELD,
@@ -147,7 +148,7 @@ def _common(collection: Any, filter: Any, expected: Any, own: _Own) -> int:
     if getattr(write_concern, "acknowledged", True) is False:
         raise refuse("The collection's write concern is w: 0: a guarded write must know "
                      "whether it matched", "write_concern")
-    if not isinstance(expected, int) or isinstance(expected, bool) \
+    if not is_int(expected) \
             or not 0 <= expected <= MAX_SAFE:
         raise refuse(f"expected_revision must be a non-negative integer (got {expected!r})",
                      "expected_revision")

@@ -19,6 +19,7 @@ from migronaut.declared.definition import (
     DEFINITION_KEYS,
     CollectionDefinition,
     Style,
+    module_definition,
     validate_definition,
 )
 from migronaut.declared.issues import Issues, invalid_definitions
@@ -49,8 +50,6 @@ def _definition(raw: Any, issues: Issues, name: str | None, base: str) -> Versio
     if isinstance(raw, CollectionDefinition):
         return raw.versioning
     if isinstance(raw, ModuleType):
-        from migronaut.declared.sources import module_definition
-
         raw = module_definition(raw, issues)
         if raw is None:
             return None

@@ -13,6 +13,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
+from migronaut._values import is_int
 from migronaut.declared.versioning import VersioningSpec
 from migronaut.errors import ShapeVersionError
 from migronaut.versioning.fields import version_of
@@ -26,7 +27,7 @@ Newer = Literal["throw", "keep"]
 
 def _source_version(key: Any) -> int | None:
     """A step key as a version: an int, or a canonical decimal string (``"1"``, not ``"01"``)."""
-    if isinstance(key, int) and not isinstance(key, bool):
+    if is_int(key):
         return key if key >= 0 else None
     if isinstance(key, str) and key.isdigit() and key.isascii() and str(int(key)) == key:
         return int(key)
@@ -132,7 +133,7 @@ class Upcaster:
         """A function upgrading a document from ``source`` to ``to`` (default ``source + 1``),
         fit to be a background migration's ``migrate(doc, ctx)``."""
         target = source + 1 if to is None else to
-        if not isinstance(source, int) or isinstance(source, bool) or source < 0 \
+        if not is_int(source) or source < 0 \
                 or not isinstance(target, int) or not source < target <= self._spec.current:
             raise refuse(f"step({source!r}, {to!r}) is not a forward range within current "
                          f"({self._spec.current})", "step")

@@ -23,6 +23,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, TypeVar, cast
 
+from migronaut._values import is_int
 from migronaut.errors import RevisionConflictError, RunAbortedError
 from migronaut.versioning.guards import (
     GuardedWrite,
@@ -167,7 +168,7 @@ async def afind_one_and_update_with_revision(
 def _check_retry(fn: Any, attempts: Any, backoff: Any) -> None:
     if not callable(fn):
         raise refuse("retry_on_conflict needs a function", "fn")
-    if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
+    if not is_int(attempts) or attempts < 1:
         raise refuse(f"attempts must be an integer ≥ 1 (got {attempts!r})", "attempts")
     if backoff is not None and not callable(backoff):
         raise refuse("backoff must be a function of the attempt returning milliseconds",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import bson
 
+from migronaut._values import is_int
 from migronaut.background.batches import transactions
 from migronaut.background.batches.checkpoints import Checkpoints
 from migronaut.background.batches.failures import SliceFailure, clip
@@ -149,6 +150,6 @@ def _validate(result: Any) -> tuple[Any, bool, dict[str, int]]:
     counters = {"batches": 1}
     for key in ("processed", "migrated"):
         value = result.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        if is_int(value) and value > 0:
             counters[key] = value
     return checkpoint, result["done"], counters

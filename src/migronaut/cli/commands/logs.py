@@ -175,7 +175,7 @@ def _line(line: dict[str, Any], colour: bool) -> str:
     parts.append(sanitize_terminal(str(line.get("msg", ""))))
     data = line.get("data")
     if data:
-        from migronaut.core.results import json_default
+        from migronaut._json import json_default
 
         parts.append(paint(sanitize_terminal(json.dumps(data, default=json_default,
                                                         ensure_ascii=False)), DIM, colour))

@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from migronaut._values import is_int
 from migronaut.errors import (
     ConnectionFailedError,
     QueueJobInvalidError,
@@ -294,7 +295,7 @@ def read_plan(document: Mapping[str, Any]) -> Plan:
         value = plan.get(key)
         if value is None and optional:
             return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        if not is_int(value) or value < low:
             raise invalid(key, f"is {value!r}, not an integer ≥ {low}")
         return value
 
@@ -494,7 +495,7 @@ def enqueue_fleet(target: MigronautCelery | Celery, fleet: Fleet, command: str =
     if command not in COMMANDS:
         raise ConfigInvalidError(f"fleet enqueue runs {', '.join(COMMANDS)} (got {command!r})",
                                  {"option": "command"})
-    if command == "down" and (isinstance(steps, bool) or not isinstance(steps, int)
+    if command == "down" and (not is_int(steps)
                               or steps < 1):
         raise ConfigInvalidError(f"steps must be a positive integer (got {steps!r})",
                                  {"option": "steps"})

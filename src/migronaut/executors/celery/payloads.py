@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from migronaut._values import int_within, is_int
 from migronaut.errors import QueueJobInvalidError
 
 __all__ = ["FIELDS", "VERSION", "Check", "fragment", "validate"]
@@ -22,7 +23,7 @@ Check = Callable[[Any], str | None]  # the problem with a value, or None
 
 def _int(low: int, high: int) -> Check:
     def check(value: Any) -> str | None:
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        if not int_within(value, low, high):
             return f"must be an integer from {low} to {high}"
         return None
     return check
@@ -149,7 +150,7 @@ def validate(kind: str, data: Any) -> dict[str, Any]:
     if not isinstance(data, Mapping):
         raise invalid("payload must be an object")
     version = data.get("v")
-    if isinstance(version, bool) or not isinstance(version, int):
+    if not is_int(version):
         raise invalid("must carry an integer v", "v")
     if version > VERSION:
         raise invalid(f"has v={version}, newer than this worker understands ({VERSION}) — "

@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from migronaut._suggest import suggest
+from migronaut._values import int_within
 from migronaut.errors import ConfigInvalidError
 
 __all__ = ["DEFAULT_QUEUE", "ENV", "NULLABLE", "RANGES", "CelerySettings", "resolve_settings"]
@@ -96,7 +97,7 @@ def _checked(key: str, value: Any, origin: str) -> Any:
         return None
     if key in RANGES:
         low, high = RANGES[key]
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        if not int_within(value, low, high):
             raise _invalid(key, f"must be an integer from {low} to {high}, got {value!r}", origin)
         return value
     if not isinstance(value, str) or not value.strip():
