@@ -19,42 +19,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from migronaut.background.state_fields import COUNTERS, DOC_ERRORS_KEPT, MAX_BAD_IDS, literal
+from migronaut.background.partition_reads import LEASE_AGE, OPEN, PartitionReads
+from migronaut.background.state_fields import DOC_ERRORS_KEPT, MAX_BAD_IDS, literal
 from migronaut.errors import LockLostError
 
 if TYPE_CHECKING:
     from pymongo.client_session import ClientSession
-    from pymongo.collection import Collection
 
 __all__ = ["Lease", "PartitionStore"]
-
-#: Partition statuses a lane may still work on (and fail).
-_OPEN = ["pending", "running"]
-#: ``[renewedAt, now − the lease's own ttlMs]``: compared ``$gte`` a lease is live, ``$lt`` stale.
-_LEASE_AGE = ["$lease.renewedAt", {"$subtract": ["$$NOW", "$lease.ttlMs"]}]
-#: A live lease: renewed within its own TTL, judged in server time.
-_LIVE_LEASE: dict[str, Any] = {"lease": {"$exists": True}, "$expr": {"$gte": _LEASE_AGE}}
-#: Partitions by status, with how many of each hold a lease (expired or not).
-_BY_STATUS: dict[str, Any] = {"$group": {
-    "_id": "$status", "n": {"$sum": 1},
-    "leased": {"$sum": {"$cond": [{"$ifNull": ["$lease", False]}, 1, 0]}},
-}}
-#: :data:`_BY_STATUS`, with how many of each hold a live lease.
-_BY_STATUS_LIVE: dict[str, Any] = {"$group": {**_BY_STATUS["$group"], "live": {"$sum": {"$cond": [
-    {"$ifNull": ["$lease", False]}, {"$cond": [{"$gte": _LEASE_AGE}, 1, 0]}, 0]}}}}
-_STATUSES = ("pending", "running", "done", "failed", "cancelled", "superseded")
-
-
-def _status_counts(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-    """``{status: n, …, leased: n}`` from :data:`_BY_STATUS` rows (every status present)."""
-    counts = dict.fromkeys(_STATUSES, 0)
-    leased = 0
-    for row in rows:
-        counts[row["_id"]] = row["n"]
-        leased += row["leased"]
-    counts["leased"] = leased
-    return counts
-
 
 @dataclass
 class Lease:
@@ -70,14 +42,13 @@ class Lease:
     claimed: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
 
-class PartitionStore:
-    """The partition collection of one database: plans, claims, leases and checkpoints.
+class PartitionStore(PartitionReads):
+    """The partition collection of one database: plans, claims, leases and checkpoints (the
+    read-side aggregates are :class:`~migronaut.background.partition_reads.PartitionReads`').
 
     The state side (:class:`~migronaut.background.store.BackgroundStore`) builds on it and
     provides :meth:`ready` (the indexes a claim needs).
     """
-
-    partitions: Collection[dict[str, Any]]
 
     def ready(self) -> None:
         """Make sure the indexes exist (the store's); a claim needs the slot indexes."""
@@ -136,91 +107,6 @@ class PartitionStore:
         if generation > 1:
             self.partitions.delete_many({"background": name, "generation": {"$lt": generation}})
 
-    def count_by_status(self, name: str, generation: int, token: str) -> dict[str, int]:
-        pipeline: list[dict[str, Any]] = [
-            {"$match": {"background": name, "generation": generation, "plan": token}},
-            _BY_STATUS,
-        ]
-        return _status_counts(self.partitions.aggregate(pipeline))
-
-    def open_counts(self, name: str, generation: int, token: str) -> tuple[dict[str, int], int]:
-        """:meth:`count_by_status`, and how many *open* partitions of the plan hold a live
-        lease — whether lanes are at work on it, in one ``aggregate``."""
-        rows = list(self.partitions.aggregate([
-            {"$match": {"background": name, "generation": generation, "plan": token}},
-            _BY_STATUS_LIVE,
-        ]))
-        return _status_counts(rows), sum(int(row.get("live") or 0) for row in rows
-                                         if row["_id"] in _OPEN)
-
-    @staticmethod
-    def counted(partitions: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-        """:meth:`count_by_status` of partitions already read (the same statuses and
-        ``leased``: a lease that is set, expired or not)."""
-        rows: dict[Any, dict[str, Any]] = {}
-        for partition in partitions:
-            row = rows.setdefault(partition.get("status"), {"_id": partition.get("status"),
-                                                            "n": 0, "leased": 0})
-            row["n"] += 1
-            if partition.get("lease") is not None:
-                row["leased"] += 1
-        return _status_counts(rows.values())
-
-    def generation_partitions(self, name: str, generation: int) -> list[dict[str, Any]]:
-        """Every partition of ``generation`` (all plans), as stored."""
-        return list(self.partitions.find({"background": name, "generation": generation}))
-
-    def counts_and_live_leases(
-        self, name: str, generation: int, token: str
-    ) -> tuple[dict[str, int], int]:
-        """:meth:`count_by_status` and :meth:`live_leases` in one ``aggregate`` (a status view
-        needs both: one round trip instead of two, the same two matches under a ``$facet``)."""
-        pipeline: list[dict[str, Any]] = [
-            {"$match": {"background": name}},
-            {"$facet": {
-                "counts": [{"$match": {"generation": generation, "plan": token}}, _BY_STATUS],
-                "live": [{"$match": _LIVE_LEASE}, {"$count": "n"}],
-            }},
-        ]
-        row = next(iter(self.partitions.aggregate(pipeline)), None) or {}
-        live = row.get("live") or [{}]
-        return _status_counts(row.get("counts") or []), int(live[0].get("n", 0))
-
-    def summary(self, names: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
-        """Per migration of ``names``, one row per ``(generation, plan, status)`` of its
-        partitions: ``n``, ``leased``, ``live`` (leases renewed within their own TTL, server
-        time) and the summed counters — what :meth:`count_by_status`, :meth:`live_leases` and
-        the live totals read, for every migration in one aggregate (``background status``)."""
-        group: dict[str, Any] = {
-            "_id": {"background": "$background", "generation": "$generation", "plan": "$plan",
-                    "status": "$status"},
-            "n": {"$sum": 1},
-            "leased": _BY_STATUS["$group"]["leased"],
-            "live": {"$sum": {"$cond": [{"$ifNull": ["$lease", False]},
-                                        {"$cond": [{"$gte": _LEASE_AGE}, 1, 0]}, 0]}},
-        }
-        for key in COUNTERS:
-            group[key] = {"$sum": {"$ifNull": [f"$counters.{key}", 0]}}
-        out: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
-        for row in self.partitions.aggregate([
-            {"$match": {"background": {"$in": list(names)}}}, {"$group": group},
-        ]):
-            ident = row.pop("_id")
-            out.setdefault(ident["background"], []).append({**ident, **row})
-        return out
-
-    @staticmethod
-    def summary_counts(rows: Iterable[Mapping[str, Any]], generation: int,
-                       token: str) -> dict[str, int]:
-        """:meth:`count_by_status` from one migration's :meth:`summary` rows."""
-        return _status_counts(
-            {"_id": row["status"], "n": row["n"], "leased": row["leased"]} for row in rows
-            if row.get("generation") == generation and row.get("plan") == token)
-
-    def list_partitions(self, name: str) -> list[dict[str, Any]]:
-        cursor = self.partitions.find({"background": name})
-        return list(cursor.sort([("generation", -1), ("seq", 1)]))
-
     def set_open_partitions(
         self, name: str, generation: int, status: str, *, statuses: Sequence[str] = (
             "pending", "running")
@@ -231,10 +117,6 @@ class PartitionStore:
         )
         return result.modified_count
 
-    def live_leases(self, name: str) -> int:
-        """Leases renewed within their own TTL, judged in server time."""
-        return self.partitions.count_documents({"background": name, **_LIVE_LEASE})
-
     def reap_expired_leases(self, name: str) -> int:
         """Remove leases not renewed within their own TTL (server time); a reclaim each.
 
@@ -244,7 +126,7 @@ class PartitionStore:
         ``{background, lease.slot}`` serves it: only leased partitions are looked at.
         """
         result = self.partitions.update_many(
-            {"background": name, "lease.slot": {"$exists": True}, "$expr": {"$lt": _LEASE_AGE}},
+            {"background": name, "lease.slot": {"$exists": True}, "$expr": {"$lt": LEASE_AGE}},
             [
                 {"$unset": "lease"},
                 {"$set": {"reclaims": {"$add": [{"$ifNull": ["$reclaims", 0]}, 1]},
@@ -507,7 +389,7 @@ class PartitionStore:
                     "$add": [{"$ifNull": ["$counters." + key, 0]}, amount]
                 }
         doc = self.partitions.find_one_and_update(
-            {"_id": lease.partition_id, "lease.token": lease.token, "status": {"$in": _OPEN}},
+            {"_id": lease.partition_id, "lease.token": lease.token, "status": {"$in": OPEN}},
             [
                 {"$set": stage},
                 {"$set": {"status": {"$cond": [
@@ -525,28 +407,10 @@ class PartitionStore:
         ``superseded`` partition still holding its lease keeps its status; the lease is
         released all the same)."""
         result = self.partitions.update_one(
-            {"_id": lease.partition_id, "lease.token": lease.token, "status": {"$in": _OPEN}},
+            {"_id": lease.partition_id, "lease.token": lease.token, "status": {"$in": OPEN}},
             [{"$set": {"status": "failed", "lastError": literal(error), "updatedAt": "$$NOW"}},
              {"$unset": "lease"}],
         )
         if result.matched_count == 0:
             self.release(lease)
 
-    def count_bad_ids(self, name: str, generation: int, state_bad_ids: Sequence[Any]) -> int:
-        """Distinct failed ``_id``s: the state's (earlier generations) plus this generation's."""
-        pipeline: list[dict[str, Any]] = [
-            {"$match": {"background": name, "generation": generation}},
-            {"$unwind": "$badIds"},
-            {"$group": {"_id": None, "ids": {"$addToSet": "$badIds"}}},
-        ]
-        ids: list[Any] = []
-        for row in self.partitions.aggregate(pipeline):
-            ids = row["ids"]
-        seen = {_canonical(i) for i in state_bad_ids}
-        seen.update(_canonical(i) for i in ids)
-        return len(seen)
-
-
-def _canonical(value: Any) -> str:
-    """A type-tagged key, so a string never stands in for an ObjectId with the same hex."""
-    return f"{type(value).__name__}:{value!r}"
