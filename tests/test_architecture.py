@@ -23,7 +23,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 LAYERS = (
     ("migronaut.errors", 0), ("migronaut._redact", 0), ("migronaut._version", 0),
     ("migronaut._names", 0), ("migronaut._suggest", 0), ("migronaut._json", 0),
-    ("migronaut._values", 0),
+    ("migronaut._values", 0), ("migronaut._ensured", 0),
     ("migronaut.observability", 1),
     ("migronaut.declared", 2), ("migronaut.versioning", 2),
     ("migronaut.core", 3), ("migronaut.fleet.config", 3),

@@ -8,7 +8,7 @@ and run-record handles, the run recorder, and where a run's ``async def`` bodies
 
 Invariants: connecting creates nothing (read-only commands need only read roles; the changelog
 indexes come with the first run that may write it, once per client and database in a process,
-:mod:`migronaut.core.ensured`); an injected client
+:mod:`migronaut._ensured`); an injected client
 is never closed; a failure to connect is ``CONNECTION_FAILED`` naming the masked URI and the
 setting it came from. :class:`Connection` is the synchronous engine's; the asyncio API subclasses
 it (:meth:`Connection.injected_client`, :meth:`Connection.new_bridge`).
@@ -220,7 +220,7 @@ class Connection:
         ``STATE_INVALID``. True when ``createIndexes`` was sent now."""
         from pymongo.errors import PyMongoError
 
-        from migronaut.core.ensured import ensure_once
+        from migronaut._ensured import ensure_once
 
         if not self._project.config.ensure_indexes:
             return False
@@ -259,7 +259,7 @@ class Connection:
         """After a changelog read under the lock found no record although this process ensured
         its indexes before: the database may have been dropped since, so every index migronaut
         ensures there is sent again (changelog now, run records with this run's next write)."""
-        from migronaut.core.ensured import forget
+        from migronaut._ensured import forget
 
         forget(self.client, self.state_db.name)
         self.ensure_changelog_indexes()

@@ -63,7 +63,7 @@ class RunStore:
                      indexes: Sequence[tuple[str, list[tuple[str, int]], dict[str, Any]]]) -> None:
         from pymongo import IndexModel
 
-        from migronaut.core.ensured import ensure_once
+        from migronaut._ensured import ensure_once
 
         ensure_once(collection.database.client, collection.database.name, collection.name,
                     lambda: collection.create_indexes(
