@@ -1058,7 +1058,7 @@ def _processes_pass(spec: dict[str, Any], trace: Trace | None, memory: bool) -> 
 
 def background_process(spec_path: str, result_path: str) -> int:
     """A child of :func:`_processes_pass`: connect, say ``ready``, drive on the word."""
-    import migronaut.background.lanes  # noqa: F401  (imports are not per-document)
+    import migronaut.background.lanes.slices  # noqa: F401  (imports are not per-document)
 
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
     trace = Trace(BG_COLLECTION, int(spec["batch_size"])) if spec["trace"] else None
@@ -1170,7 +1170,7 @@ def background_run(spec: dict[str, Any]) -> dict[str, Any]:
     if variant != "loop":  # import the engine before measuring: imports are not per-document
         import migronaut.api
         import migronaut.background.engine
-        import migronaut.background.lanes  # noqa: F401
+        import migronaut.background.lanes.slices  # noqa: F401
     n = int(spec["n"])
     passes = []
     rounds = max(1, int(spec.get("rounds", 1)))

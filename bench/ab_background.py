@@ -34,7 +34,9 @@ sys.path.insert(0, {bench!r})
 import _driver as d
 uri, db, variant, lanes, passes, n, batch = sys.argv[1:8]
 if variant != "loop":
-    import migronaut.api, migronaut.background.engine, migronaut.background.lanes  # noqa: F401
+    import migronaut.api  # noqa: F401
+    import migronaut.background.engine  # noqa: F401
+    import migronaut.background.lanes.slices  # noqa: F401
 run = d._loop_pass if variant == "loop" else d._engine_pass
 out = []
 for _ in range(int(passes)):

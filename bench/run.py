@@ -1454,8 +1454,8 @@ def measure_background(me: Path, server: Server, sizes: Sizes, batch: int,
                        profile: bool, rounds: int = 3, *, memory: bool = True,
                        only: list[str] | None = None) -> dict[str, Any]:
     """Each size, each variant: a fresh process on a freshly seeded database."""
-    if importlib.util.find_spec("migronaut.background.lanes") is None:
-        why = "skipped (migronaut.background.lanes is not importable: engine not built yet)"
+    if importlib.util.find_spec("migronaut.background.lanes.slices") is None:
+        why = "skipped (migronaut.background.lanes.slices is not importable: engine not built yet)"
         return {str(n): {label: {"error": why} for label in BACKGROUND_COLUMNS}
                 for n in sizes.background_docs}
     out: dict[str, Any] = {}

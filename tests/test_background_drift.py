@@ -17,10 +17,10 @@ import pytest
 from bson import ObjectId
 
 from helpers.engine import captured_logger
-from migronaut.background import drift
 from migronaut.background.engine import BackgroundEngine
-from migronaut.background.spec import resolve_background
-from migronaut.background.store import BackgroundStore
+from migronaut.background.planning.spec import resolve_background
+from migronaut.background.state.store import BackgroundStore
+from migronaut.background.tools import drift
 from migronaut.errors import ConfigInvalidError
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from migronaut.background.dryrun import exit_code
+from migronaut.background.tools.dryrun import exit_code
 from migronaut.errors import (
     ConfigInvalidError,
     MigrationFileNotFoundError,

@@ -1,9 +1,9 @@
 """Background lanes against a server: slices, batches, guarded writes, leases, budgets, pacing.
 
 Each test registers a background migration straight through the store (state, plan, partitions),
-runs slices with :func:`migronaut.background.lanes.run_slice` and asserts on the stored documents,
-the partition, the state and the events — reference background §4, invariants I1, I3–I6, I10,
-I11, I13.
+runs slices with :func:`migronaut.background.lanes.slices.run_slice` and asserts on the stored
+documents, the partition, the state and the events — reference background §4, invariants I1, I3–I6,
+I10, I11, I13.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from pymongo import MongoClient
 from pymongo.monitoring import CommandListener, CommandStartedEvent
 
 from helpers.proxy import TcpProxy
-from migronaut.background.job import BackgroundJob, load_job
-from migronaut.background.lanes import SliceResult, run_slice
-from migronaut.background.spec import resolve_background
-from migronaut.background.store import BackgroundStore
+from migronaut.background.lanes.slices import SliceResult, run_slice
+from migronaut.background.planning.job import BackgroundJob, load_job
+from migronaut.background.planning.spec import resolve_background
+from migronaut.background.state.store import BackgroundStore
 from migronaut.core.context import Cancellation
 from migronaut.errors import (
     BackgroundFailedError,

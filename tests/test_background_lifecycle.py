@@ -13,7 +13,7 @@ import pytest
 
 from helpers.background import background_file, seed
 from helpers.engine import LOCKS, Events, make_migrator, records, wait_until
-from migronaut.background.rollup import roll_up
+from migronaut.background.state.rollup import roll_up
 
 B1 = "0001_users_v1.py"
 B2 = "0002_orders_v1.py"
@@ -55,7 +55,7 @@ TABLE: dict[str, tuple[set[str], str, set[str]]] = {
     ("status", "action"), list(itertools.product(STATUSES, [*TABLE, "explode"]))
 )
 def test_transition_table_is_exhaustive(status: str, action: str) -> None:
-    from migronaut.background.store import ACTIONS, transition
+    from migronaut.background.state.store import ACTIONS, transition
     from migronaut.errors import BackgroundConflictError
 
     assert set(ACTIONS) == set(TABLE)
@@ -74,7 +74,7 @@ def test_transition_table_is_exhaustive(status: str, action: str) -> None:
 
 def test_every_status_is_reachable_or_terminal_in_the_table() -> None:
     """Terminal statuses (completed, failed, cancelled) leave only through retry/reopen."""
-    from migronaut.background.store import transition
+    from migronaut.background.state.store import transition
 
     for status in ("completed", "failed", "cancelled"):
         leaving = {a for a in TABLE if status in TABLE[a][0]}
@@ -339,9 +339,9 @@ def test_down_withdraws_a_planned_migration_that_rewrote_nothing(
 def test_down_refuses_to_withdraw_while_a_lane_holds_a_lease_and_resumes_it(
     project: Any, cli: Any, db: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from migronaut.background.store import BackgroundStore, Lease
+    from migronaut.background.state.store import BackgroundStore, Lease
 
-    monkeypatch.setattr("migronaut.background.registration._DRAIN_S", 0.5)
+    monkeypatch.setattr("migronaut.background.state.registration._DRAIN_S", 0.5)
     seed(db, docs=60)
     project.write_migration("0001_users_v1", background_file(revert=False))
     assert cli("up").exit_code == 0
@@ -529,7 +529,7 @@ def test_plans_and_registrations_are_stored_as_the_node_original_writes_them(
 ) -> None:
     import re
 
-    from migronaut.background.planner import plan_id_ranges
+    from migronaut.background.planning.id_ranges import plan_id_ranges
 
     spec = {"batchSize": 50, "maxParallel": 2, "partitions": {"minPartitionDocs": 50}}
     db.small.insert_many([{"_id": i} for i in range(300)])
@@ -775,7 +775,7 @@ def test_a_step_that_neither_commits_nor_closes_still_records_its_driver(
     """The coordinator stamp (reference background §3.1, 5) lands with every step that gets
     past the blocked check: with the plan commit, alone when the step only answers ``process``
     (a plan with open partitions), and alone when the step raises after it."""
-    from migronaut.background.coordinator import Coordinator
+    from migronaut.background.coordination.coordinator import Coordinator
     from migronaut.errors import ConfigInvalidError
 
     seed(db, docs=30)
@@ -838,7 +838,7 @@ def test_a_glance_answers_without_the_lock_only_what_a_step_would(
     while live leases of the current plan cover every open partition a lane could take (up to
     ``maxParallel``) in the chain's round; ``None`` — a step under the lock — otherwise. It
     takes no lock and writes nothing."""
-    from migronaut.background.store import BackgroundStore, Lease
+    from migronaut.background.state.store import BackgroundStore, Lease
 
     seed(db, docs=60)
     project.write_migration("0001_users_v1", background_file(extra_spec='"max_parallel": 2,'))

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from bson import Decimal128, Int64, ObjectId
 
-from migronaut.background.planner import plan_id_ranges, scope_filter
+from migronaut.background.planning.id_ranges import plan_id_ranges, scope_filter
 
 SPEC = {"batchSize": 10, "maxParallel": 4, "partitions": {"minPartitionDocs": 10}}
 #: a count capped at 2 × 4 × 2 = 16 documents: the brackets of a larger match are probed
@@ -109,7 +109,7 @@ def test_sampled_ids_are_put_in_mongods_order_whatever_order_the_server_sent() -
     types is wrong (the dev server puts Int64 and Decimal128 after the other types)."""
     from bson import Binary
 
-    from migronaut.background.planner import in_bson_order
+    from migronaut.background.planning.id_ranges import in_bson_order
 
     numbers = [Decimal128("2000.5"), Int64(1000), 7, float("nan"), 1.5, -3, Decimal128("-1E+3")]
     assert [str(v) for v in in_bson_order("number", numbers)] == [

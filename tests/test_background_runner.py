@@ -15,8 +15,8 @@ import pytest
 from helpers.background import NAME, PARTITIONS, STATES, leases, register
 from helpers.engine import Events, make_migrator, wait_until
 from migronaut import Migrator
-from migronaut.background import lanes as lanes_module
-from migronaut.background.lanes import SliceResult
+from migronaut.background.lanes import slices as lanes_module
+from migronaut.background.lanes.slices import SliceResult
 from migronaut.background.runner import BackgroundRunner, work
 from migronaut.core.context import Cancellation
 from migronaut.errors import ConfigInvalidError, MigronautError, RunAbortedError

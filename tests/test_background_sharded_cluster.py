@@ -16,7 +16,7 @@ pytestmark = pytest.mark.sharded_cluster
 
 
 def shard(client: Any, db_name: str, key: dict[str, Any], docs: int = 2000) -> None:
-    from migronaut.background.sharding import sharded_version_index
+    from migronaut.background.planning.sharding import sharded_version_index
 
     client.admin.command("enableSharding", db_name)
     client.admin.command("shardCollection", f"{db_name}.c", key=key)

@@ -153,7 +153,7 @@ def populate(db: Any, key: dict[str, Any], docs: int = 400, *, index: bool = Tru
              collection: str = "c") -> None:
     db[collection].insert_many([{"_id": i, "k": i, "g": i % 7} for i in range(docs)])
     if index:
-        from migronaut.background.sharding import sharded_version_index
+        from migronaut.background.planning.sharding import sharded_version_index
 
         db[collection].create_index(sharded_version_index("__v", key))
 
@@ -161,7 +161,7 @@ def populate(db: Any, key: dict[str, Any], docs: int = 400, *, index: bool = Tru
 def plan_for(db: Any, *, shard_aware: str = "auto", **overrides: Any) -> Any:
     import logging
 
-    from migronaut.background.sharding import plan_collection
+    from migronaut.background.planning.sharding import plan_collection
 
     return plan_collection(db, VERSION_MATCH, spec(**overrides), hint=None,
                            shard_aware=shard_aware, logger=logging.getLogger("test.sharding"),
@@ -170,7 +170,7 @@ def plan_for(db: Any, *, shard_aware: str = "auto", **overrides: Any) -> Any:
 
 def covered(db: Any, plan: Any, key: dict[str, Any]) -> list[int]:
     """Which documents each partition's key range holds, checked to cover each exactly once."""
-    from migronaut.background.sharding import sharded_version_index
+    from migronaut.background.planning.sharding import sharded_version_index
 
     index = sharded_version_index("__v", key)
     seen: list[int] = []
@@ -250,7 +250,7 @@ def test_hashed_first_field_splits_the_hash_range_arithmetically() -> None:
     """The dev server cannot build a compound hashed index (so a hashed key plans untargeted
     there — see the ``sharded_cluster`` test); the slicing itself is pure arithmetic."""
     from helpers.sharding import HASH_MAX, HASH_MIN, hashed_chunks
-    from migronaut.background.shard_planner import split_hashed
+    from migronaut.background.planning.shard_ranges import split_hashed
 
     key = {"k": "hashed", "g": 1}
     chunks = hashed_chunks(key, 2)
@@ -316,7 +316,7 @@ def test_chunks_by_ns_before_5_0(sharded_client: Any, db: Any, db_name: str) -> 
 def test_selection_rows_that_use_id_ranges(situation: str, sharded_client: Any, db: Any,
                                            db_name: str) -> None:
     from helpers.sharding import ranged_chunks, seed_shard_metadata
-    from migronaut.background.sharding import select_partitioner
+    from migronaut.background.planning.sharding import select_partitioner
 
     key = {"_id": 1} if situation == "unsplittable" else {"k": 1}
     populate(db, key)
@@ -339,7 +339,7 @@ def test_not_a_mongos_uses_id_ranges(client: Any) -> None:
     """The session's ordinary dev server: shard metadata is never consulted."""
     import logging
 
-    from migronaut.background.sharding import select_partitioner
+    from migronaut.background.planning.sharding import select_partitioner
 
     chosen = select_partitioner(client["t_not_sharded"], spec(), shard_aware="auto",
                                 logger=logging.getLogger("test"), name="x")
@@ -371,7 +371,7 @@ def test_unreadable_shard_metadata_runs_untargeted_without_key(
         caplog: pytest.LogCaptureFixture) -> None:
     """Code 13 cannot be produced by the dev server (its users' roles are not enforced): the
     read's answer is stubbed, the selection and its warning are real."""
-    from migronaut.background import sharding
+    from migronaut.background.planning import sharding
 
     populate(db, {"k": 1})
     monkeypatch.setattr(sharding, "read_shard_facts", lambda db, collection: "unauthorized")
@@ -389,7 +389,7 @@ def test_unreadable_shard_metadata_runs_untargeted_without_key(
 
 
 def grouped_plan(db: Any, groups: list[str | None]) -> Any:
-    from migronaut.background.store import BackgroundStore
+    from migronaut.background.state.store import BackgroundStore
 
     store = BackgroundStore(db)
     store.ready()
@@ -481,7 +481,7 @@ def sharded_users(sharded_client: Any, db: Any, db_name: str, *, docs: int = 400
     """``c``: ``docs`` documents keyed ``k`` (and ``n`` for the transforms), sharded on ``key``
     over four chunk runs (a, a, b, b, a, a, b, b)."""
     from helpers.sharding import ranged_chunks, seed_shard_metadata
-    from migronaut.background.sharding import sharded_version_index
+    from migronaut.background.planning.sharding import sharded_version_index
 
     key = key or {"k": 1}
     db.c.insert_many([{"_id": i, "k": (i * 37) % docs, "n": i} for i in range(docs)]
@@ -704,8 +704,8 @@ def test_transactional_batches_on_key_ranges(project: Project, cli: Any, db: Any
 
 
 def key_ranges(key: dict[str, Any], source: int = 0) -> Any:
-    from migronaut.background.key_ranges import KeyRanges
-    from migronaut.background.sharding import sharded_version_index
+    from migronaut.background.lanes.key_ranges import KeyRanges
+    from migronaut.background.planning.sharding import sharded_version_index
 
     return KeyRanges(key, dict(sharded_version_index("__v", key)), "__v", source, VERSION_MATCH)
 
@@ -749,7 +749,7 @@ def test_targeting_predicate_rules() -> None:
 
 
 def test_hashed_partitions_drain_and_move_on_past_100_stuck() -> None:
-    from migronaut.background.key_ranges import STUCK_MAX
+    from migronaut.background.lanes.key_ranges import STUCK_MAX
 
     reader = key_ranges({"k": "hashed"})
     scope = {"min": {"k": Int64(-10)}, "max": {"k": Int64(10)}}
@@ -767,7 +767,7 @@ def test_hashed_partitions_drain_and_move_on_past_100_stuck() -> None:
 def test_shard_key_guard_compares_numbers_by_value() -> None:
     from bson import Decimal128
 
-    from migronaut.background.key_ranges import changed_key_field
+    from migronaut.background.lanes.key_ranges import changed_key_field
 
     fields = ["k", "a.b"]
     before = {"k": Int64(5), "a": {"b": "x"}}
@@ -821,7 +821,7 @@ def test_reshard_mid_run_replans_the_same_pass(project: Project, cli: Any, db: A
 def test_epoch_is_stale_when_the_uuid_or_the_key_changes(sharded_client: Any, db: Any,
                                                          db_name: str) -> None:
     from helpers.sharding import ranged_chunks, reshard, seed_shard_metadata
-    from migronaut.background.sharding import epoch_is_stale
+    from migronaut.background.planning.sharding import epoch_is_stale
 
     key = {"k": 1}
     value = seed_shard_metadata(sharded_client, f"{db_name}.c", key, ranged_chunks(key, [5]))

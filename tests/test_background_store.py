@@ -17,7 +17,7 @@ import pytest
 from pymongo.database import Database
 
 from migronaut import Migrator
-from migronaut.background.store import BackgroundStore, Lease
+from migronaut.background.state.store import BackgroundStore, Lease
 
 NAME = "20260101000000_rewrite.py"
 SPEC = {"mode": "declarative", "collection": "items", "from": 0, "to": 1, "maxParallel": 1}

@@ -24,10 +24,10 @@ from pymongo.errors import OperationFailure
 
 from helpers.engine import captured_logger, wait_until
 from migronaut.background.engine import BackgroundEngine
-from migronaut.background.job import load_job
-from migronaut.background.spec import resolve_background
-from migronaut.background.store import BackgroundStore
-from migronaut.background.watch import (
+from migronaut.background.planning.job import load_job
+from migronaut.background.planning.spec import resolve_background
+from migronaut.background.state.store import BackgroundStore
+from migronaut.background.tools.watch import (
     Follower,
     Watcher,
     backoff_s,

@@ -1,4 +1,4 @@
-"""The lanes' data commands (migronaut.background.wire) against the server, over the wire.
+"""The lanes' data commands (migronaut.background.lanes.wire) against the server, over the wire.
 
 The retry is exercised through a real TCP proxy in front of the server (``tests/helpers/proxy.py``)
 that forwards the first ``update`` command and then cuts the connection instead of passing its
@@ -19,8 +19,8 @@ from pymongo.errors import DocumentTooLarge, OperationFailure
 from pymongo.monitoring import CommandListener, CommandStartedEvent
 
 from helpers.proxy import TcpProxy
-from migronaut.background.diff import guard_filter, stamped_diff
-from migronaut.background.wire import guarded_updates, read_batch
+from migronaut.background.lanes.diff import guard_filter, stamped_diff
+from migronaut.background.lanes.wire import guarded_updates, read_batch
 from migronaut.core.retry import is_outage
 
 

@@ -225,7 +225,7 @@ def test_a_busy_coordinator_lock_is_looked_at_again_within_the_poll_interval(
     """``busy`` (a lane closing its pass holds the coordinator lock for milliseconds): the chain
     re-checks within ``poll_interval_ms``, not after the lock's ttl/2; a ``wait`` keeps its
     ``retryAfterMs``; a stop continues at once."""
-    from migronaut.background.coordinator import Answer
+    from migronaut.background.coordination.coordinator import Answer
     from migronaut.executors.celery.background_tasks import Again, Coordinator
 
     configure(project)

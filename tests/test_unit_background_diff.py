@@ -11,7 +11,7 @@ import pytest
 from bson import Decimal128, Int64, ObjectId, Regex
 from bson.binary import Binary
 
-from migronaut.background.diff import (
+from migronaut.background.lanes.diff import (
     DocumentProblem,
     apply_update_locally,
     bson_equal,

@@ -13,9 +13,9 @@ import threading
 import time
 from typing import Any
 
-from migronaut.background.control_feed import READER_THREAD, ControlDoc, ControlFeed
-from migronaut.background.lease_keeper import LeaseKeeper
-from migronaut.background.partition_store import Lease
+from migronaut.background.lanes.control_feed import READER_THREAD, ControlDoc, ControlFeed
+from migronaut.background.lanes.lease_keeper import LeaseKeeper
+from migronaut.background.state.partitions import Lease
 
 PLAN = "plan-token"
 RUNNING = {"status": "running", "generation": 1, "plan": {"token": PLAN}}

@@ -13,7 +13,7 @@ import pytest
 from bson import Code, Decimal128, Int64, ObjectId, Regex
 from bson.binary import Binary
 
-from migronaut.background.spec import (
+from migronaut.background.planning.spec import (
     DEFAULT_RESERVED_COLLECTIONS,
     SKELETON,
     BackgroundFunctions,

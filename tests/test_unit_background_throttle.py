@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from migronaut.background.throttle import (
+from migronaut.background.lanes.throttle import (
     AdaptiveController,
     Throttle,
     ThrottleContext,

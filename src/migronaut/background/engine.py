@@ -3,9 +3,10 @@
 :class:`BackgroundEngine` is what :attr:`migronaut.Migrator.background` returns. It is the
 :class:`~migronaut.background.engine_core.EngineCore` (coordinator steps, plan commits, passes,
 controls, state reads, driving) plus the operator features that work through it: drift
-verification (:mod:`~migronaut.background.drift`), dry runs (:mod:`~migronaut.background.dryrun`)
-and the live watcher (:mod:`~migronaut.background.watch`). The layering runs one way — those
-features import the core, never this façade, and the core imports none of them.
+verification (:mod:`~migronaut.background.tools.drift`), dry runs
+(:mod:`~migronaut.background.tools.dryrun`) and the live watcher
+(:mod:`~migronaut.background.tools.watch`). The layering runs one way — those features import the
+core, never this façade, and the core imports none of them.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from migronaut.background.controls import ControlResult
-from migronaut.background.coordinator import Answer
+from migronaut.background.coordination.controls import ControlResult
+from migronaut.background.coordination.coordinator import Answer
 from migronaut.background.engine_core import EngineCore
 
 if TYPE_CHECKING:
-    from migronaut.background.watch import Watcher
+    from migronaut.background.tools.watch import Watcher
 
 __all__ = ["Answer", "BackgroundEngine", "ControlResult"]
 
@@ -43,10 +44,10 @@ class BackgroundEngine(EngineCore):
     ) -> dict[str, Any]:
         """Preview ``name`` (registered or not) without writing anything (reference §6.7).
 
-        See :func:`migronaut.background.dryrun.dry_run` for the report and the errors, and
-        :func:`migronaut.background.dryrun.exit_code` for the CLI exit code of a report.
+        See :func:`migronaut.background.tools.dryrun.dry_run` for the report and the errors, and
+        :func:`migronaut.background.tools.dryrun.exit_code` for the CLI exit code of a report.
         """
-        from migronaut.background.dryrun import dry_run
+        from migronaut.background.tools.dryrun import dry_run
 
         return dry_run(self, name, sample=sample, first=first, validate=validate,
                        direction=direction, steps=steps, max_documents=max_documents,
@@ -62,21 +63,21 @@ class BackgroundEngine(EngineCore):
         """Poll for old-shape documents after completion (reference §3.7): ``{checked, skipped,
         drift: [{migration, collection, action}]}``. ``on_drift`` defaults to ``'reopen'`` and
         ``drift_mode`` (the config's ``background_drift``) to ``'poll'`` — pass the config's.
-        See :func:`migronaut.background.drift.verify`."""
-        from migronaut.background.drift import verify
+        See :func:`migronaut.background.tools.drift.verify`."""
+        from migronaut.background.tools.drift import verify
 
         return verify(self, on_drift=on_drift, collections=collections, drift_mode=drift_mode)
 
     def watch(self, **options: Any) -> Watcher:
         """Start the live drift watcher (reference §6.8) and return its handle; a standalone
         server is refused with ``CONFIG_INVALID`` first. See
-        :class:`migronaut.background.watch.Watcher` for the options."""
-        from migronaut.background.watch import Watcher
+        :class:`migronaut.background.tools.watch.Watcher` for the options."""
+        from migronaut.background.tools.watch import Watcher
 
         return Watcher(self, **options).start()
 
     def watch_status(self, collection: str | None = None) -> list[dict[str, Any]]:
         """The stored watch rows (never the resume token)."""
-        from migronaut.background.watch import watch_status
+        from migronaut.background.tools.watch import watch_status
 
         return watch_status(self, collection)

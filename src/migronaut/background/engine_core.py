@@ -1,12 +1,13 @@
 """The engine of one database's background migrations, without the operator features.
 
 :class:`EngineCore` composes the parts at the bottom of ``background/``'s engine: coordinator
-steps and plan commits (:mod:`~migronaut.background.coordinator`), controls
-(:mod:`~migronaut.background.controls`), requirements (:mod:`~migronaut.background.requirements`),
-state reads (:mod:`~migronaut.background.state_views`) and driving in this process
-(:mod:`~migronaut.background.driving`), over the handles they share
-(:mod:`~migronaut.background.handles`). The operator features — drift verification, dry runs, the
-live watcher, the runner — work through it and sit above it; the façade
+steps and plan commits (:mod:`~migronaut.background.coordination.coordinator`), controls
+(:mod:`~migronaut.background.coordination.controls`), requirements
+(:mod:`~migronaut.background.state.requirements`), state reads
+(:mod:`~migronaut.background.state.views`) and driving in this process
+(:mod:`~migronaut.background.coordination.driving`), over the handles they share
+(:mod:`~migronaut.background.coordination.handles`). The operator features — drift verification, dry
+runs, the live watcher, the runner — work through it and sit above it; the façade
 (:class:`~migronaut.background.engine.BackgroundEngine`) composes them. Nothing here imports them.
 
 It never takes the migration lock and has no run id of its own: coordinator steps are serialised
@@ -21,17 +22,17 @@ from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from migronaut.background.controls import ControlResult, Controls
-from migronaut.background.coordinator import Answer, Coordinator
-from migronaut.background.driving import Driver
-from migronaut.background.handles import EngineHandles
-from migronaut.background.requirements import Requirements
-from migronaut.background.state_views import StateViews
+from migronaut.background.coordination.controls import ControlResult, Controls
+from migronaut.background.coordination.coordinator import Answer, Coordinator
+from migronaut.background.coordination.driving import Driver
+from migronaut.background.coordination.handles import EngineHandles
+from migronaut.background.state.requirements import Requirements
+from migronaut.background.state.views import StateViews
 from migronaut.core.context import Cancellation
 
 if TYPE_CHECKING:
-    from migronaut.background.job import BackgroundJob
-    from migronaut.background.lanes import SliceResult
+    from migronaut.background.lanes.slices import SliceResult
+    from migronaut.background.planning.job import BackgroundJob
 
 __all__ = ["EngineCore"]
 
@@ -39,9 +40,9 @@ __all__ = ["EngineCore"]
 class EngineCore(EngineHandles):
     """Coordinator, controls and views over one database's background migrations.
 
-    Built with the keyword arguments of :class:`~migronaut.background.handles.EngineHandles`;
-    each method hands the work to the part that owns it (``coordinator``, ``controls``,
-    ``requirements``, ``views``, ``driver``).
+    Built with the keyword arguments of
+    :class:`~migronaut.background.coordination.handles.EngineHandles`; each method hands the work to
+    the part that owns it (``coordinator``, ``controls``, ``requirements``, ``views``, ``driver``).
     """
 
     # The parts, built on first use over the handles (so the constructor is
@@ -109,7 +110,7 @@ class EngineCore(EngineHandles):
         from pymongo.errors import PyMongoError
 
         from migronaut.background.batches.failures import wrap
-        from migronaut.background.lanes import run_slice, settled_outcome
+        from migronaut.background.lanes.slices import run_slice, settled_outcome
 
         if state is None:
             try:
@@ -191,7 +192,7 @@ class EngineCore(EngineHandles):
         prompt asks only when something would change). ``retry`` of a completed migration
         reopens it.
         """
-        from migronaut.background.state_fields import transition
+        from migronaut.background.state.fields import transition
 
         status = str(self.store.require(name)["status"])
         effective = "reopen" if action == "retry" and status == "completed" else action

@@ -6,10 +6,10 @@ Start one from application code (or let ``migronaut background work`` start one)
         serve_requests()
 
 Reference background §6.3. ``lanes`` lane loops share the runnable migrations round-robin. A turn
-is one slice (:func:`migronaut.background.lanes.run_slice`); a slice that finds no plan (``stale``)
-or nothing left to claim (``exhausted``) is followed by one coordinator step (driver ``runner``),
-so a runner plans, finalizes and completes migrations by itself — any number of runners, workers
-and CLI runs, in any number of processes, can serve the same migrations at once.
+is one slice (:func:`migronaut.background.lanes.slices.run_slice`); a slice that finds no plan
+(``stale``) or nothing left to claim (``exhausted``) is followed by one coordinator step (driver
+``runner``), so a runner plans, finalizes and completes migrations by itself — any number of
+runners, workers and CLI runs, in any number of processes, can serve the same migrations at once.
 
 Invariants:
 
@@ -50,8 +50,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from migronaut._values import int_within, is_int
-from migronaut.background.outage import DEFAULT_OUTAGE_MS, DriverOutage
-from migronaut.background.state_fields import understood
+from migronaut.background.coordination.outage import DEFAULT_OUTAGE_MS, DriverOutage
+from migronaut.background.state.fields import understood
 from migronaut.core.context import Cancellation, LinkedCancellation
 from migronaut.errors import (
     ChecksumMismatchError,
@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     import logging
 
     from migronaut.background.engine import BackgroundEngine
-    from migronaut.background.watch import Watcher
+    from migronaut.background.tools.watch import Watcher
     from migronaut.core.config import Config
 
 __all__ = ["BackgroundRunner", "RunnerHost", "RunnerStats", "work"]

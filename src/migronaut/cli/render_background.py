@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from migronaut._redact import sanitize_terminal
-from migronaut.background.progress import TERMINAL, number
+from migronaut.background.state.progress import TERMINAL, number
 from migronaut.cli.output import CYAN, DIM, GREEN, RED, YELLOW, Output
 
 if TYPE_CHECKING:

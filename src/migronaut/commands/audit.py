@@ -4,7 +4,7 @@ The core checks know nothing of declared collections or background migrations; t
 knows them and adds, after the core checks and in this order, the ``collections`` drift check (a
 warning; planned like ``converge --dry-run``), the ``search`` check
 (:mod:`migronaut.commands.search_audit`) and the ``background`` check
-(:mod:`migronaut.background.audit`).
+(:mod:`migronaut.background.tools.audit`).
 
 Invariant: the migrator is left as it was found — a connection the audit opened is closed again,
 and nothing is locked, written, emitted or indexed.
@@ -91,7 +91,7 @@ def _background_check(target: BackgroundAuditable) -> AddedCheck:
     """The ``background`` check: reads the engine only when it runs (inside the core's guard)."""
 
     def run(facts: AuditFacts) -> AuditCheck | None:
-        from migronaut.background.audit import audit_background
+        from migronaut.background.tools.audit import audit_background
 
         return audit_background(
             target.background, changelog=target.changelog, records=facts.records,

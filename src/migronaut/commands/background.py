@@ -21,7 +21,7 @@ from migronaut.errors import BackgroundPendingError
 
 if TYPE_CHECKING:
     from migronaut.background.engine import BackgroundEngine
-    from migronaut.background.registration import Registrar
+    from migronaut.background.state.registration import Registrar
     from migronaut.core.context import MigrationContext
     from migronaut.core.files import MigrationModule
     from migronaut.core.run import Direction, Run
@@ -43,7 +43,7 @@ class BackgroundWiring:
         """The background engine of this database (state, coordinator, controls, views)."""
         if self._engine is None:
             from migronaut.background.engine import BackgroundEngine
-            from migronaut.background.store import BackgroundStore
+            from migronaut.background.state.store import BackgroundStore
             from migronaut.declared.inline import reserved_names
 
             ws = self._ws
@@ -74,7 +74,7 @@ class BackgroundWiring:
         self._engine = None
 
     def _registrar(self) -> Registrar:
-        from migronaut.background.registration import Registrar
+        from migronaut.background.state.registration import Registrar
 
         return Registrar(self.engine, files=self._ws.project.files(),
                          versioning_of=_declared_versioning(self._ws))
@@ -103,7 +103,7 @@ class BackgroundWiring:
 
     def require_done(self, run: Run, name: str, requires: Sequence[str]) -> None:
         """A contract migration refuses to run until its background requirements are done."""
-        from migronaut.background.drift import probe_requirement
+        from migronaut.background.tools.drift import probe_requirement
 
         engine = self.engine
         for required in requires:  # reopens a completed one whose old shape reappeared
@@ -126,7 +126,7 @@ class BackgroundWiring:
 
     def drive_inline(self, run: Run, name: str) -> None:
         """``background_inline``: run the registered migration to completion under the lock."""
-        from migronaut.background.state_fields import max_parallel
+        from migronaut.background.state.fields import max_parallel
 
         engine = self.engine
         state = engine.store.require(name)

@@ -39,7 +39,7 @@ def create(
     config = project.lenient_config()
     skeleton: str | None = None
     if background:
-        from migronaut.background.spec import SKELETON
+        from migronaut.background.planning.spec import SKELETON
 
         skeleton = SKELETON
     template_path = template if template is not None else config.template_path

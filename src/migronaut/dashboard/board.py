@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from migronaut._json import iso, json_document
-from migronaut.background.progress import TERMINAL, number, partition_json
+from migronaut.background.state.progress import TERMINAL, number, partition_json
 from migronaut.observability.history import run_log_json
 
 if TYPE_CHECKING:

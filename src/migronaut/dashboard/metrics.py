@@ -17,7 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from migronaut.background.progress import number
+from migronaut.background.state.progress import number
 from migronaut.dashboard.board import migration_counts
 
 if TYPE_CHECKING:

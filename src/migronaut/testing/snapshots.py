@@ -162,7 +162,7 @@ def _database_of(target: Any) -> tuple[Database[dict[str, Any]], set[str]]:
 
     if isinstance(target, Database):
         return target, set()
-    from migronaut.background.store import BackgroundStore
+    from migronaut.background.state.store import BackgroundStore
 
     config, db = target.config, target.db
     background = BackgroundStore(db, collection=config.background_collection, ensure_indexes=False)
@@ -183,7 +183,7 @@ def _id_key(value: Any) -> bytes:
 
 def _values_equal(a: Any, b: Any) -> bool:
     """BSON equality, ignoring only the top-level key order of two documents."""
-    from migronaut.background.diff import bson_equal
+    from migronaut.background.lanes.diff import bson_equal
 
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         return a.keys() == b.keys() and all(bson_equal(a[k], b[k]) for k in a)
@@ -261,7 +261,7 @@ def _documents_diff(
     lines.append(f"    {sides[0]}: {_shown(dict(doc_a)) if doc_a is not None else '(absent)'}")
     lines.append(f"    {sides[1]}: {_shown(dict(doc_b)) if doc_b is not None else '(absent)'}")
     if doc_a is not None and doc_b is not None:
-        from migronaut.background.diff import bson_equal
+        from migronaut.background.lanes.diff import bson_equal
 
         fields = _split(doc_a, doc_b, bson_equal)
         names = _describe(fields, labels, lambda keys: ", ".join(map(repr, keys)), sep="; ")

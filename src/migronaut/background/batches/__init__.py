@@ -1,6 +1,6 @@
 """Batch units of a lane: how one batch is read, written and recorded, one module per mode.
 
-The lane skeleton (:mod:`migronaut.background.lanes`) calls one interface,
+The lane skeleton (:mod:`migronaut.background.lanes.slices`) calls one interface,
 :class:`~migronaut.background.batches.unit.BatchUnit`, implemented by
 
 * :mod:`.plain` — declarative batches with guarded writes, checkpointed with the next intent;

@@ -10,7 +10,7 @@ Invariants:
 * **Totals are exact.** A plain batch's checkpoint carries the *intent* of the next write (the
   ``_id`` s it is about to write): a lane killed between a write and its checkpoint leaves a
   record the next holder settles the batch from
-  (:func:`migronaut.background.lane_recovery.recover`).
+  (:func:`migronaut.background.lanes.recovery.recover`).
 * **The error budget is judged before the checkpoint**, so a batch that exhausts
   ``maxDocumentErrors`` never marks its partition done: the lane fails it instead (§4.7).
 """
@@ -27,9 +27,9 @@ from migronaut.background.batches.unit import Part, nonzero
 if TYPE_CHECKING:
     from pymongo.client_session import ClientSession
 
-    from migronaut.background.lane_state import LaneState
-    from migronaut.background.store import Lease
-    from migronaut.background.throttle import AdaptiveController
+    from migronaut.background.lanes.throttle import AdaptiveController
+    from migronaut.background.lanes.turn import LaneState
+    from migronaut.background.state.store import Lease
 
 __all__ = ["Checkpoints"]
 

@@ -17,7 +17,7 @@ from migronaut.background.batches.failures import overloaded
 from migronaut.background.batches.reading import BatchReader
 from migronaut.background.batches.unit import Batch, BatchUnit, Hold
 from migronaut.background.batches.updates import GuardedUpdates
-from migronaut.background.lane_state import LaneState
+from migronaut.background.lanes.turn import LaneState
 from migronaut.errors import LockLostError
 
 __all__ = ["DocumentBatches"]

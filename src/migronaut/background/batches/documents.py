@@ -14,17 +14,17 @@ from typing import TYPE_CHECKING, Any
 
 from bson.raw_bson import RawBSONDocument
 
-from migronaut.background.diff import stamper
-from migronaut.background.key_ranges import KeyRanges
-from migronaut.background.shard_facts import plan_shard_key
-from migronaut.background.sharding import sharded_version_index
+from migronaut.background.lanes.diff import stamper
+from migronaut.background.lanes.key_ranges import KeyRanges
+from migronaut.background.planning.shard_facts import plan_shard_key
+from migronaut.background.planning.sharding import sharded_version_index
 from migronaut.errors import MigrationExecutionFailedError
 
 if TYPE_CHECKING:
     from bson.codec_options import CodecOptions
     from pymongo.collection import Collection
 
-    from migronaut.background.lane_state import LaneState
+    from migronaut.background.lanes.turn import LaneState
 
 __all__ = ["Documents", "at_version", "id_key"]
 

@@ -13,7 +13,7 @@ from migronaut.background.batches.step import StepBatches
 from migronaut.background.batches.transactional import TransactionalBatches
 from migronaut.background.batches.unit import BatchUnit
 from migronaut.background.batches.updates import GuardedUpdates
-from migronaut.background.lane_state import LaneState
+from migronaut.background.lanes.turn import LaneState
 
 __all__ = ["unit_for"]
 

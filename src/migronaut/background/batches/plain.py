@@ -2,7 +2,7 @@
 
 Hot path (steady state): exactly three round trips per batch on the lane's thread — the read
 (:mod:`.reading`), one unordered ``update`` command and the checkpoint (both data commands go
-through :mod:`migronaut.background.wire`, which spends the least client CPU per document). The
+through :mod:`migronaut.background.lanes.wire`, which spends the least client CPU per document). The
 checkpoint of a batch travels with the next batch's *intent* (the ids it is about to write), so
 a lane killed between a write and its checkpoint, or whose write's reply was lost, leaves a record
 the next holder settles the batch from (:meth:`PlainBatches.settle_intent`) — totals stay exact.
@@ -33,8 +33,8 @@ from migronaut.background.batches.failures import (
 )
 from migronaut.background.batches.unit import Batch, Hold, add_counters, nonzero
 from migronaut.background.batches.updates import UNENCODABLE
-from migronaut.background.store import Lease
-from migronaut.background.wire import UpdateOutcome, guarded_updates
+from migronaut.background.lanes.wire import UpdateOutcome, guarded_updates
+from migronaut.background.state.store import Lease
 from migronaut.errors import LockLostError
 
 __all__ = ["INTENT_MAX_BYTES", "PlainBatches"]

@@ -1,8 +1,8 @@
 """Reading a batch: the partition's next documents, and moving its cursor past them.
 
 One round trip a batch: ``find`` sorted by ``_id`` with ``limit`` = batch size and a matching
-cursor batch size (no ``getMore``), through :mod:`migronaut.background.wire`. A partition of an
-``_id`` range reads through the version index ``{field: 1, _id: 1}`` when the collection has one
+cursor batch size (no ``getMore``), through :mod:`migronaut.background.lanes.wire`. A partition of
+an ``_id`` range reads through the version index ``{field: 1, _id: 1}`` when the collection has one
 (looked up once per process; a hint the server refuses drops it); a shard-key range reads
 through the sharded version index with exact bounds (reference §5, :mod:`..key_ranges`).
 """
@@ -17,15 +17,15 @@ from bson.raw_bson import RawBSONDocument
 
 from migronaut.background.batches.documents import Documents
 from migronaut.background.batches.unit import Part
-from migronaut.background.planner import scope_filter
-from migronaut.background.version_index import forget, hint_refused, version_index
-from migronaut.background.wire import read_batch
+from migronaut.background.lanes.wire import read_batch
+from migronaut.background.planning.id_ranges import scope_filter
+from migronaut.background.planning.version_index import forget, hint_refused, version_index
 
 if TYPE_CHECKING:
     from pymongo.client_session import ClientSession
     from pymongo.collection import Collection
 
-    from migronaut.background.lane_state import LaneState
+    from migronaut.background.lanes.turn import LaneState
 
 __all__ = ["BatchReader"]
 
@@ -46,7 +46,7 @@ class BatchReader:
 
     def _version_index(self) -> str | None:
         """The version index's name when the collection has one (looked up once per process,
-        :mod:`~migronaut.background.version_index`); warned once when missing."""
+        :mod:`~migronaut.background.planning.version_index`); warned once when missing."""
         lane, coll, field_ = self.lane, self.documents.coll, self.documents.field
         try:
             found = version_index(coll, field_)

@@ -20,14 +20,14 @@ from migronaut.background.batches import transactions
 from migronaut.background.batches.checkpoints import Checkpoints
 from migronaut.background.batches.failures import SliceFailure, clip
 from migronaut.background.batches.unit import Batch, BatchUnit, Hold, Part
-from migronaut.background.lane_state import StepContext
+from migronaut.background.lanes.turn import StepContext
 from migronaut.core._calls import call_user
 from migronaut.errors import LockLostError, MigronautError, describe_exception
 
 if TYPE_CHECKING:
     from pymongo.client_session import ClientSession
 
-    from migronaut.background.lane_state import LaneState
+    from migronaut.background.lanes.turn import LaneState
 
 __all__ = ["STEP_CHECKPOINT_MAX", "StepBatches"]
 

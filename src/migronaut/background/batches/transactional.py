@@ -39,13 +39,13 @@ from migronaut.background.batches.transactions import (
 )
 from migronaut.background.batches.unit import Batch, Hold, nonzero
 from migronaut.background.batches.updates import UNENCODABLE, GuardedUpdates
-from migronaut.background.wire import UpdateOutcome, guarded_updates
+from migronaut.background.lanes.wire import UpdateOutcome, guarded_updates
 from migronaut.errors import LockLostError
 
 if TYPE_CHECKING:
     from pymongo.client_session import ClientSession
 
-    from migronaut.background.lane_state import LaneState
+    from migronaut.background.lanes.turn import LaneState
 
 __all__ = ["TXN_BATCH_BYTES", "TXN_GROW_AFTER", "TransactionalBatches"]
 

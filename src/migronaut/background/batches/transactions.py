@@ -22,7 +22,7 @@ from migronaut.errors import TransactionsUnsupportedError
 if TYPE_CHECKING:
     from pymongo.client_session import ClientSession
 
-    from migronaut.background.lane_state import LaneState
+    from migronaut.background.lanes.turn import LaneState
     from migronaut.core.context import LinkedCancellation
 
 __all__ = [

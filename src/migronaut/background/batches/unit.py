@@ -1,9 +1,9 @@
 """The one interface the lane skeleton calls for a batch, and the shapes it passes.
 
 :class:`BatchUnit` is implemented once per batch mode — :mod:`.plain`, :mod:`.transactional`,
-:mod:`.step`. The skeleton (:mod:`migronaut.background.lanes`) calls :meth:`BatchUnit.run` once per
-batch with the :class:`Hold` it keeps on a partition; the unit reads, transforms, writes and
-checkpoints that batch and returns a :class:`Batch`. Counters only ever enter totals through a
+:mod:`.step`. The skeleton (:mod:`migronaut.background.lanes.slices`) calls :meth:`BatchUnit.run`
+once per batch with the :class:`Hold` it keeps on a partition; the unit reads, transforms, writes
+and checkpoints that batch and returns a :class:`Batch`. Counters only ever enter totals through a
 checkpoint (:mod:`.checkpoints`): what a unit could not record yet it carries
 (:meth:`BatchUnit.take_carried`) to the next checkpoint or to the slice's failure record.
 """
@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 from migronaut.background.batches.failures import DocError
 
 if TYPE_CHECKING:
-    from migronaut.background.lane_state import LaneState
-    from migronaut.background.lease_keeper import LeaseKeeper
-    from migronaut.background.store import Lease
-    from migronaut.background.throttle import AdaptiveController
+    from migronaut.background.lanes.lease_keeper import LeaseKeeper
+    from migronaut.background.lanes.throttle import AdaptiveController
+    from migronaut.background.lanes.turn import LaneState
+    from migronaut.background.state.store import Lease
 
 __all__ = ["Batch", "BatchUnit", "Hold", "Part", "add_counters", "nonzero"]
 

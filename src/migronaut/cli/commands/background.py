@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, cast
 import click
 
 from migronaut._redact import sanitize_terminal
-from migronaut.background.progress import TERMINAL, ProgressTracker, number, partition_json
-from migronaut.background.state_fields import max_parallel as stored_max_parallel
+from migronaut.background.state.fields import max_parallel as stored_max_parallel
+from migronaut.background.state.progress import TERMINAL, ProgressTracker, number, partition_json
 from migronaut.cli.app import command, group
 from migronaut.cli.output import Output
 from migronaut.cli.render_background import (
@@ -455,7 +455,7 @@ def unlock(session: Session, name: str, reason: str | None, yes: bool) -> int:
 
 
 def _dry_run_exit(report: Mapping[str, Any], out: Output) -> int:
-    from migronaut.background.dryrun import exit_code
+    from migronaut.background.tools.dryrun import exit_code
 
     return exit_code(report)
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from migronaut.background.state_fields import stored_round, understood
+from migronaut.background.state.fields import stored_round, understood
 from migronaut.errors import NotAppliedError
 from migronaut.executors.celery.installation import has_result_backend
 from migronaut.executors.celery.payloads import VERSION, fragment

@@ -58,9 +58,9 @@ from migronaut.executors.celery.payloads import VERSION, validate
 if TYPE_CHECKING:
     from celery.app.task import Task
 
-    from migronaut.background.coordinator import Answer
+    from migronaut.background.coordination.coordinator import Answer
     from migronaut.background.engine import BackgroundEngine
-    from migronaut.background.lanes import SliceResult
+    from migronaut.background.lanes.slices import SliceResult
     from migronaut.executors.celery.installation import MigronautCelery
     from migronaut.fleet.tenants import Tenant
 

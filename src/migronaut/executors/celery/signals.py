@@ -38,7 +38,7 @@ def connect(installed: MigronautCelery) -> None:
 
     def ready(**_: Any) -> None:
         # the lane machinery now, not in the first slice (a worker serves the background queue)
-        import migronaut.background.lanes  # noqa: F401
+        import migronaut.background.lanes.slices  # noqa: F401
 
         # a worker that starts heals: coordinators for what is runnable (a live chain absorbs
         # its own), takeovers for what looks stalled
