@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from helpers.engine import write_simple
 from migronaut.declared import indexes as declared_indexes
 from migronaut.declared.indexes import MAX_DECLARED, validate_indexes
 from migronaut.declared.issues import Issues
@@ -52,9 +51,11 @@ def test_a_name_with_an_empty_dot_segment_is_refused(
 def test_own_collections_cannot_be_declared_nor_pruned(
     name: str, cli: Any, project: Any, db: Any,
 ) -> None:
-    write_simple(project, "0001_a")
+    # a migration that logs a line: the run history and its log lines exist, with their indexes
+    project.write_migration("0001_a", 'def up(ctx):\n    ctx.logger.info("one line")\n\n\n'
+                            'def down(ctx):\n    pass\n')
     project.write("migronaut.toml", "")
-    assert cli("up").exit_code == 0  # the run history exists, with its indexes
+    assert cli("up").exit_code == 0
     runs = {index["name"] for index in db["_migronaut_runs"].list_indexes()}
     logs = {index["name"] for index in db["_migronaut_runs_logs"].list_indexes()}
     assert "startedAt" in runs and "runId_seq" in logs
