@@ -126,3 +126,26 @@ def test_the_pycache_prefix_holds_the_entries(
     assert [e.parent for e in entries] == [prefix.joinpath(*path.resolve().parent.parts[1:])]
     assert load_migration(path, reload=True).up(None) == 1
     assert len(compiles) == 1
+
+
+def _reference_entry_path(filename: str) -> str:
+    """Where an entry goes, written with os.path as importlib's own cache paths are."""
+    head, tail = os.path.split(filename)
+    name = f"{os.path.splitext(tail)[0]}.{sys.implementation.cache_tag}.migronaut.pyc"
+    if sys.pycache_prefix:
+        return os.path.join(sys.pycache_prefix, head.lstrip(os.sep), name)
+    return os.path.join(head, "__pycache__", name)
+
+
+@pytest.mark.parametrize("prefix", [None, "/var/cache/py", "/var/cache/py/"])
+@pytest.mark.parametrize("filename", [
+    "/m/0001_a.py", "/m/a.b.py", "/m/.py", "/m/..py", "/m/a.", "/m/noext", "/0001_a.py",
+    "0001_a.py", "/m/n/é ü.py",
+])
+def test_entry_paths_are_where_os_path_puts_them(
+    monkeypatch: pytest.MonkeyPatch, filename: str, prefix: str | None
+) -> None:
+    monkeypatch.setattr(sys, "pycache_prefix", prefix)
+    made = code_cache._entry_path(filename)
+    assert made is not None
+    assert os.path.normpath(made) == os.path.normpath(_reference_entry_path(filename))

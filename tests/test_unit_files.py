@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from migronaut.core.files import (
     ChecksumCache,
+    _first_line,
+    _module_name,
     check_name,
     checksum_bytes,
     discover,
     is_valid_name,
     load_migration,
+    load_migrations,
     resolve_file,
 )
 from migronaut.errors import (
@@ -311,3 +318,38 @@ def test_a_reload_runs_the_file_as_it_is_now_never_a_stale_bytecode_cache(
     path.write_text("VALUE = 2\ndef up(ctx): return VALUE\ndef down(ctx): pass\n")
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the same mtime, the same size
     assert load_migration(path, reload=True).up(None) == 2
+
+
+@pytest.mark.parametrize("doc", ["   ", "\n\n", "\t\n\n"])
+def test_a_blank_docstring_gives_no_description(tmp_path: Path, doc: str) -> None:
+    source = f'"""{doc}"""\ndef up(ctx): pass\ndef down(ctx): pass\n'
+    path = write(tmp_path, "0001_blank.py", source)
+    assert load_migration(path).description is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab \t\n\r\x0c\x0b\u2028é.")), min_size=1))
+def test_the_description_is_the_first_line_of_the_cleaned_docstring(doc: str) -> None:
+    lines = inspect.cleandoc(doc).splitlines()
+    assert _first_line(doc) == (lines[0] if lines else "")
+
+
+@pytest.mark.parametrize("name", ["0001_a.py", "a.b.py", ".py", "..py", "a.", "noext", "é ü.py"])
+def test_module_names_follow_the_path_stem(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    made = _module_name(str(path))
+    assert made == _module_name(path)
+    assert made.startswith("_migronaut_migration_" + re.sub(r"\W", "_", path.stem) + "_")
+
+
+def test_the_record_keeps_the_checksum_of_the_bytes_that_were_loaded(tmp_path: Path) -> None:
+    path = write(tmp_path, "0001_c.py", "def up(ctx): return 1\ndef down(ctx): pass\n")
+    loaded = load_migrations(path.parent, ["0001_c.py"], reload=True)[0]
+    assert loaded.checksum == checksum_bytes(path.read_bytes())
+    path.write_text("def up(ctx): return 22\ndef down(ctx): pass\n", encoding="utf-8")
+    assert loaded.checksum != checksum_bytes(path.read_bytes())  # the code that runs is 1's
+    assert loaded.up(None) == 1
+    again = load_migrations(path.parent, ["0001_c.py"])[0]  # changed on disk: loaded again
+    assert (again.up(None), again.checksum) == (22, checksum_bytes(path.read_bytes()))
+    cached = load_migrations(path.parent, ["0001_c.py"])[0]  # unchanged: from the module cache
+    assert (cached.up(None), cached.checksum) == (22, again.checksum)

@@ -18,11 +18,12 @@ import inspect
 import signal
 import threading
 from collections.abc import Callable
+from types import FunctionType
 from typing import Any
 
 from migronaut.core.context import MigrationContext
 
-__all__ = ["TimedOut", "call_user", "call_with_timeout", "escaped"]
+__all__ = ["TimedOut", "call_user", "call_with_timeout", "escaped", "is_coroutine_function"]
 
 
 class TimedOut(Exception):
@@ -47,7 +48,7 @@ def call_user(fn: Callable[..., Any], *args: Any) -> Any:
     An ``async def`` given a :class:`MigrationContext` that carries a bridge runs on the bridge's
     loop with the async-coloured context; any other awaitable runs on a fresh event loop.
     """
-    if inspect.iscoroutinefunction(fn):
+    if is_coroutine_function(fn):
         bridge = next((a.bridge for a in args
                        if isinstance(a, MigrationContext) and a.bridge is not None), None)
         if bridge is not None:
@@ -75,6 +76,15 @@ def call_user(fn: Callable[..., Any], *args: Any) -> Any:
     if "error" in box:
         raise box["error"]
     return box.get("value")
+
+
+def is_coroutine_function(fn: Any) -> bool:
+    """``inspect.iscoroutinefunction``, answered from the code's flags for a plain function
+    without a coroutine mark (every ``up``/``down`` and most hooks): a tenth of its cost, paid
+    once per body and hook of a run."""
+    if type(fn) is FunctionType and getattr(fn, "_is_coroutine_marker", None) is None:
+        return bool(fn.__code__.co_flags & inspect.CO_COROUTINE)
+    return inspect.iscoroutinefunction(fn)
 
 
 async def _await(awaitable: Any) -> Any:

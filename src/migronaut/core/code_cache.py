@@ -4,7 +4,7 @@ Python's own ``__pycache__`` judges a ``.pyc`` fresh by the source's whole-secon
 size, so a file edited within the same second to the same length would run its old code. This
 cache is keyed by content instead: an entry holds the SHA-256 of (the interpreter's magic
 number, the optimisation level, the path given to ``compile`` and the SHA-256 of the source's
-bytes) and the SHA-256 of its own marshalled payload. An entry is used only when both match,
+bytes) and the CRC-32 of its own marshalled payload. An entry is used only when both match,
 so the code that runs is always the code of the bytes that were hashed; anything else (another
 file's bytes, a truncated or corrupted entry, another interpreter) is ignored and rewritten.
 
@@ -19,19 +19,21 @@ checks above catch damage and staleness, not a forged entry.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import marshal
 import os
 import sys
-from pathlib import Path
+import zlib
 from types import CodeType
 
 __all__ = ["compile_cached", "read_file"]
 
-_FORMAT = b"MGNTCODE"  # 8 bytes: what this file is, and the layout's version
-_DIGEST = 32  # bytes of a SHA-256 digest
-_HEADER = len(_FORMAT) + 2 * _DIGEST
+_FORMAT = b"MGNTCOD2"  # 8 bytes: what this file is, and the layout's version
+_DIGEST = 32  # bytes of a SHA-256 digest (the key)
+_CHECK = 4  # bytes of the payload's CRC-32: damage to detect, not forgery (see above)
+_HEADER = len(_FORMAT) + _DIGEST + _CHECK
 _READ = os.O_RDONLY | getattr(os, "O_BINARY", 0)
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
 
@@ -58,13 +60,28 @@ def _entry_path(filename: str) -> str | None:
     tag = sys.implementation.cache_tag
     if tag is None:
         return None
-    head, tail = os.path.split(filename)
-    name = f"{os.path.splitext(tail)[0]}.{tag}.migronaut.pyc"
-    prefix = sys.pycache_prefix
+    # (string operations, not os.path's: this runs once per file of a run, on a real path)
+    head, sep, tail = filename.rpartition(os.sep)
+    dot = tail.rfind(".")
+    stem = tail[:dot] if dot > 0 and tail[:dot].lstrip(".") else tail  # (as splitext)
+    name = f"{stem}.{tag}.migronaut.pyc"
+    return f"{_entry_directory(head, sep, sys.pycache_prefix)}{os.sep}{name}"
+
+
+@functools.lru_cache(maxsize=64)  # (the files of a run share a directory)
+def _entry_directory(head: str, sep: str, prefix: str | None) -> str:
+    """Where the entries of the files in ``head`` go (``sep``: the separator after it)."""
     if prefix:
         # As importlib does: the source's absolute directory, re-rooted under the prefix.
-        return os.path.join(prefix, head.lstrip(os.sep), name)
-    return os.path.join(head, "__pycache__", name)
+        below = head.lstrip(os.sep)
+        return os.path.join(prefix, below) if below else prefix.rstrip(os.sep) or prefix
+    return f"{head}{sep}__pycache__"
+
+
+def _check(payload: bytes | memoryview) -> bytes:
+    """The payload's check value: a CRC-32 catches a truncated or damaged entry for a tenth of
+    a SHA-256's cost, which a run pays once per file."""
+    return zlib.crc32(payload).to_bytes(_CHECK, "little")
 
 
 def _key(source_digest: bytes, filename: str) -> bytes:
@@ -86,7 +103,7 @@ def _read(entry: str, key: bytes) -> CodeType | None:
     if blob[len(_FORMAT) : len(_FORMAT) + _DIGEST] != key:
         return None
     payload = memoryview(blob)[_HEADER:]
-    if hashlib.sha256(payload).digest() != blob[len(_FORMAT) + _DIGEST : _HEADER]:
+    if _check(payload) != blob[len(_FORMAT) + _DIGEST : _HEADER]:
         return None
     try:
         code = marshal.loads(payload)
@@ -97,7 +114,7 @@ def _read(entry: str, key: bytes) -> CodeType | None:
 
 def _write(entry: str, key: bytes, code: CodeType) -> None:
     payload = marshal.dumps(code)
-    blob = _FORMAT + key + hashlib.sha256(payload).digest() + payload
+    blob = _FORMAT + key + _check(payload) + payload
     temporary = f"{entry}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
     try:
         try:
@@ -118,7 +135,7 @@ def _write(entry: str, key: bytes, code: CodeType) -> None:
             pass
 
 
-def compile_cached(data: bytes, path: Path, source_digest: bytes) -> CodeType:
+def compile_cached(data: bytes, path: str | os.PathLike[str], source_digest: bytes) -> CodeType:
     """``compile(data, str(path), "exec", dont_inherit=True)``, from the cache when an entry for
     exactly these bytes (``source_digest``: their SHA-256) compiled at this path exists."""
     filename = os.fspath(path)

@@ -152,12 +152,10 @@ def _changed(obj: _T, **changes: Any) -> _T:
     the instance's fields with ``changes`` (fields only, as ``replace`` would check). Five times
     cheaper: it runs twice per migration of a run."""
     fields = obj.__dict__
-    for key in changes:
-        if key not in fields:
-            raise TypeError(f"unknown field: {key}")
+    if not fields.keys() >= changes.keys():
+        raise TypeError(f"unknown field: {', '.join(sorted(changes.keys() - fields.keys()))}")
     copy = object.__new__(type(obj))
-    copy.__dict__.update(fields)
-    copy.__dict__.update(changes)
+    copy.__dict__.update(fields, **changes)
     return copy
 
 

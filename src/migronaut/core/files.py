@@ -59,7 +59,7 @@ def check_name(name: Any, *, field: str = "name") -> str:
             f"Invalid migration name — must be a non-empty string, got {type(name).__name__}",
             {field: repr(name)[:200]},
         )
-    if name in (".", "..") or any(ch in name for ch in "/\\\x00"):
+    if name in (".", "..") or "/" in name or "\\" in name or "\x00" in name:
         raise MigrationInvalidNameError(
             f"Invalid migration name — must be a bare filename inside the migrations directory: "
             f"{name!r}",
@@ -172,23 +172,28 @@ def discover(
 
 def resolve_file(directory: Path, name: Any, *, field: str = "filename") -> Path:
     """The path of a named migration that must exist inside ``directory``."""
-    return _resolve_in(directory.resolve(), directory, name, field=field)
+    return Path(_resolve_in(directory.resolve(), directory, name, field=field))
 
 
-def _resolve_in(root: Path, directory: Path, name: Any, *, field: str = "filename") -> Path:
-    """:func:`resolve_file` with the directory's real path ``root`` already known.
+def _resolve_in(root: Path, directory: Path, name: Any, *, field: str = "filename") -> str:
+    """:func:`resolve_file`'s real path, as text, with the directory's real path ``root``
+    already known.
 
     A plain file (not a symlink) directly inside ``root`` is its own real path: one ``lstat``
     instead of a ``realpath`` per call, which a run over thousands of files would pay per file.
+    The path stays text: a run of many quick migrations would spend more on building and
+    rendering ``Path`` objects than on loading the files.
     """
-    path = root / check_name(name, field=field)
+    text = os.fspath(root)
+    check_name(name, field=field)
+    filename = text + name if text.endswith(os.sep) else f"{text}{os.sep}{name}"
     try:
-        mode = os.lstat(path).st_mode
+        mode = os.lstat(filename).st_mode
     except OSError:
         mode = 0
     if stat.S_ISREG(mode):
-        return path
-    path = path.resolve()
+        return filename
+    path = Path(filename).resolve()
     if path.parent != root:
         raise MigrationInvalidNameError(
             f"Invalid migration name — resolves outside the migrations directory: {name!r}",
@@ -198,7 +203,7 @@ def _resolve_in(root: Path, directory: Path, name: Any, *, field: str = "filenam
         raise MigrationFileNotFoundError(
             f"Migration file not found: {name}", {field: name, "directory": str(directory)}
         )
-    return path
+    return os.fspath(path)
 
 
 def checksum_bytes(data: bytes) -> str:
@@ -250,19 +255,27 @@ class ChecksumCache:
 
 
 _module_lock = threading.Lock()
-#: path -> (module, the file's (mtime_ns, size, inode) when it was compiled): a file changed on
-#: disk since (a long-lived worker, a migration fixed in place) is compiled again, so the code
-#: that runs is always the code whose checksum is recorded.
-_module_cache: dict[Path, tuple[ModuleType, tuple[int, int, int]]] = {}
+#: real path -> (module, the file's (mtime_ns, size, inode) when it was compiled, the checksum
+#: of the bytes compiled): a file changed on disk since (a long-lived worker, a migration fixed
+#: in place) is compiled again, so the code that runs is always the code whose checksum is
+#: recorded.
+_module_cache: dict[str, tuple[ModuleType, tuple[int, int, int], str]] = {}
 
 
 def _stamp_key(stamp: os.stat_result) -> tuple[int, int, int]:
     return stamp.st_mtime_ns, stamp.st_size, stamp.st_ino
 
 
-def _module_name(path: Path) -> str:
-    slug = re.sub(r"\W", "_", path.stem)
-    digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
+_NOT_WORD = re.compile(r"\W")
+
+
+def _module_name(path: str | Path) -> str:
+    filename = os.fspath(path)
+    base = filename.rpartition(os.sep)[2]
+    dot = base.rfind(".")
+    stem = base[:dot] if 0 < dot < len(base) - 1 else base  # (as ``PurePath.stem``)
+    slug = _NOT_WORD.sub("_", stem)
+    digest = hashlib.sha1(filename.encode()).hexdigest()[:10]
     return f"_migronaut_migration_{slug}_{digest}"
 
 
@@ -275,7 +288,7 @@ def load_module(path: Path, name: str | None = None, *, reload: bool = False) ->
     second to the same length (``VALUE = 1`` → ``VALUE = 2``) would run the old code — and the
     code that runs must be the one whose checksum was recorded.
     """
-    return _load_resolved(path.resolve(), name, reload=reload)
+    return _load_resolved(os.fspath(path.resolve()), name, reload=reload)[0]
 
 
 def _new_module(name: str, filename: str) -> ModuleType:
@@ -294,35 +307,37 @@ def _new_module(name: str, filename: str) -> ModuleType:
 
 
 def _load_resolved(
-    path: Path, name: str | None = None, *, reload: bool = False,
+    filename: str, name: str | None = None, *, reload: bool = False,
     checksums: ChecksumCache | None = None,
-) -> ModuleType:
-    """:func:`load_module` of a path already resolved; the bytes it compiles also fill
-    ``checksums`` (one read of the file for both)."""
+) -> tuple[ModuleType, str]:
+    """:func:`load_module` of a real path (as text), and the checksum of the bytes it runs;
+    those bytes also fill ``checksums`` (one read of the file for both)."""
     with _module_lock:
-        cached = None if reload else _module_cache.get(path)
+        cached = None if reload else _module_cache.get(filename)
         if cached is not None:
             try:
-                current = _stamp_key(os.stat(path))
+                found = os.stat(filename)
             except OSError:
-                current = None
-            if current == cached[1]:
-                return cached[0]
-        module_name = name or _module_name(path)
-        module = _new_module(module_name, os.fspath(path))
+                found = None
+            if found is not None and _stamp_key(found) == cached[1]:
+                if checksums is not None:
+                    checksums.remember(filename, found, cached[2])
+                return cached[0], cached[2]
+        module_name = name or _module_name(filename)
+        module = _new_module(module_name, filename)
         sys.modules[module_name] = module
         try:
-            stamp, data = read_file(path)
+            stamp, data = read_file(filename)
             digest, checksum = _digest_and_checksum(data)
             if checksums is not None:
-                checksums.remember(path, stamp, checksum)
-            code = compile_cached(data, path, digest)
+                checksums.remember(filename, stamp, checksum)
+            code = compile_cached(data, filename, digest)
             exec(code, module.__dict__)
         except BaseException:
             sys.modules.pop(module_name, None)
             raise
-        _module_cache[path] = (module, _stamp_key(stamp))
-        return module
+        _module_cache[filename] = (module, _stamp_key(stamp), checksum)
+        return module, checksum
 
 
 @dataclass(frozen=True)
@@ -339,6 +354,9 @@ class MigrationModule:
     requires: tuple[str, ...] = ()
     #: The ``background = {...}`` declaration of a background migration (instead of up/down).
     background: Any = None
+    #: The checksum of the bytes that were compiled into ``up``/``down`` (``None`` when the
+    #: module was not loaded from a file).
+    checksum: str | None = None
 
 
 def _describe_load_error(error: BaseException) -> str:
@@ -372,13 +390,14 @@ def left_while_loading(
 def load_migration_module(path: Path, *, reload: bool = False) -> ModuleType:
     """Execute a migration file; any failure at import is ``MIGRATION_INVALID_EXPORT`` — but a
     ``sys.exit()``/``KeyboardInterrupt`` is :func:`left_while_loading`'s error."""
-    return _load_migration_module(path, path.resolve(), reload=reload)
+    return _load_migration_module(path, os.fspath(path.resolve()), reload=reload)[0]
 
 
 def _load_migration_module(
-    path: Path, real: Path, *, reload: bool, checksums: ChecksumCache | None = None
-) -> ModuleType:
-    """:func:`load_migration_module` of ``path`` whose real path ``real`` is known."""
+    path: Path, real: str, *, reload: bool, checksums: ChecksumCache | None = None
+) -> tuple[ModuleType, str]:
+    """:func:`load_migration_module` of ``path`` whose real path ``real`` is known, and the
+    checksum of the bytes it runs."""
     try:
         return _load_resolved(real, reload=reload, checksums=checksums)
     except (KeyboardInterrupt, SystemExit) as error:
@@ -396,14 +415,13 @@ def _load_migration_module(
 
 def load_migration(path: Path, *, reload: bool = False) -> MigrationModule:
     """Load and validate one migration file (``MIGRATION_INVALID_EXPORT`` when it is not usable)."""
-    return _load_migration(path, path.resolve(), reload=reload)
+    return _load_migration(path, os.fspath(path.resolve()), path.name, reload=reload)
 
 
 def _load_migration(
-    path: Path, real: Path, *, reload: bool, checksums: ChecksumCache | None = None
+    path: Path, real: str, name: str, *, reload: bool, checksums: ChecksumCache | None = None
 ) -> MigrationModule:
-    name = path.name
-    module = _load_migration_module(path, real, reload=reload, checksums=checksums)
+    module, checksum = _load_migration_module(path, real, reload=reload, checksums=checksums)
     problems: list[str] = []
     up = getattr(module, "up", None)
     down = getattr(module, "down", None)
@@ -418,7 +436,7 @@ def _load_migration(
                         + ", ".join(missing) + ")")
     description = getattr(module, "description", None)
     if description is None and module.__doc__:
-        description = inspect.cleandoc(module.__doc__).splitlines()[0]
+        description = _first_line(module.__doc__)
     if description is not None and not isinstance(description, str):
         problems.append("description must be a string")
     use_transaction = getattr(module, "use_transaction", None)
@@ -450,7 +468,17 @@ def _load_migration(
         use_transaction=use_transaction,
         timeout_ms=timeout_ms,
         requires=tuple(requires),
+        checksum=checksum,
     )
+
+
+def _first_line(doc: str) -> str:
+    """The first line of ``inspect.cleandoc(doc)`` (``""`` for a blank docstring); without
+    cleaning the rest of the docstring when its first line has text (the usual summary)."""
+    first = doc.partition("\n")[0]
+    fast = first and not first[0].isspace()  # (what cleandoc strips differs between versions)
+    lines = (first.expandtabs() if fast else inspect.cleandoc(doc)).splitlines()
+    return lines[0] if lines else ""
 
 
 def load_migrations(
@@ -469,6 +497,9 @@ def load_migrations(
     loaded: dict[str, MigrationModule] = {}
     for name in names:
         if name not in loaded:
-            path = _resolve_in(root, directory, name)
-            loaded[name] = _load_migration(path, path, reload=reload, checksums=checksums)
+            real = _resolve_in(root, directory, name)
+            base = name if real.endswith(name) and real[-len(name) - 1] == os.sep \
+                else os.path.basename(real)  # (a symlink: its target's name)
+            loaded[name] = _load_migration(Path(real), real, base, reload=reload,
+                                           checksums=checksums)
     return [loaded[name] for name in names]

@@ -392,10 +392,12 @@ class MigrationLock:
         renewal during it, or the last renewal is older than :data:`CONFIRM_AFTER_S`; otherwise
         the recent renewal stands for it (quick migrations share one round trip per second).
         """
-        if self._due():
+        now = time.monotonic()
+        if self._due(now):
             self._renew_checked()
-        self._last_confirmed = time.monotonic()
-        return self.poll_lost()
+            now = time.monotonic()
+        self._last_confirmed = now
+        return self.poll_lost(now)
 
     def fence(self) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
         """The renewal (filter, update) to send *inside* a transaction before its changelog
@@ -421,17 +423,20 @@ class MigrationLock:
         self._last_confirmed = time.monotonic()
         return self.poll_lost()
 
-    def _due(self) -> bool:
-        now = time.monotonic()
+    def _due(self, now: float | None = None) -> bool:
+        if now is None:
+            now = time.monotonic()
         age, step = now - self._last_renewal, now - self._last_confirmed
         return self.held and self.lost_reason is None and (
             age >= CONFIRM_AFTER_S or (step >= SLOW_STEP_S and age >= step)
         )
 
-    def poll_lost(self) -> str | None:
-        """Why the lock is lost, checking the renewal deadline now (not only in the heartbeat)."""
-        overdue = time.monotonic() - self._last_renewal >= self.deadline_s
-        if self.lost_reason is None and self.held and overdue:
+    def poll_lost(self, now: float | None = None) -> str | None:
+        """Why the lock is lost, checking the renewal deadline now (not only in the heartbeat);
+        ``now``: ``time.monotonic()`` when the caller has just read it."""
+        if self.lost_reason is None and self.held and (
+            (time.monotonic() if now is None else now) - self._last_renewal >= self.deadline_s
+        ):
             self._lose("no successful renewal within the TTL")
         return self.lost_reason
 

@@ -16,7 +16,6 @@ anything else.
 
 from __future__ import annotations
 
-import inspect
 import time
 import traceback
 from collections.abc import Awaitable, Callable
@@ -24,7 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from migronaut.core._calls import TimedOut, call_user, call_with_timeout, escaped
+from migronaut.core._calls import (
+    TimedOut,
+    call_user,
+    call_with_timeout,
+    escaped,
+    is_coroutine_function,
+)
 from migronaut.core.context import MigrationContext
 from migronaut.core.retry import is_connection_error
 from migronaut.core.topology import refuses_transactions
@@ -130,7 +135,7 @@ def execute(
 
     if not use_transaction:
         run = run_plain
-    elif inspect.iscoroutinefunction(body) and ctx.bridge is not None:
+    elif is_coroutine_function(body) and ctx.bridge is not None:
         run = run_async_transaction
     else:
         run = run_transaction

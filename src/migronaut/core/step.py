@@ -99,7 +99,7 @@ def run_step(
     run.trace.migration_attributes({"migronaut.migration.transaction": use_transaction})
     held = handover.held if handover is not None else None
     checksum = held.checksum if held is not None and held.migration is migration \
-        else ws.project.checksum(name) or ""  # (a claim sent ahead read it already)
+        else _checksum(ws, migration)  # (a claim sent ahead has it already)
     progress = ws.progress
     if progress:
         progress.on_start(name, direction)
@@ -108,7 +108,7 @@ def run_step(
     if handover is not None and following is not None \
             and _claims_ahead(ws, hooks, migration, direction, following[0]):
         record.ahead = _Record(ws, run, following[0], direction, following[1],
-                               ws.project.checksum(following[0].name) or "")
+                               _checksum(ws, following[0]))
     body = ws.background.body(migration, direction, checksum) \
         if migration.background is not None else \
         migration.up if direction == "up" else migration.down
@@ -142,6 +142,12 @@ def run_step(
     if migration.background is not None and direction == "up" and config.background_inline:
         ws.background.drive_inline(run, name)
     call_hook(hooks, "after_each", name, outcome.duration_ms, ctx, info)
+
+
+def _checksum(ws: Workspace, migration: MigrationModule) -> str:
+    """The checksum the record keeps: that of the bytes the run loaded and runs, else (a
+    module not loaded from its file) the file's now."""
+    return migration.checksum or ws.project.checksum(migration.name) or ""
 
 
 @dataclass(slots=True)

@@ -53,6 +53,8 @@ class EventBus:
                 listeners.remove(listener)
 
     def emit(self, event: str, payload: dict[str, Any]) -> None:
+        if not self._listeners:  # (nobody listening: a run emits several events per migration)
+            return
         with self._lock:
             listeners = list(self._listeners.get(event, ()))
             listeners += self._listeners.get("*", ())

@@ -106,8 +106,14 @@ class MigrationLogger(logging.LoggerAdapter[logging.Logger]):
 
     def bind(self, **fields: Any) -> MigrationLogger:
         """The same logger with more correlation (``migration``, ``batch``, ``attempt``…)."""
-        merged = {**(self.extra or {}), **{k: v for k, v in fields.items() if v is not None}}
-        return MigrationLogger(self.logger, merged, self.sink)
+        merged = dict(self.extra or {})
+        for key, value in fields.items():
+            if value is not None:
+                merged[key] = value
+        bound = object.__new__(type(self))  # (what __init__ sets, without filtering ours again)
+        bound.__dict__.update(self.__dict__)
+        bound.extra = merged
+        return bound
 
     def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
         try:

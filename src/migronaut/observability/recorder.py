@@ -257,7 +257,7 @@ class RunRecording:
     def flush(self) -> None:
         """Write the buffered lines in one round trip (a failed write drops them)."""
         store = self.recorder.store
-        if store is None:
+        if store is None or not self._buffer:  # (a line added meanwhile waits for the next)
             return
         with self._flush_lock:
             with self._lock:
