@@ -34,7 +34,7 @@ DOCS = 120  # per tenant: a few partitions of min_partition_docs = 50
 
 
 def fleet_with_background(project: Project, client: MongoClient[dict[str, Any]],
-                          prefix: str, tenants: int = 3) -> list[str]:
+                          prefix: str, tenants: int = 3, sleep: float = 0.0) -> list[str]:
     """``tenants`` tenant databases of ``DOCS`` documents each, a migration that registers the
     counting background migration, and a ``[fleet]`` plus a ``[celery]`` table tuned to react
     quickly."""
@@ -42,7 +42,7 @@ def fleet_with_background(project: Project, client: MongoClient[dict[str, Any]],
     for name in names:
         client[name][COLLECTION].insert_many([{"n": i} for i in range(DOCS)])
         client[name][COLLECTION].create_index([("__v", 1), ("_id", 1)])
-    project.write_migration(NAME, hits_migration(max_parallel=2))
+    project.write_migration(NAME, hits_migration(max_parallel=2, sleep=sleep))
     celery = {"poll_interval_ms": 300, "stall_ms": 3000, "slice_ms": 1000,
               "chain_ttl_ms": 3000, "verify_interval_ms": False}
     table = "\n".join(f"{key} = {json.dumps(value)}" for key, value in celery.items())
@@ -85,14 +85,7 @@ def test_fleet_enqueue_up_works_every_tenants_background_migration_exactly_once(
         assert sent["background"] is True
         until(lambda: all(background_state(client, n)["status"] == "completed" for n in names),
               180.0, "every tenant's background migration to complete")
-    for name in names:
-        final = background_state(client, name)
-        items = client[name][COLLECTION]
-        assert items.count_documents({"__v": 1, "hits": 1}) == DOCS
-        assert items.count_documents({"hits": {"$ne": 1}}) == 0
-        assert final["totals"]["migrated"] == DOCS and final["totals"].get("failed", 0) == 0
-        assert client[name][PARTITIONS].count_documents(
-            {"background": NAME, "lease": {"$exists": True}}) == 0
+    assert_migrated_once(client, names)
     # the worker's own database was never the target of a tenant's job
     assert NAME not in {doc["_id"] for doc in db[STATES].find()}
 
@@ -108,6 +101,48 @@ def up(ctx):
 def down(ctx):
     ctx.db.contract.delete_many({{}})
 """
+
+
+def assert_migrated_once(client: MongoClient[dict[str, Any]], names: list[str]) -> None:
+    for name in names:
+        final = background_state(client, name)
+        items = client[name][COLLECTION]
+        assert items.count_documents({"__v": 1, "hits": 1}) == DOCS
+        assert items.count_documents({"hits": {"$ne": 1}}) == 0
+        assert final["totals"]["migrated"] == DOCS and final["totals"].get("failed", 0) == 0
+        assert client[name][PARTITIONS].count_documents(
+            {"background": NAME, "lease": {"$exists": True}}) == 0
+
+
+@pytest.mark.one_interpreter
+def test_a_killed_worker_s_tenant_chains_are_taken_over_by_a_surviving_worker(
+        project: Project, celery_project: Any, client: MongoClient[dict[str, Any]],
+        tenant_prefix: str, cli: Any) -> None:
+    """kill -9 of the worker running the tenants' coordinator chains and lanes: the tenants
+    are listed in the fleet's background registry, so the surviving worker's heals (start-up,
+    chain watch) reach their chains — nobody runs ``fleet enqueue up`` again — and every
+    tenant's documents are migrated exactly once; the registry empties once nothing is left."""
+    names = fleet_with_background(project, client, tenant_prefix, tenants=2, sleep=0.05)
+    registry = client[f"{tenant_prefix}admin"]["fleet_runs_background"]
+    victim = celery_project.worker(concurrency=4)
+    result = cli("fleet", "enqueue", "up", "--json")
+    assert result.exit_code == 0, result.stderr
+
+    def victim_lanes() -> bool:
+        return any(client[name][PARTITIONS].count_documents(
+            {"background": NAME, "lease.pid": victim.process.pid}) for name in names)
+
+    until(lambda: registry.count_documents({}) == len(names), 120.0, "both tenants listed")
+    assert {(e["cluster"], e["tenant"]) for e in registry.find()} == {
+        ("default", name) for name in names}
+    until(victim_lanes, 120.0, "the victim's tenant lanes")
+    victim.kill()  # kill -9: its chains and lanes die; the ledger still calls them live
+    with workers(celery_project.worker(concurrency=4)):
+        until(lambda: all(background_state(client, n)["status"] == "completed" for n in names),
+              180.0, "the surviving worker to take the tenants' chains over")
+        until(lambda: registry.count_documents({}) == 0, 60.0, "the registry to empty")
+    assert_migrated_once(client, names)
+    assert all(background_state(client, n)["round"] >= 2 for n in names)  # taken over
 
 
 def test_a_contract_waiting_for_the_background_migration_is_applied_by_the_next_run(
@@ -226,3 +261,26 @@ def test_a_worker_keeps_a_bounded_set_of_tenant_engines_and_closes_them(
     assert "not a tenant of the fleet" in error.value.message
     worker.close()
     assert closed == [b, a, c]
+
+
+def test_the_background_registry_skips_what_it_did_not_write_and_drops_strangers(
+        project: Project, celery_project: Any, client: MongoClient[dict[str, Any]],
+        tenant_prefix: str, caplog: pytest.LogCaptureFixture) -> None:
+    from migronaut.executors.celery.tenant_heals import heal_tenants, remember_tenant
+
+    names = fleet_with_background(project, client, tenant_prefix, tenants=1)
+    _, installed = celery_project.app()
+    registry = client[f"{tenant_prefix}admin"]["fleet_runs_background"]
+    worker = installed.context.fleet()
+    remember_tenant(worker, Tenant(names[0], "default"))  # listed, nothing registered there
+    registry.insert_one({"_id": "junk", "cluster": 7, "tenant": None})
+    registry.insert_one({"_id": {"cluster": "default", "tenant": f"{tenant_prefix}zz"},
+                         "cluster": "default", "tenant": f"{tenant_prefix}zz", "mark": "m"})
+    with caplog.at_level("WARNING", logger="migronaut"):
+        assert heal_tenants(installed) == []
+    # the listed tenant has nothing runnable, the stranger is not a tenant: both leave; the
+    # entry it cannot read stays, named in a warning
+    assert [doc["_id"] for doc in registry.find()] == ["junk"]
+    assert "holds an entry it did not write (_id 'junk')" in caplog.text
+    assert f"{tenant_prefix}zz" in caplog.text and "dropped" in caplog.text
+    installed.context.close()

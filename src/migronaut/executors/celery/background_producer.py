@@ -210,17 +210,18 @@ def enqueue_background(
                               quiet_ms, requested_by=requested_by, reason=reason, tenant=tenant)
 
 
-def take_over_dead_chains(installed: MigronautCelery,
-                          engine: BackgroundEngine | None = None) -> list[dict[str, Any]]:
+def take_over_dead_chains(installed: MigronautCelery, engine: BackgroundEngine | None = None,
+                          *, tenant: Tenant | None = None) -> list[dict[str, Any]]:
     """The worker's watch: a coordinator — a takeover while the ledger still calls the dead
     chain live — for each runnable migration whose chain's heartbeat in MongoDB expired, and
-    nothing else (a migration nobody enqueued is a heal's business)."""
+    nothing else (a migration nobody enqueued is a heal's business). With ``tenant`` (its
+    ``engine``): that fleet tenant's chains."""
     engine = engine if engine is not None else installed.context.engine()
     names = [str(row["migration"]) for row in engine.runnable()]
     chains = engine.chains(names)
     dead = [name for name in names if chains.get(name) is False]
     return _send_coordinators(installed, engine, dead, chains, set(),
-                              installed.settings.stall_ms)
+                              installed.settings.stall_ms, tenant=tenant)
 
 
 def _send_coordinators(

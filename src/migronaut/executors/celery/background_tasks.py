@@ -54,6 +54,7 @@ from migronaut.executors.celery.background_producer import (
 )
 from migronaut.executors.celery.failures import outbound_error
 from migronaut.executors.celery.payloads import VERSION, validate
+from migronaut.executors.celery.tenant_heals import heal_tenants
 
 if TYPE_CHECKING:
     from celery.app.task import Task
@@ -370,9 +371,10 @@ class Verify:
         result = migrator.background.verify(on_drift=config.background_on_drift,
                                             drift_mode=config.background_drift)
         enqueued = enqueue_background(self.installed, engine=migrator.background)
+        tenants = heal_tenants(self.installed)
         return {"kind": "background-verify", "checked": result.get("checked"),
                 "skipped": result.get("skipped"), "drift": result.get("drift", []),
-                "enqueued": enqueued}
+                "enqueued": enqueued + tenants}
 
 
 def register(installed: MigronautCelery, options: dict[str, Any]) -> None:

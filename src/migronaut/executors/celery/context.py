@@ -161,6 +161,7 @@ class FleetWorker:
         self._fleet: Fleet | None = None
         self._pid = os.getpid()
         self._known: dict[tuple[str, str], Tenant] = {}
+        self._has_fleet: bool | None = None
         #: (cluster, tenant) -> [its connected Migrator, how many tasks use its engine now]
         self._engines: OrderedDict[tuple[str, str], list[Any]] = OrderedDict()
 
@@ -180,6 +181,12 @@ class FleetWorker:
                 self._fleet = Fleet(dict(config) if config is not None else None,
                                     config_path=self.source.config_path, cwd=self.source.cwd)
             return self._fleet
+
+    def has_fleet(self) -> bool:
+        """Whether this worker's config declares a ``[fleet]`` (read once)."""
+        if self._has_fleet is None:
+            self._has_fleet = self.source.read().fleet is not None
+        return self._has_fleet
 
     def tenant(self, cluster: str, name: str) -> Tenant:
         """The fleet's tenant ``name`` on ``cluster``; one the fleet does not list (resolved

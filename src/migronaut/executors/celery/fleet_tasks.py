@@ -214,12 +214,15 @@ def _background(installed: MigronautCelery, worker: FleetWorker, plan: Plan,
     raises: the tenant's outcome stands, and a failed send is logged with what to run
     instead."""
     from migronaut.executors.celery.background_producer import enqueue_background
+    from migronaut.executors.celery.tenant_heals import remember_tenant
 
     if not (plan.background and plan.command == "up" and _reached(outcome)):
         return {}
     tenant = outcome.tenant
     try:
         with worker.engine(tenant.cluster, tenant.name) as engine:
+            if engine.runnable():  # listed first: the heals reach it if this worker dies now
+                remember_tenant(worker, tenant)
             sent = enqueue_background(installed, engine=engine, tenant=tenant,
                                       requested_by=plan.actor.get("requestedBy"),
                                       reason=plan.actor.get("reason"))

@@ -41,10 +41,12 @@ def connect(installed: MigronautCelery) -> None:
         import migronaut.background.lanes.slices  # noqa: F401
 
         # a worker that starts heals: coordinators for what is runnable (a live chain absorbs
-        # its own), takeovers for what looks stalled
+        # its own), takeovers for what looks stalled — in its database and the fleet tenants'
         from migronaut.executors.celery.background_tasks import heal
+        from migronaut.executors.celery.tenant_heals import heal_tenants
 
         heal(installed)
+        heal_tenants(installed)
         # and watches the chains: one whose worker dies is taken over within about a minute
         watch.start()
 

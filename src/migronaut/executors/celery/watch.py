@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from migronaut.executors.celery.background_producer import take_over_dead_chains
 from migronaut.executors.celery.failures import outbound_error
+from migronaut.executors.celery.tenant_heals import heal_tenants
 
 if TYPE_CHECKING:
     from migronaut.executors.celery.installation import MigronautCelery
@@ -47,9 +48,11 @@ class ChainWatch:
             self.tick()
 
     def tick(self) -> None:
-        """One look; never raises (the next tick tries again)."""
+        """One look, at the worker's own database's chains and at the fleet tenants' listed
+        as having background work; never raises (the next tick tries again)."""
         try:
             take_over_dead_chains(self.installed)
         except Exception as error:
             logger.warning("⚠ the coordinator chain watch failed (%s) — it looks again in %gs",
                            outbound_error(error).message, self.interval_s)
+        heal_tenants(self.installed, dead_only=True)
