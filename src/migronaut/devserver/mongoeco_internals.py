@@ -1128,7 +1128,8 @@ _DEEPCOPY_USERS: Final = (
     "mongoeco.engines.memory", "mongoeco.api._async.collection",
     "mongoeco.api._async._collection_runtime", "mongoeco.api._async._collection_insert",
     "mongoeco.api._async._collection_bulk", "mongoeco.engines.results",
-    "mongoeco.core.operators",
+    "mongoeco.core.operators", "mongoeco.core.aggregation.preparation",
+    "mongoeco.core.aggregation.transform_stages",
 )
 
 
