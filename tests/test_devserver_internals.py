@@ -280,7 +280,11 @@ def test_the_update_codec_the_indexed_engine_replaces() -> None:
         "mongoeco.api._async._collection_modify no longer uses DocumentCodec")
     for name in ("to_internal", "is_internal"):
         assert callable(getattr(codec.DocumentCodec, name, None)), f"DocumentCodec lost {name}"
-    assert callable(getattr(codec, "_own_internal_bson", None)), "codec lost _own_internal_bson"
+    assert issubclass(codec._InternalBsonDocument, dict), "codec lost _InternalBsonDocument"
+    assert issubclass(codec._InternalBsonArray, list), "codec lost _InternalBsonArray"
+    made = codec.DocumentCodec.to_internal({"a": [{"b": 1}]})
+    assert (type(made), type(made["a"]), type(made["a"][0])) == (
+        codec._InternalBsonDocument, codec._InternalBsonArray, codec._InternalBsonDocument)
     assert callable(getattr(codec, "validate_bson_value", None))
     for name in ("normalize_utc_bson_datetime", "BsonInt32", "BsonInt64", "BsonDouble"):
         assert getattr(bson_scalars, name, None) is not None, f"bson_scalars lost {name}"

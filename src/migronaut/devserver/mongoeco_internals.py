@@ -963,14 +963,16 @@ def _update_specs_cheaply() -> None:
     the encoding checks it; any other value takes mongoeco's own round trip."""
     codec = _module("mongoeco.core.codec")
     base: Any = codec.DocumentCodec
-    own = codec._own_internal_bson
+    # what mongoeco's codec makes of a decoded document and array (``_own_internal_bson``)
+    internal_document, internal_array = codec._InternalBsonDocument, codec._InternalBsonArray
     scalars = _scalars()
     normalize = scalars.normalize_utc_bson_datetime
     same = frozenset({str, int, float, bool, type(None), scalars.BsonInt32, scalars.BsonInt64,
                       scalars.BsonDouble})
 
     def copied(value: Any) -> Any:
-        """The decoded encoding of ``value``; :data:`_NONE` when it holds another type."""
+        """The decoded encoding of ``value``, internal; :data:`_NONE` when it holds another
+        type."""
         kind = type(value)
         if kind in same:
             return value
@@ -981,7 +983,7 @@ def _update_specs_cheaply() -> None:
                 if item is _NONE:
                     return _NONE
                 document[key] = item
-            return document
+            return internal_document(document)
         if kind is list:
             items = []
             for item in value:
@@ -989,7 +991,7 @@ def _update_specs_cheaply() -> None:
                 if item is _NONE:
                     return _NONE
                 items.append(item)
-            return items
+            return internal_array(items)
         if kind is datetime.datetime:
             return normalize(value)
         return _NONE
@@ -1011,7 +1013,7 @@ def _update_specs_cheaply() -> None:
             if plain is _NONE:
                 return base.to_internal(data)
             check(data)
-            return own(plain)
+            return plain
 
     _module("mongoeco.api._async._collection_modify").DocumentCodec = SpecByCopy
 
