@@ -590,3 +590,31 @@ def test_the_upsert_plan_of_a_pipeline_is_mongoecos() -> None:
     with pytest.raises(OperationFailure):
         operations._compile_update_plans(
             pipeline, planning_mode=PlanningMode.STRICT, **{**options, "array_filters": [{"x": 1}]})
+
+
+_index_paths = st.lists(st.sampled_from(["a", "b", "a.b", "a.c", "b.a.c", "c.0", "0"]),
+                        min_size=2, max_size=3, unique=True)
+_index_leaves = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(-2, 2),
+                          st.text(max_size=2), st.builds(ObjectId),
+                          st.builds(Int64, st.integers(0, 2)),
+                          st.builds(Decimal128, st.sampled_from(["1", "1.0", "0.5"])),
+                          st.datetimes())
+_index_documents = st.recursive(
+    _index_leaves,
+    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                            st.dictionaries(st.sampled_from(["a", "b", "c", "0"]), inner,
+                                            max_size=3)),
+    max_leaves=10).map(lambda value: value if isinstance(value, dict) else {"a": value})
+
+
+@settings(max_examples=500, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_index_documents, _index_paths)
+def test_a_compound_index_keys_a_document_as_mongoeco_does(fresh: Counted,
+                                                           document: dict[str, Any],
+                                                           fields: list[str]) -> None:
+    from mongoeco.engines.memory import MemoryEngine
+
+    engine = fresh.engine
+    assert engine._index_keys(document, fields) == MemoryEngine._unique_index_keys(
+        engine, document, fields)

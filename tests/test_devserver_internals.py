@@ -166,6 +166,7 @@ ENGINE_METHODS = {
     "_storage_key": (("self", "value"), ()),
     "_index_keys": (("self", "document", "fields"), ()),
     "_unique_index_keys": (("self", "document", "fields"), ()),
+    "_index_equality_key": (("value",), ()),
     "_validate_compound_multikey_shape": (("self", "document", "index"), ()),
     "_unique_key_error": (("self", "message", "namespace", "document"), ("index", "conflict")),
     "_ensure_unique_indexes": (("self", "db_name", "coll_name", "candidate"), (

@@ -470,6 +470,31 @@ def _indexed_engine_type() -> type:
             return ("number", "NaN" if plain != plain else plain)  # NaN equals NaN in BSON
         return bson_engine_key(plain)
 
+    plain_scalars = frozenset({str, int, float, bool, type(None), datetime.datetime, ObjectId,
+                               _module("mongoeco.types").ObjectId})
+
+    def plain_values(document: Any, fields: list[str]) -> list[Any] | None:
+        """The value of each of ``fields`` in ``document`` (``None`` where one is missing) when
+        each path runs through plain documents only, to a plain scalar or to nothing: the one
+        key combination a compound index has for it. ``None`` otherwise (an array, or another
+        type, on a path: mongoeco works its combinations out)."""
+        values: list[Any] = []
+        for field in fields:
+            value = document
+            for part in field.split("."):
+                if type(value) is not dict:
+                    return None
+                value = value.get(part, _NONE)
+                if value is _NONE:
+                    break
+            if value is _NONE:
+                values.append(None)
+            elif type(value) in plain_scalars:
+                values.append(value)
+            else:
+                return None
+        return values
+
     def _sort_key_of(key: Any) -> Any:
         return key if key[0] == OBJECT_ID else sort_key(_key_value(key))
 
@@ -575,6 +600,9 @@ def _indexed_engine_type() -> type:
 
         def _index_keys(self, document: Any, fields: list[str]) -> Any:
             if len(fields) > 1:  # every combination, as the uniqueness check compares them
+                values = plain_values(document, fields)
+                if values is not None:  # one combination: mongoeco's, without its walks
+                    return {tuple(self._index_equality_key(value) for value in values)}
                 return self._unique_index_keys(document, fields)
             return super()._index_keys(document, fields)
 
