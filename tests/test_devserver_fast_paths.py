@@ -479,3 +479,142 @@ def _writes_as_a_dict(collection: Any, writes: list[Any]) -> None:
             assert collection.ordinal_for(last) == max(map(collection.ordinal_for, model))
     for twin, kept in copies:  # a copy keeps what it had when taken
         assert list(twin.items()) == list(kept.items())
+
+
+_spec_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.floats(allow_nan=False), st.text(max_size=3),
+              st.integers(-(2**64), 2**64), st.datetimes(), st.builds(ObjectId),
+              st.binary(max_size=2), st.builds(Int64, st.integers(-(2**63), 2**63 - 1)),
+              st.sets(st.integers(0, 2), max_size=2)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.one_of(st.text(max_size=2), st.integers(0, 2)), inner, max_size=3)),
+    max_leaves=8)
+
+
+@settings(max_examples=400, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.one_of(
+    st.dictionaries(st.sampled_from(["$set", "$inc", "$unset", "x"]), _spec_values, max_size=3),
+    st.lists(st.dictionaries(st.sampled_from(["$set", "$replaceWith"]), _spec_values,
+                             max_size=2), max_size=3),
+    _spec_values))
+def test_update_specs_become_internal_as_mongoeco_makes_them(counted: Counted,
+                                                             spec: Any) -> None:
+    from mongoeco.api._async import _collection_modify
+    from mongoeco.core import bson_scalars
+    from mongoeco.core.codec import DocumentCodec
+
+    ours = _collection_modify.DocumentCodec
+    assert ours is not DocumentCodec  # the update commands use the dev server's copy
+    wrapped = {"$set": {"a": [bson_scalars.BsonInt64(5), bson_scalars.BsonInt32(2),
+                              bson_scalars.BsonDouble(1.5)]}}
+
+    def made_by(codec: Any, value: Any) -> Any:
+        try:
+            made = codec.to_internal(value)
+        except Exception as error:  # the refusal a client would get
+            return f"{type(error).__name__}: {error}"
+        return made, _types(made)
+
+    assert made_by(ours, spec) == made_by(DocumentCodec, spec)
+    assert made_by(ours, wrapped) == made_by(DocumentCodec, wrapped)
+    internal = DocumentCodec.to_internal({"$set": {"a": 1}})
+    assert ours.to_internal(internal) is internal
+
+
+def test_an_update_pipeline_is_compiled_once_per_update(
+        fresh: Counted, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mongoeco.core.operators import UpdateEngine
+
+    compiled: list[Any] = []
+    compile_pipeline = UpdateEngine.compile_update_pipeline_plan
+
+    def counting(spec: Any, **options: Any) -> Any:
+        compiled.append(spec)
+        return compile_pipeline(spec, **options)
+
+    monkeypatch.setattr(UpdateEngine, "compile_update_pipeline_plan", staticmethod(counting))
+    coll = fresh.db.pipelines
+    coll.insert_one({"_id": 1, "n": 1})
+    pipeline = [{"$set": {"n": {"$add": ["$n", 1]}, "tag": {"$literal": "$not-a-path"}}}]
+
+    coll.update_one({"_id": 1}, pipeline, upsert=True)  # matched: the plan for a match
+    assert len(compiled) == 1
+    coll.update_one({"_id": 2}, pipeline, upsert=True)  # none matched: the upsert's plan
+    assert len(compiled) == 2
+    coll.update_one({"_id": 3}, [{"$set": {"other": {"$literal": 7}}}], upsert=True)
+    assert len(compiled) == 3
+
+    assert list(coll.find({}, sort=[("_id", 1)])) == [
+        {"_id": 1, "n": 2, "tag": "$not-a-path"},
+        {"_id": 2, "n": None, "tag": "$not-a-path"},  # a missing $n: $add gives null
+        {"_id": 3, "other": 7},
+    ]
+
+
+def test_the_upsert_plan_of_a_pipeline_is_mongoecos() -> None:
+    from mongoeco.api import operations
+    from mongoeco.compat import MONGODB_DIALECT_70
+    from mongoeco.core.operators import UpdateEngine
+    from mongoeco.errors import OperationFailure
+    from mongoeco.types import PlanningMode
+
+    from migronaut.devserver.mongoeco_internals import indexed_memory_engine
+
+    indexed_memory_engine()  # the hooks are in place
+    pipeline = [{"$set": {"n": {"$ifNull": ["$n", {"$literal": 5}]}, "at": "$$NOW"}},
+                {"$unset": "gone"}]
+    options: dict[str, Any] = {"dialect": MONGODB_DIALECT_70, "selector_filter": {"_id": 1},
+                               "collation": None, "array_filters": None, "variables": None}
+
+    plan, upsert = operations._compile_update_plans(
+        pipeline, planning_mode=PlanningMode.STRICT, **options)
+    theirs = UpdateEngine.compile_update_plan(pipeline, is_upsert_insert=True, **options)
+    assert upsert.context == theirs.context and upsert.context.is_upsert_insert
+    assert not plan.context.is_upsert_insert
+    for document in ({"_id": 1}, {"_id": 1, "n": 2, "gone": True}):
+        ours, mongoecos = dict(document), dict(document)
+        assert upsert.apply(ours) == theirs.apply(mongoecos)
+        assert {k: v for k, v in ours.items() if k != "at"} == {
+            k: v for k, v in mongoecos.items() if k != "at"}
+    refused = [{"$set": {"a": {"$nope": 1}}}]
+    with pytest.raises(OperationFailure) as ours_error:
+        operations._compile_update_plans(refused, planning_mode=PlanningMode.STRICT, **options)
+    with pytest.raises(OperationFailure) as their_error:
+        UpdateEngine.compile_update_plan(refused, **options)
+    assert (ours_error.value.code, str(ours_error.value)) == (
+        their_error.value.code, str(their_error.value))
+    assert operations._compile_update_plans(
+        refused, planning_mode=PlanningMode.RELAXED, **options) == (None, None)
+    with pytest.raises(OperationFailure):
+        operations._compile_update_plans(
+            pipeline, planning_mode=PlanningMode.STRICT, **{**options, "array_filters": [{"x": 1}]})
+
+
+_index_paths = st.lists(st.sampled_from(["a", "b", "a.b", "a.c", "b.a.c", "c.0", "0"]),
+                        min_size=2, max_size=3, unique=True)
+_index_leaves = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(-2, 2),
+                          st.text(max_size=2), st.builds(ObjectId),
+                          st.builds(Int64, st.integers(0, 2)),
+                          st.builds(Decimal128, st.sampled_from(["1", "1.0", "0.5"])),
+                          st.datetimes())
+_index_documents = st.recursive(
+    _index_leaves,
+    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                            st.dictionaries(st.sampled_from(["a", "b", "c", "0"]), inner,
+                                            max_size=3)),
+    max_leaves=10).map(lambda value: value if isinstance(value, dict) else {"a": value})
+
+
+@settings(max_examples=500, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_index_documents, _index_paths)
+def test_a_compound_index_keys_a_document_as_mongoeco_does(fresh: Counted,
+                                                           document: dict[str, Any],
+                                                           fields: list[str]) -> None:
+    from mongoeco.engines.memory import MemoryEngine
+
+    engine = fresh.engine
+    assert engine._index_keys(document, fields) == MemoryEngine._unique_index_keys(
+        engine, document, fields)

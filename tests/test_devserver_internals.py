@@ -166,6 +166,7 @@ ENGINE_METHODS = {
     "_storage_key": (("self", "value"), ()),
     "_index_keys": (("self", "document", "fields"), ()),
     "_unique_index_keys": (("self", "document", "fields"), ()),
+    "_index_equality_key": (("value",), ()),
     "_validate_compound_multikey_shape": (("self", "document", "index"), ()),
     "_unique_key_error": (("self", "message", "namespace", "document"), ("index", "conflict")),
     "_ensure_unique_indexes": (("self", "db_name", "coll_name", "candidate"), (
@@ -270,6 +271,50 @@ def test_the_modules_whose_deepcopy_the_indexed_engine_replaces() -> None:
     for name in mongoeco_internals._DEEPCOPY_USERS:
         module = importlib.import_module(name)
         assert callable(getattr(module, "deepcopy", None)), f"{name} no longer uses deepcopy"
+
+
+def test_the_update_codec_the_indexed_engine_replaces() -> None:
+    from mongoeco.api._async import _collection_modify
+    from mongoeco.core import bson_scalars, codec
+
+    assert issubclass(_collection_modify.DocumentCodec, codec.DocumentCodec), (
+        "mongoeco.api._async._collection_modify no longer uses DocumentCodec")
+    for name in ("to_internal", "is_internal"):
+        assert callable(getattr(codec.DocumentCodec, name, None)), f"DocumentCodec lost {name}"
+    assert issubclass(codec._InternalBsonDocument, dict), "codec lost _InternalBsonDocument"
+    assert issubclass(codec._InternalBsonArray, list), "codec lost _InternalBsonArray"
+    made = codec.DocumentCodec.to_internal({"a": [{"b": 1}]})
+    assert (type(made), type(made["a"]), type(made["a"][0])) == (
+        codec._InternalBsonDocument, codec._InternalBsonArray, codec._InternalBsonDocument)
+    assert callable(getattr(codec, "validate_bson_value", None))
+    for name in ("normalize_utc_bson_datetime", "BsonInt32", "BsonInt64", "BsonDouble"):
+        assert getattr(bson_scalars, name, None) is not None, f"bson_scalars lost {name}"
+    for name in ("BsonInt32", "BsonInt64", "BsonDouble"):  # shared, not copied: immutable
+        params = getattr(getattr(bson_scalars, name), "__dataclass_params__", None)
+        assert params is not None and params.frozen, f"{name} is no longer a frozen dataclass"
+
+
+def test_the_update_plan_compilation_the_indexed_engine_replaces() -> None:
+    from mongoeco.api import operations
+    from mongoeco.core.operators import CompiledUpdatePipelinePlan, UpdateEngine
+    from mongoeco.types import PlanningMode
+
+    options = ("dialect", "selector_filter", "collation", "array_filters", "variables")
+    assert takes(operations._compile_update_plans, "update_spec",
+                 keywords=(*options, "planning_mode")), (
+        f"_compile_update_plans now takes {parameters(operations._compile_update_plans)}")
+    assert takes(UpdateEngine.compile_update_plan, "update_spec",
+                 keywords=(*options, "is_upsert_insert"))
+    assert takes(UpdateEngine.build_execution_context,
+                 keywords=("dialect", "collation", "selector_filter", "array_filters",
+                           "is_upsert_insert"))
+    assert PlanningMode.RELAXED and callable(operations.OperationFailure)
+    fields = {field.name for field in dataclasses.fields(CompiledUpdatePipelinePlan)}
+    assert fields == {"update_spec", "context", "compiled_pipeline"}, (
+        f"CompiledUpdatePipelinePlan now holds {sorted(fields)}")
+    # what a pipeline's compilation reads of its context: never is_upsert_insert
+    source = inspect.getsource(UpdateEngine.compile_update_pipeline_plan)
+    assert "is_upsert_insert" not in source, "a pipeline's compilation now reads the upsert flag"
 
 
 def test_the_indexed_engine_serves_a_client() -> None:
@@ -506,6 +551,21 @@ def test_serve_refuses_another_release_line_before_it_starts(
 def test_importing_the_dev_server_package_imports_neither_mongoeco_nor_pymongo() -> None:
     code = ("import sys, migronaut.devserver; "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'mongoeco', 'pymongo'}))")
+
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True, timeout=60).stdout.strip()
+
+    assert loaded == "[]"
+
+
+def test_a_server_in_memory_does_not_import_the_sqlite_engine() -> None:
+    code = ("import os, signal, sys\n"
+            "from migronaut.devserver.serve import serve\n"
+            "def ready(uri):\n"
+            "    print(sorted(m for m in sys.modules if m.startswith('mongoeco.engines.')"
+            " and 'sqlite' in m))\n"
+            "    os.kill(os.getpid(), signal.SIGINT)\n"
+            "serve(port=0, on_ready=ready)\n")
 
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True, timeout=60).stdout.strip()

@@ -470,6 +470,31 @@ def _indexed_engine_type() -> type:
             return ("number", "NaN" if plain != plain else plain)  # NaN equals NaN in BSON
         return bson_engine_key(plain)
 
+    plain_scalars = frozenset({str, int, float, bool, type(None), datetime.datetime, ObjectId,
+                               _module("mongoeco.types").ObjectId})
+
+    def plain_values(document: Any, fields: list[str]) -> list[Any] | None:
+        """The value of each of ``fields`` in ``document`` (``None`` where one is missing) when
+        each path runs through plain documents only, to a plain scalar or to nothing: the one
+        key combination a compound index has for it. ``None`` otherwise (an array, or another
+        type, on a path: mongoeco works its combinations out)."""
+        values: list[Any] = []
+        for field in fields:
+            value = document
+            for part in field.split("."):
+                if type(value) is not dict:
+                    return None
+                value = value.get(part, _NONE)
+                if value is _NONE:
+                    break
+            if value is _NONE:
+                values.append(None)
+            elif type(value) in plain_scalars:
+                values.append(value)
+            else:
+                return None
+        return values
+
     def _sort_key_of(key: Any) -> Any:
         return key if key[0] == OBJECT_ID else sort_key(_key_value(key))
 
@@ -575,6 +600,9 @@ def _indexed_engine_type() -> type:
 
         def _index_keys(self, document: Any, fields: list[str]) -> Any:
             if len(fields) > 1:  # every combination, as the uniqueness check compares them
+                values = plain_values(document, fields)
+                if values is not None:  # one combination: mongoeco's, without its walks
+                    return {tuple(self._index_equality_key(value) for value in values)}
                 return self._unique_index_keys(document, fields)
             return super()._index_keys(document, fields)
 
@@ -753,6 +781,8 @@ def _indexed_engine_type() -> type:
     _copy_documents_cheaply()
     _validate_values_cheaply()
     _internal_documents_cheaply()
+    _update_specs_cheaply()
+    _pipeline_updates_compiled_once()
     _insert_in_batches()
     _abandoned_transactions_abort()
     return IndexedMemoryEngine
@@ -953,6 +983,106 @@ def _internal_documents_cheaply() -> None:
     _module("mongoeco.api._async._collection_insert").DocumentCodec = InternalByCopy
 
 
+def _update_specs_cheaply() -> None:
+    """mongoeco makes an update command's spec internal by encoding it into tagged values and
+    decoding it again (``DocumentCodec.to_internal``). For a spec made of plain dicts, lists,
+    strings, numbers (mongoeco's wrappers included), booleans, nulls and dates, that round trip
+    is a copy with dates in BSON's form (UTC, milliseconds): make that copy directly, checked as
+    the encoding checks it; any other value takes mongoeco's own round trip."""
+    codec = _module("mongoeco.core.codec")
+    base: Any = codec.DocumentCodec
+    # what mongoeco's codec makes of a decoded document and array (``_own_internal_bson``)
+    internal_document, internal_array = codec._InternalBsonDocument, codec._InternalBsonArray
+    scalars = _scalars()
+    normalize = scalars.normalize_utc_bson_datetime
+    same = frozenset({str, int, float, bool, type(None), scalars.BsonInt32, scalars.BsonInt64,
+                      scalars.BsonDouble})
+
+    def copied(value: Any) -> Any:
+        """The decoded encoding of ``value``, internal; :data:`_NONE` when it holds another
+        type."""
+        kind = type(value)
+        if kind in same:
+            return value
+        if kind is dict:
+            document = {}
+            for key, item in value.items():
+                item = copied(item)
+                if item is _NONE:
+                    return _NONE
+                document[key] = item
+            return internal_document(document)
+        if kind is list:
+            items = []
+            for item in value:
+                item = copied(item)
+                if item is _NONE:
+                    return _NONE
+                items.append(item)
+            return internal_array(items)
+        if kind is datetime.datetime:
+            return normalize(value)
+        return _NONE
+
+    def check(value: Any) -> None:
+        """What the encoding checks, in its order: a document whole, a list item by item."""
+        if type(value) is list:
+            for item in value:
+                check(item)
+        else:
+            codec.validate_bson_value(value)
+
+    class SpecByCopy(base):  # type: ignore[misc]
+        @staticmethod
+        def to_internal(data: Any) -> Any:
+            if base.is_internal(data):
+                return data
+            plain = copied(data)
+            if plain is _NONE:
+                return base.to_internal(data)
+            check(data)
+            return plain
+
+    _module("mongoeco.api._async._collection_modify").DocumentCodec = SpecByCopy
+
+
+def _pipeline_updates_compiled_once() -> None:
+    """mongoeco compiles an update pipeline twice per update: for a matched document and for an
+    upsert's insert. The two differ only in their context's ``is_upsert_insert`` (a pipeline's
+    preparation and compilation read the context's dialect, collation and array filters, never
+    that flag): compile it once and give the upsert's plan its own context."""
+    operations = _module("mongoeco.api.operations")
+    engine: Any = _module("mongoeco.core.operators").UpdateEngine
+    failure: Any = operations.OperationFailure
+    relaxed = operations.PlanningMode.RELAXED
+    original = operations._compile_update_plans
+
+    def compile_update_plans(update_spec: Any, *, dialect: Any, selector_filter: Any,
+                             collation: Any, array_filters: Any, variables: Any,
+                             planning_mode: Any) -> tuple[Any, Any]:
+        if not isinstance(update_spec, list):
+            plans: tuple[Any, Any] = original(update_spec, dialect=dialect,
+                                              selector_filter=selector_filter,
+                                              collation=collation, array_filters=array_filters,
+                                              variables=variables,
+                                              planning_mode=planning_mode)
+            return plans
+        try:
+            plan = engine.compile_update_plan(
+                update_spec, dialect=dialect, selector_filter=selector_filter,
+                collation=collation, array_filters=array_filters, variables=variables)
+        except failure:
+            if planning_mode is relaxed:
+                return None, None
+            raise
+        upsert_context = engine.build_execution_context(
+            dialect=dialect, collation=collation, selector_filter=selector_filter,
+            array_filters=array_filters, is_upsert_insert=True)
+        return plan, dataclasses.replace(plan, context=upsert_context)
+
+    operations._compile_update_plans = compile_update_plans
+
+
 def _validate_values_cheaply() -> None:
     """mongoeco checks every value of a document it stores (a BSON type, an int within int64)
     by wrapping each number in an object first; check the common types directly, and hand
@@ -1027,7 +1157,9 @@ def _copy_documents_cheaply() -> None:
 _DEEPCOPY_USERS: Final = (
     "mongoeco.engines.memory", "mongoeco.api._async.collection",
     "mongoeco.api._async._collection_runtime", "mongoeco.api._async._collection_insert",
-    "mongoeco.api._async._collection_bulk",
+    "mongoeco.api._async._collection_bulk", "mongoeco.engines.results",
+    "mongoeco.core.operators", "mongoeco.core.aggregation.preparation",
+    "mongoeco.core.aggregation.transform_stages",
 )
 
 

@@ -137,7 +137,6 @@ def serve(
     try:
         import sqlite3
 
-        from mongoeco.engines import SQLiteEngine
         from mongoeco.wire import AsyncMongoEcoProxyServer, WireAuthUser
     except ImportError as error:
         raise ConfigInvalidError(f"{INSTALL_HINT} (mongoeco is not installed)") from error
@@ -169,8 +168,12 @@ def serve(
             )
 
     async def run() -> None:
-        engine = (indexed_memory_engine() if path is None
-                  else SQLiteEngine(str(Path(path).expanduser())))
+        if path is None:
+            engine = indexed_memory_engine()
+        else:  # mongoeco's SQLite engine is a large import: only a server with a file needs it
+            from mongoeco.engines import SQLiteEngine
+
+            engine = SQLiteEngine(str(Path(path).expanduser()))
         users = () if auth is None else (WireAuthUser(auth[0], auth[1]),)
         server = AsyncMongoEcoProxyServer(
             engine=engine,
