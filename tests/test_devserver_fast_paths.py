@@ -316,14 +316,20 @@ def test_a_unique_index_build_refuses_duplicates_and_leaves_no_index(fresh: Coun
     people.create_index([("team", 1), ("email", 1)], unique=True)
 
 
-_values = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.floats(allow_nan=True), st.text(max_size=3),
-              st.integers(-(2**64), 2**64), st.builds(ObjectId), st.binary(max_size=2),
-              st.sets(st.integers(0, 2), max_size=2)),
-    lambda inner: st.one_of(
-        st.lists(inner, max_size=3),
-        st.dictionaries(st.one_of(st.text(max_size=2), st.integers(0, 2)), inner, max_size=3)),
-    max_leaves=8)
+def _trees(*leaves: Any) -> Any:
+    """Documents and arrays (keys of any type, small) over the given leaf strategies."""
+    return st.recursive(
+        st.one_of(*leaves),
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=3),
+            st.dictionaries(st.one_of(st.text(max_size=2), st.integers(0, 2)), inner,
+                            max_size=3)),
+        max_leaves=8)
+
+
+_values = _trees(st.none(), st.booleans(), st.floats(allow_nan=True), st.text(max_size=3),
+                 st.integers(-(2**64), 2**64), st.builds(ObjectId), st.binary(max_size=2),
+                 st.sets(st.integers(0, 2), max_size=2))
 
 
 @settings(max_examples=300, deadline=None,
@@ -481,15 +487,10 @@ def _writes_as_a_dict(collection: Any, writes: list[Any]) -> None:
         assert list(twin.items()) == list(kept.items())
 
 
-_spec_values = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.floats(allow_nan=False), st.text(max_size=3),
-              st.integers(-(2**64), 2**64), st.datetimes(), st.builds(ObjectId),
-              st.binary(max_size=2), st.builds(Int64, st.integers(-(2**63), 2**63 - 1)),
-              st.sets(st.integers(0, 2), max_size=2)),
-    lambda inner: st.one_of(
-        st.lists(inner, max_size=3),
-        st.dictionaries(st.one_of(st.text(max_size=2), st.integers(0, 2)), inner, max_size=3)),
-    max_leaves=8)
+_spec_values = _trees(st.none(), st.booleans(), st.floats(allow_nan=False), st.text(max_size=3),
+                      st.integers(-(2**64), 2**64), st.datetimes(), st.builds(ObjectId),
+                      st.binary(max_size=2), st.builds(Int64, st.integers(-(2**63), 2**63 - 1)),
+                      st.sets(st.integers(0, 2), max_size=2))
 
 
 @settings(max_examples=400, deadline=None,
