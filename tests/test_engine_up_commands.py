@@ -110,14 +110,20 @@ def test_a_first_up_of_five_reads_the_changelog_twice_and_ensures_each_index_onc
     assert f"{RUNS}_logs" not in db.list_collection_names()
 
 
-def test_a_second_migrator_on_the_same_client_sends_no_index_again(
-    project: Any, commands: tuple[Commands, MongoClient[dict[str, Any]]],
-) -> None:
+def applied_five(project: Any, commands: tuple[Commands, MongoClient[dict[str, Any]]],
+                 ) -> tuple[Commands, MongoClient[dict[str, Any]]]:
+    """Five migrations applied by a migrator now closed; what it sent is taken (forgotten)."""
     listener, client = commands
     write_five(project)
     with make_migrator(project, client=client) as migrator:
         migrator.up()
     listener.take()
+    return listener, client
+
+def test_a_second_migrator_on_the_same_client_sends_no_index_again(
+    project: Any, commands: tuple[Commands, MongoClient[dict[str, Any]]],
+) -> None:
+    listener, client = applied_five(project, commands)
     with make_migrator(project, client=client) as migrator:
         migrator.up()
     assert listener.take(project.db_name) == [READ, ACQUIRE, RUN_START, READ, RELEASE, RUN_END]
@@ -144,10 +150,7 @@ def test_a_dropped_database_gets_its_indexes_again(
 def test_a_command_that_does_not_read_the_changelog_checks_for_a_dropped_database(
     project: Any, db: Any, commands: tuple[Commands, MongoClient[dict[str, Any]]],
 ) -> None:
-    listener, client = commands
-    write_five(project)
-    with make_migrator(project, client=client) as migrator:
-        migrator.up()
+    listener, client = applied_five(project, commands)
     client.drop_database(project.db_name)
     listener.take()
     with make_migrator(project, client=client) as migrator:  # indexes ensured by another one

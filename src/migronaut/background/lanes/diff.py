@@ -185,26 +185,7 @@ def _cross_type_equal(a: Any, b: Any) -> bool:
 # ------------------------------------------------------------------------------------ copy
 
 #: Leaf types that cannot be changed in place: a copy may share them with the original.
-_IMMUTABLE: Final = frozenset(
-    (
-        str,
-        int,
-        float,
-        bool,
-        type(None),
-        Int64,
-        Decimal128,
-        ObjectId,
-        dt.datetime,
-        DatetimeMS,
-        bytes,
-        Binary,
-        Timestamp,
-        uuid.UUID,
-        MinKey,
-        MaxKey,
-    )
-)
+_IMMUTABLE: Final = (_SCALARS - {Regex}) | {float, type(None)}  # (a Regex's fields can change)
 
 
 def copy_document(doc: Mapping[str, Any]) -> dict[str, Any]:
